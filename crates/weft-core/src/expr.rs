@@ -1,0 +1,635 @@
+//! CEL expressions and `${…}` templates: compiled once when a plan is validated, evaluated
+//! against a binding when a step fires.
+//!
+//! Guards, `when` conditions and the templated strings in `args` / `emits[].data` all use CEL
+//! (DESIGN.md, "Plan format"). Evaluation never panics: an error is a value the caller turns
+//! into "not enabled" (guards) or an error token (args), never a crash.
+
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
+
+/// CEL words that cannot name a variable, so an event with such a name is only reachable
+/// through the `inputs` map.
+const RESERVED: &[&str] = &[
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+    "inputs",
+    "result",
+    "instance",
+    "plan",
+];
+
+/// Is `name` usable as a CEL variable for an event's payload?
+pub fn is_bindable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() || c == '_' => {}
+        _ => return false,
+    }
+    chars.all(|c| c.is_ascii_alphanumeric() || c == '_') && !RESERVED.contains(&name)
+}
+
+fn env() -> &'static Arc<cel::Env> {
+    static ENV: OnceLock<Arc<cel::Env>> = OnceLock::new();
+    ENV.get_or_init(|| Arc::new(cel::Env::stdlib()))
+}
+
+/// A compiled CEL expression.
+#[derive(Clone)]
+pub struct Expr {
+    source: Arc<str>,
+    program: Arc<cel::Program>,
+    /// Variables the expression mentions, so evaluation binds only those.
+    uses: Uses,
+}
+
+impl std::fmt::Debug for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Expr").field(&self.source).finish()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Uses {
+    inputs: bool,
+    result: bool,
+    instance: bool,
+    plan: bool,
+    fresh: bool,
+    /// Indices into the binding's inputs whose names the expression mentions.
+    names: Vec<String>,
+}
+
+/// A compile error: the CEL parser's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CompileError {
+    /// What is wrong with the expression.
+    pub message: String,
+}
+
+/// An evaluation error: the expression could not be evaluated against this binding.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct EvalError {
+    /// What went wrong.
+    pub message: String,
+}
+
+impl EvalError {
+    fn new(message: impl Into<String>) -> Self {
+        EvalError {
+            message: message.into(),
+        }
+    }
+}
+
+/// What an expression can see: the binding's input payloads and the surrounding ids.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    /// `(event name, token payload)` for each input of the step.
+    pub inputs: &'a [(&'a str, &'a Value)],
+    /// The action's result (`None` in guards and args).
+    pub result: Option<&'a Value>,
+    /// The instance id.
+    pub instance: &'a str,
+    /// The plan name.
+    pub plan: &'a str,
+    /// The channel id `fresh()` returns in this firing.
+    pub fresh: &'a str,
+}
+
+impl Expr {
+    /// Compiles `source`. A surrounding `${…}` is accepted and stripped.
+    pub fn compile(source: &str) -> Result<Expr, CompileError> {
+        let trimmed = source.trim();
+        let body = trimmed
+            .strip_prefix("${")
+            .and_then(|s| s.strip_suffix('}'))
+            .unwrap_or(trimmed);
+        if body.trim().is_empty() {
+            return Err(CompileError {
+                message: "expression is empty".into(),
+            });
+        }
+        // The CEL parser is a generated ANTLR parser; guard against any panic inside it so
+        // that hostile input can never take the process down.
+        let parsed = std::panic::catch_unwind(|| env().compile(body));
+        let program = match parsed {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                let message = e
+                    .errors
+                    .iter()
+                    .map(|e| e.msg.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(CompileError { message });
+            }
+            Err(_) => {
+                return Err(CompileError {
+                    message: "expression could not be parsed".into(),
+                });
+            }
+        };
+        let refs = program.references();
+        let uses = Uses {
+            inputs: refs.has_variable("inputs"),
+            result: refs.has_variable("result"),
+            instance: refs.has_variable("instance"),
+            plan: refs.has_variable("plan"),
+            fresh: refs.has_function("fresh"),
+            names: Vec::new(),
+        };
+        Ok(Expr {
+            source: Arc::from(body),
+            program: Arc::new(program),
+            uses,
+        })
+    }
+
+    /// Records which of `names` (the step's input events) the expression mentions, so that
+    /// evaluation binds only those.
+    pub fn bind_names<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        let refs = self.program.references();
+        self.uses.names = names
+            .into_iter()
+            .filter(|n| is_bindable_name(n) && refs.has_variable(n))
+            .map(str::to_string)
+            .collect();
+    }
+
+    /// Does the expression mention the variable `name`?
+    pub fn mentions(&self, name: &str) -> bool {
+        self.program.references().has_variable(name)
+    }
+
+    /// Does the expression call `fresh()`?
+    pub fn uses_fresh(&self) -> bool {
+        self.uses.fresh
+    }
+
+    /// Does the expression depend on nothing but constants?
+    pub fn is_constant(&self) -> bool {
+        let refs = self.program.references();
+        !self.uses.inputs
+            && !self.uses.result
+            && !self.uses.instance
+            && !self.uses.plan
+            && !self.uses.fresh
+            && !has_any_variable(&refs)
+    }
+
+    /// The expression's source text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The parsed expression tree (for static analysis such as equality-guard indexing).
+    pub fn ast(&self) -> &cel::common::ast::Expr {
+        &self.program.expression().expr
+    }
+
+    /// Evaluates the expression to JSON.
+    pub fn eval(&self, scope: &Scope<'_>) -> Result<Value, EvalError> {
+        let v = self.eval_cel(scope)?;
+        v.json()
+            .map_err(|e| EvalError::new(format!("result cannot be turned into JSON: {e:?}")))
+    }
+
+    /// Evaluates the expression as a boolean; anything but `true`/`false` is an error.
+    pub fn eval_bool(&self, scope: &Scope<'_>) -> Result<bool, EvalError> {
+        match self.eval_cel(scope)? {
+            cel::Value::Bool(b) => Ok(b),
+            other => Err(EvalError::new(format!(
+                "expression must be a boolean, got {:?}",
+                other.type_of()
+            ))),
+        }
+    }
+
+    fn eval_cel(&self, scope: &Scope<'_>) -> Result<cel::Value, EvalError> {
+        let mut ctx = cel::Context::with_env(Arc::clone(env()));
+        for name in &self.uses.names {
+            if let Some((_, v)) = scope.inputs.iter().find(|(n, _)| n == name) {
+                ctx.add_variable(name.as_str(), *v)
+                    .map_err(|e| EvalError::new(e.to_string()))?;
+            }
+        }
+        if self.uses.inputs {
+            let mut m = serde_json::Map::new();
+            for (n, v) in scope.inputs {
+                m.insert((*n).to_string(), (*v).clone());
+            }
+            ctx.add_variable("inputs", Value::Object(m))
+                .map_err(|e| EvalError::new(e.to_string()))?;
+        }
+        if self.uses.result {
+            let r = scope.result.cloned().unwrap_or(Value::Null);
+            ctx.add_variable("result", r)
+                .map_err(|e| EvalError::new(e.to_string()))?;
+        }
+        if self.uses.instance {
+            ctx.add_variable_from_value("instance", scope.instance.to_string());
+        }
+        if self.uses.plan {
+            ctx.add_variable_from_value("plan", scope.plan.to_string());
+        }
+        if self.uses.fresh {
+            let id = Arc::new(scope.fresh.to_string());
+            ctx.add_function("fresh", move || cel::Value::String(Arc::clone(&id)))
+                .map_err(|e| EvalError::new(format!("{e:?}")))?;
+        }
+        let program = &self.program;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| program.execute(&ctx))) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(EvalError::new(e.to_string())),
+            Err(_) => Err(EvalError::new("expression evaluation failed unexpectedly")),
+        }
+    }
+}
+
+fn has_any_variable(refs: &cel::parser::ExpressionReferences<'_>) -> bool {
+    // ExpressionReferences does not list its variables, so probe the ones we bind and treat
+    // anything else as "not constant" via a cheap source scan done by the caller.
+    ["inputs", "result", "instance", "plan"]
+        .iter()
+        .any(|v| refs.has_variable(v))
+}
+
+/// A JSON value whose strings may contain `${…}` CEL templates.
+#[derive(Debug, Clone)]
+pub enum Template {
+    /// No templates inside: the value is used as is.
+    Literal(Value),
+    /// A string that is exactly `"${expr}"`: replaced by the expression's value (any type).
+    Whole(Expr),
+    /// A string with `${…}` inside: each part is interpolated as text.
+    Interp(Vec<Part>),
+    /// An array containing templates.
+    Array(Vec<Template>),
+    /// An object containing templates.
+    Object(Vec<(String, Template)>),
+}
+
+/// A piece of an interpolated string.
+#[derive(Debug, Clone)]
+pub enum Part {
+    /// Literal text.
+    Text(String),
+    /// An expression whose value is rendered as text.
+    Expr(Expr),
+}
+
+/// A template compile error, located by a JSON pointer relative to the template's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateError {
+    /// Pointer relative to the template root (`""` for the root itself).
+    pub pointer: String,
+    /// The offending expression text.
+    pub source: String,
+    /// What is wrong.
+    pub error: CompileError,
+}
+
+impl Template {
+    /// Compiles every `${…}` inside `value`.
+    pub fn compile(value: &Value) -> Result<Template, Vec<TemplateError>> {
+        let mut errors = Vec::new();
+        let t = compile_value(value, "", &mut errors);
+        if errors.is_empty() {
+            Ok(t)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Is the template free of expressions?
+    pub fn is_literal(&self) -> bool {
+        matches!(self, Template::Literal(_))
+    }
+
+    /// Calls `f` on every expression inside.
+    pub fn for_each_expr_mut(&mut self, f: &mut impl FnMut(&mut Expr)) {
+        match self {
+            Template::Literal(_) => {}
+            Template::Whole(e) => f(e),
+            Template::Interp(parts) => {
+                for p in parts {
+                    if let Part::Expr(e) = p {
+                        f(e);
+                    }
+                }
+            }
+            Template::Array(items) => items.iter_mut().for_each(|t| t.for_each_expr_mut(f)),
+            Template::Object(fields) => fields.iter_mut().for_each(|(_, t)| t.for_each_expr_mut(f)),
+        }
+    }
+
+    /// Calls `f` on every expression inside.
+    pub fn for_each_expr(&self, f: &mut impl FnMut(&Expr)) {
+        match self {
+            Template::Literal(_) => {}
+            Template::Whole(e) => f(e),
+            Template::Interp(parts) => {
+                for p in parts {
+                    if let Part::Expr(e) = p {
+                        f(e);
+                    }
+                }
+            }
+            Template::Array(items) => items.iter().for_each(|t| t.for_each_expr(f)),
+            Template::Object(fields) => fields.iter().for_each(|(_, t)| t.for_each_expr(f)),
+        }
+    }
+
+    /// Renders the template against a scope.
+    pub fn render(&self, scope: &Scope<'_>) -> Result<Value, EvalError> {
+        match self {
+            Template::Literal(v) => Ok(v.clone()),
+            Template::Whole(e) => e.eval(scope),
+            Template::Interp(parts) => {
+                let mut s = String::new();
+                for p in parts {
+                    match p {
+                        Part::Text(t) => s.push_str(t),
+                        Part::Expr(e) => match e.eval(scope)? {
+                            Value::String(v) => s.push_str(&v),
+                            other => s.push_str(&other.to_string()),
+                        },
+                    }
+                }
+                Ok(Value::String(s))
+            }
+            Template::Array(items) => items
+                .iter()
+                .map(|t| t.render(scope))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Value::Array),
+            Template::Object(fields) => {
+                let mut m = serde_json::Map::with_capacity(fields.len());
+                for (k, t) in fields {
+                    m.insert(k.clone(), t.render(scope)?);
+                }
+                Ok(Value::Object(m))
+            }
+        }
+    }
+}
+
+fn compile_value(value: &Value, pointer: &str, errors: &mut Vec<TemplateError>) -> Template {
+    match value {
+        Value::String(s) if s.contains("${") => compile_string(s, pointer, errors),
+        Value::Array(items) => {
+            let ts: Vec<Template> = items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| compile_value(v, &format!("{pointer}/{i}"), errors))
+                .collect();
+            if ts.iter().all(Template::is_literal) {
+                Template::Literal(value.clone())
+            } else {
+                Template::Array(ts)
+            }
+        }
+        Value::Object(map) => {
+            let ts: Vec<(String, Template)> = map
+                .iter()
+                .map(|(k, v)| {
+                    let p = format!("{pointer}/{}", crate::load::escape_pointer(k));
+                    (k.clone(), compile_value(v, &p, errors))
+                })
+                .collect();
+            if ts.iter().all(|(_, t)| t.is_literal()) {
+                Template::Literal(value.clone())
+            } else {
+                Template::Object(ts)
+            }
+        }
+        other => Template::Literal(other.clone()),
+    }
+}
+
+/// Splits a string into text and `${…}` parts. Braces inside an expression are balanced, and
+/// quoted strings inside it are skipped, so `${ {"a": 1}.a }` works. `$${` is a literal `${`.
+fn compile_string(s: &str, pointer: &str, errors: &mut Vec<TemplateError>) -> Template {
+    let mut parts = Vec::new();
+    let mut text = String::new();
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'$' && bytes.get(i + 1) == Some(&b'$') && bytes.get(i + 2) == Some(&b'{') {
+            text.push_str("${");
+            i += 3;
+            continue;
+        }
+        if bytes[i] == b'$' && bytes.get(i + 1) == Some(&b'{') {
+            match find_close(bytes, i + 2) {
+                Some(end) => {
+                    let src = &s[i + 2..end];
+                    if !text.is_empty() {
+                        parts.push(Part::Text(std::mem::take(&mut text)));
+                    }
+                    match Expr::compile(src) {
+                        Ok(e) => parts.push(Part::Expr(e)),
+                        Err(error) => errors.push(TemplateError {
+                            pointer: pointer.to_string(),
+                            source: src.to_string(),
+                            error,
+                        }),
+                    }
+                    i = end + 1;
+                    continue;
+                }
+                None => {
+                    errors.push(TemplateError {
+                        pointer: pointer.to_string(),
+                        source: s[i..].to_string(),
+                        error: CompileError {
+                            message: "`${` is never closed by `}`".into(),
+                        },
+                    });
+                    return Template::Literal(Value::String(s.to_string()));
+                }
+            }
+        }
+        // Push the whole UTF-8 character starting at i.
+        let ch_len = utf8_len(bytes[i]);
+        text.push_str(&s[i..(i + ch_len).min(s.len())]);
+        i += ch_len;
+    }
+    if !text.is_empty() {
+        parts.push(Part::Text(text));
+    }
+    match parts.len() {
+        1 if matches!(parts[0], Part::Expr(_)) => match parts.pop() {
+            Some(Part::Expr(e)) => Template::Whole(e),
+            _ => Template::Literal(Value::String(s.to_string())),
+        },
+        _ if parts.iter().all(|p| matches!(p, Part::Text(_))) => {
+            let joined: String = parts
+                .into_iter()
+                .map(|p| match p {
+                    Part::Text(t) => t,
+                    Part::Expr(_) => String::new(),
+                })
+                .collect();
+            Template::Literal(Value::String(joined))
+        }
+        _ => Template::Interp(parts),
+    }
+}
+
+fn utf8_len(first: u8) -> usize {
+    match first {
+        0x00..=0x7f => 1,
+        0xc0..=0xdf => 2,
+        0xe0..=0xef => 3,
+        _ => 4,
+    }
+}
+
+/// Index of the `}` closing an expression that starts at `start`.
+fn find_close(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut quote: Option<u8> = None;
+    let mut i = start;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if let Some(q) = quote {
+            if b == b'\\' {
+                i += 2;
+                continue;
+            }
+            if b == q {
+                quote = None;
+            }
+        } else {
+            match b {
+                b'"' | b'\'' => quote = Some(b),
+                b'{' => depth += 1,
+                b'}' if depth == 0 => return Some(i),
+                b'}' => depth -= 1,
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn scope<'a>(inputs: &'a [(&'a str, &'a Value)]) -> Scope<'a> {
+        Scope {
+            inputs,
+            result: None,
+            instance: "i1",
+            plan: "p",
+            fresh: "ch-1",
+        }
+    }
+
+    #[test]
+    fn guard_over_named_input() {
+        let mut e = Expr::compile("reply.task_id == spawn.task_id").expect("compiles");
+        e.bind_names(["reply", "spawn"]);
+        let a = json!({"task_id": "x"});
+        let b = json!({"task_id": "x"});
+        let c = json!({"task_id": "y"});
+        assert!(
+            e.eval_bool(&scope(&[("reply", &a), ("spawn", &b)]))
+                .expect("evals")
+        );
+        assert!(
+            !e.eval_bool(&scope(&[("reply", &a), ("spawn", &c)]))
+                .expect("evals")
+        );
+    }
+
+    #[test]
+    fn inputs_map_for_dotted_names() {
+        let mut e = Expr::compile(r#"inputs["email.received"].n > 2"#).expect("compiles");
+        e.bind_names(["email.received"]);
+        let a = json!({"n": 3});
+        assert!(
+            e.eval_bool(&scope(&[("email.received", &a)]))
+                .expect("evals")
+        );
+    }
+
+    #[test]
+    fn non_boolean_guard_is_an_error_not_a_panic() {
+        let e = Expr::compile("1 + 1").expect("compiles");
+        assert!(e.eval_bool(&scope(&[])).is_err());
+        let e = Expr::compile("nope.field").expect("compiles");
+        assert!(e.eval_bool(&scope(&[])).is_err());
+    }
+
+    #[test]
+    fn compile_errors_are_reported() {
+        assert!(Expr::compile("a ==").is_err());
+        assert!(Expr::compile("").is_err());
+        assert!(Expr::compile("${}").is_err());
+    }
+
+    #[test]
+    fn templates_whole_and_interpolated() {
+        let t = Template::compile(&json!({
+            "to": "${user.email}",
+            "subject": "Hello ${user.name}, you have ${user.n} items",
+            "plain": "no templates",
+            "chan": "${fresh()}",
+            "esc": "$${literal}"
+        }))
+        .expect("compiles");
+        let mut t = t;
+        t.for_each_expr_mut(&mut |e| e.bind_names(["user"]));
+        let user = json!({"email": "a@b.c", "name": "Ann", "n": 3});
+        let out = t.render(&scope(&[("user", &user)])).expect("renders");
+        assert_eq!(
+            out,
+            json!({"to": "a@b.c", "subject": "Hello Ann, you have 3 items", "plain": "no templates",
+                   "chan": "ch-1", "esc": "${literal}"})
+        );
+    }
+
+    #[test]
+    fn unclosed_template_is_an_error() {
+        let errs = Template::compile(&json!({"a": {"b": "x ${oops"}})).unwrap_err();
+        assert_eq!(errs[0].pointer, "/a/b");
+    }
+
+    #[test]
+    fn bindable_names() {
+        assert!(is_bindable_name("reply"));
+        assert!(is_bindable_name("_x1"));
+        assert!(!is_bindable_name("email.received"));
+        assert!(!is_bindable_name("in"));
+        assert!(!is_bindable_name(""));
+        assert!(!is_bindable_name("1a"));
+    }
+}
