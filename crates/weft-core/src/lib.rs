@@ -5,8 +5,10 @@
 //! plans analysable, executions replayable and the crate property-testable.
 
 pub mod expr;
+pub mod finding;
 pub mod load;
 pub mod plan;
 
+pub use finding::{Code, Finding, Severity};
 pub use load::{Limits, LoadError, parse_plan};
 pub use plan::{Consume, Emit, EventDef, EventKind, GraphType, OnFail, Plan, Step};
