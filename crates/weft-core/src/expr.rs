@@ -189,17 +189,6 @@ impl Expr {
         self.uses.fresh
     }
 
-    /// Does the expression depend on nothing but constants?
-    pub fn is_constant(&self) -> bool {
-        let refs = self.program.references();
-        !self.uses.inputs
-            && !self.uses.result
-            && !self.uses.instance
-            && !self.uses.plan
-            && !self.uses.fresh
-            && !has_any_variable(&refs)
-    }
-
     /// The expression's source text.
     pub fn source(&self) -> &str {
         &self.source
@@ -267,14 +256,6 @@ impl Expr {
             Err(_) => Err(EvalError::new("expression evaluation failed unexpectedly")),
         }
     }
-}
-
-fn has_any_variable(refs: &cel::parser::ExpressionReferences<'_>) -> bool {
-    // ExpressionReferences does not list its variables, so probe the ones we bind and treat
-    // anything else as "not constant" via a cheap source scan done by the caller.
-    ["inputs", "result", "instance", "plan"]
-        .iter()
-        .any(|v| refs.has_variable(v))
 }
 
 /// A JSON value whose strings may contain `${…}` CEL templates.

@@ -4,11 +4,17 @@
 //! clock. Everything here is a deterministic function of its inputs, which is what makes
 //! plans analysable, executions replayable and the crate property-testable.
 
+pub mod catalog;
 pub mod expr;
 pub mod finding;
 pub mod load;
+pub mod net;
 pub mod plan;
+pub mod validate;
 
+pub use catalog::{Effect, StaticCatalog, ToolCatalog, ToolSpec};
 pub use finding::{Code, Finding, Severity};
 pub use load::{Limits, LoadError, parse_plan};
+pub use net::{EventId, Net, StepId};
 pub use plan::{Consume, Emit, EventDef, EventKind, GraphType, OnFail, Plan, Step};
+pub use validate::{Validation, validate};

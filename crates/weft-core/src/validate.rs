@@ -1,0 +1,798 @@
+//! Static validation: schema, references, names, expressions and structure.
+//!
+//! [`validate`] checks a parsed [`Plan`] and, when there are no errors, hands back the
+//! compiled [`Net`] so that expressions are compiled exactly once. Every problem becomes a
+//! [`Finding`] with a stable code and a JSON pointer; nothing here panics on input.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::catalog::{ToolCatalog, suggest};
+use crate::expr::{Expr, Scope, Template};
+use crate::finding::{Code, Finding, Severity, event_ptr, step_ptr};
+use crate::load::{Limits, escape_pointer};
+use crate::net::{EmitNode, EventId, FailPolicy, Net, StepNode};
+use crate::plan::{Emit, EventKind, GraphType, OnFail, Plan};
+
+/// The outcome of validation.
+#[derive(Debug)]
+pub struct Validation {
+    /// Everything found, errors first, then in plan order.
+    pub findings: Vec<Finding>,
+    /// The compiled net, present when there are no errors.
+    pub net: Option<Net>,
+}
+
+impl Validation {
+    /// Does the plan have errors?
+    pub fn has_errors(&self) -> bool {
+        self.findings.iter().any(Finding::is_error)
+    }
+}
+
+struct Ctx<'a> {
+    plan: &'a Plan,
+    limits: &'a Limits,
+    findings: Vec<Finding>,
+    exprs: HashMap<String, Result<Expr, String>>,
+}
+
+impl Ctx<'_> {
+    fn push(&mut self, f: Finding) {
+        self.findings.push(f);
+    }
+
+    fn unknown_event(&mut self, name: &str, pointer: String, role: &str) {
+        let mut f = Finding::new(
+            Code::UnknownEvent,
+            Severity::Error,
+            pointer,
+            format!("{role} `{name}` is not declared in `events`"),
+        );
+        f = match suggest(name, self.plan.events.keys().map(String::as_str)) {
+            Some(s) => f.hint(format!(
+                "did you mean `{s}`? Otherwise declare `{name}` under `events`"
+            )),
+            None => f.hint(format!("declare `{name}` under `events`")),
+        };
+        self.push(f);
+    }
+
+    /// Compiles an expression, caching by source so repeated expressions compile once.
+    fn compile(&mut self, src: &str, pointer: String, what: &str) -> Option<Expr> {
+        if src.len() > self.limits.max_expr_len {
+            self.push(
+                Finding::new(
+                    Code::InvalidExpression,
+                    Severity::Error,
+                    pointer,
+                    format!(
+                        "{what} is {} bytes, over the limit of {}",
+                        src.len(),
+                        self.limits.max_expr_len
+                    ),
+                )
+                .hint("shorten the expression or move the logic into a tool"),
+            );
+            return None;
+        }
+        let r = self
+            .exprs
+            .entry(src.to_string())
+            .or_insert_with(|| Expr::compile(src).map_err(|e| e.message))
+            .clone();
+        match r {
+            Ok(e) => Some(e),
+            Err(msg) => {
+                self.push(
+                    Finding::new(
+                        Code::InvalidExpression,
+                        Severity::Error,
+                        pointer,
+                        format!("{what} `{}` does not compile: {msg}", truncate(src, 120)),
+                    )
+                    .hint("expressions are CEL, e.g. `order.total > 100 && order.currency == \"EUR\"`"),
+                );
+                None
+            }
+        }
+    }
+
+    fn template(&mut self, value: &Value, pointer: &str, what: &str) -> Option<Template> {
+        match Template::compile(value) {
+            Ok(t) => Some(t),
+            Err(errs) => {
+                for e in errs {
+                    self.push(
+                        Finding::new(
+                            Code::InvalidExpression,
+                            Severity::Error,
+                            format!("{pointer}{}", e.pointer),
+                            format!(
+                                "template `${{{}}}` in {what} does not compile: {}",
+                                truncate(&e.source, 120),
+                                e.error.message
+                            ),
+                        )
+                        .hint("write `${expr}` with a CEL expression, or `$${` for a literal `${`"),
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// A guard or `when` that evaluates without any binding (it mentions no input) must
+    /// give a boolean; anything else is a constant mistake such as `1 + 1` or `"yes"`.
+    fn check_constant_bool(&mut self, e: &Expr, pointer: String, what: &str) {
+        let scope = Scope {
+            inputs: &[],
+            result: None,
+            instance: "",
+            plan: "",
+            fresh: "",
+        };
+        if let Ok(other) = e.eval(&scope)
+            && !other.is_boolean()
+        {
+            self.push(
+                Finding::new(
+                    Code::NotBoolean,
+                    Severity::Error,
+                    pointer,
+                    format!(
+                        "{what} `{}` evaluates to {}, not a boolean",
+                        truncate(e.source(), 80),
+                        truncate(&other.to_string(), 40)
+                    ),
+                )
+                .hint("a guard must evaluate to true or false, e.g. `order.total > 100`"),
+            );
+        }
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n).collect();
+        t.push('…');
+        t
+    }
+}
+
+fn check_name(ctx: &mut Ctx<'_>, name: &str, pointer: String, what: &str) {
+    let problem = if name.is_empty() {
+        Some("is empty".to_string())
+    } else if name.chars().count() > ctx.limits.max_name_len {
+        Some(format!(
+            "is {} characters long, over the limit of {}",
+            name.chars().count(),
+            ctx.limits.max_name_len
+        ))
+    } else if name.chars().any(char::is_control) {
+        Some("contains control characters".to_string())
+    } else if name.trim() != name {
+        Some("starts or ends with whitespace".to_string())
+    } else {
+        None
+    };
+    if let Some(p) = problem {
+        ctx.push(
+            Finding::new(
+                Code::InvalidName,
+                Severity::Error,
+                pointer,
+                format!("{what} name `{}` {p}", truncate(name, 40)),
+            )
+            .hint("use a short name such as `order.received` or `send_reply`"),
+        );
+    }
+}
+
+/// Validates `plan`. With a `catalog`, actions and literal args are checked against it.
+pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits) -> Validation {
+    let mut ctx = Ctx {
+        plan,
+        limits,
+        findings: Vec::new(),
+        exprs: HashMap::new(),
+    };
+
+    if plan.steps.is_empty() {
+        ctx.push(
+            Finding::new(
+                Code::EmptyPlan,
+                Severity::Error,
+                "/steps",
+                "the plan has no steps",
+            )
+            .hint("add at least one step"),
+        );
+    }
+    check_name(&mut ctx, &plan.plan_name, "/plan_name".into(), "plan");
+    for name in plan.events.keys() {
+        check_name(&mut ctx, name, event_ptr(name), "event");
+    }
+    for name in plan.steps.keys() {
+        check_name(&mut ctx, name, step_ptr(name, ""), "step");
+    }
+
+    // Start events.
+    match &plan.initial {
+        Some(list) => {
+            if list.is_empty() {
+                ctx.push(
+                    Finding::new(Code::NoStart, Severity::Error, "/initial", "`initial` is empty")
+                        .hint("list the events that receive the instance's input, or remove `initial` to use `start`"),
+                );
+            }
+            for (i, e) in list.iter().enumerate() {
+                if !plan.events.contains_key(e) {
+                    ctx.unknown_event(e, format!("/initial/{i}"), "initial event");
+                }
+            }
+        }
+        None => {
+            if !plan.events.contains_key("start") {
+                let has_input = plan
+                    .events
+                    .values()
+                    .any(|d| d.kind == Some(EventKind::Input));
+                if !has_input {
+                    ctx.push(
+                        Finding::new(
+                            Code::NoStart,
+                            Severity::Error,
+                            "/events",
+                            "the plan has no `start` event, no `initial` list and no `input` events, so nothing can ever begin",
+                        )
+                        .hint("declare a `start` event, or list the entry events in `initial`"),
+                    );
+                }
+            }
+        }
+    }
+
+    // Events: payload schemas.
+    for (name, def) in &plan.events {
+        if let Some(schema) = &def.schema
+            && let Err(e) = jsonschema::validator_for(schema)
+        {
+            ctx.push(
+                Finding::new(
+                    Code::InvalidSchema,
+                    Severity::Error,
+                    format!("{}/schema", event_ptr(name)),
+                    format!("the payload schema of event `{name}` is not a valid JSON Schema: {e}"),
+                )
+                .hint("write a JSON Schema object, e.g. {\"type\":\"object\"}"),
+            );
+        }
+    }
+
+    let mut validators: HashMap<String, Option<jsonschema::Validator>> = HashMap::new();
+    let mut steps: Vec<StepNode> = Vec::with_capacity(plan.steps.len());
+    let event_id = |n: &str| plan.events.get_index_of(n).map(|i| i as EventId);
+
+    for (sname, step) in &plan.steps {
+        let sp = |f: &str| step_ptr(sname, f);
+        if step.on.is_empty() {
+            ctx.push(
+                Finding::new(
+                    Code::NoInputs,
+                    Severity::Error,
+                    sp("on"),
+                    format!("step `{sname}` has no input events; it would fire forever"),
+                )
+                .hint("list the event(s) that trigger the step in `on`, e.g. [\"start\"]"),
+            );
+        }
+        let mut seen = HashSet::new();
+        let mut inputs = Vec::with_capacity(step.on.len());
+        for (i, e) in step.on.iter().enumerate() {
+            if !seen.insert(e.as_str()) {
+                ctx.push(
+                    Finding::new(
+                        Code::DuplicateInput,
+                        Severity::Error,
+                        sp(&format!("on/{i}")),
+                        format!("step `{sname}` lists input `{e}` more than once"),
+                    )
+                    .hint("list each input event once; to consume two tokens of one event, use two events"),
+                );
+            }
+            match event_id(e) {
+                Some(id) => inputs.push(id),
+                None => ctx.unknown_event(
+                    e,
+                    sp(&format!("on/{i}")),
+                    &format!("input of step `{sname}`"),
+                ),
+            }
+        }
+
+        // Action and args.
+        if let Some(cat) = catalog {
+            match cat.spec(&step.action) {
+                None => {
+                    let mut f = Finding::new(
+                        Code::UnknownTool,
+                        Severity::Error,
+                        sp("action"),
+                        format!(
+                            "step `{sname}` uses unknown tool `{}`",
+                            truncate(&step.action, 80)
+                        ),
+                    );
+                    f = match suggest(&step.action, cat.names()) {
+                        Some(s) => f.hint(format!("did you mean `{s}`?")),
+                        None => f.hint(format!("available tools: {}", cat.names().join(", "))),
+                    };
+                    ctx.push(f);
+                }
+                Some(spec) => {
+                    let validator = validators
+                        .entry(spec.name.clone())
+                        .or_insert_with(|| jsonschema::validator_for(&spec.args_schema).ok());
+                    if let Some(v) = validator {
+                        check_args(&mut ctx, v, &step.args, sname, &step.action);
+                    }
+                }
+            }
+        }
+        let args_ptr = sp("args");
+        let mut args = ctx.template(
+            &step.args,
+            &args_ptr,
+            &format!("the args of step `{sname}`"),
+        );
+
+        // Guard.
+        let mut guard = None;
+        if let Some(g) = &step.guard
+            && let Some(e) = ctx.compile(g, sp("guard"), &format!("the guard of step `{sname}`"))
+        {
+            ctx.check_constant_bool(&e, sp("guard"), &format!("the guard of step `{sname}`"));
+            guard = Some(e);
+        }
+
+        // Emits.
+        let mut emits = Vec::with_capacity(step.emits.len());
+        for (i, em) in step.emits.iter().enumerate() {
+            let ep = sp(&format!("emits/{i}"));
+            let target = event_id(em.event());
+            if target.is_none() {
+                ctx.unknown_event(
+                    em.event(),
+                    ep.clone(),
+                    &format!("event emitted by step `{sname}`"),
+                );
+            }
+            let mut when = None;
+            let mut data = None;
+            if let Emit::Shaped(s) = em {
+                if let Some(w) = &s.when {
+                    let wp = format!("{ep}/when");
+                    if let Some(e) =
+                        ctx.compile(w, wp.clone(), &format!("the `when` of step `{sname}`"))
+                    {
+                        ctx.check_constant_bool(&e, wp, &format!("the `when` of step `{sname}`"));
+                        when = Some(e);
+                    }
+                }
+                if let Some(d) = &s.data {
+                    data = ctx.template(
+                        d,
+                        &format!("{ep}/data"),
+                        &format!("the emit data of step `{sname}`"),
+                    );
+                }
+            }
+            if let Some(event) = target {
+                emits.push(EmitNode { event, when, data });
+            }
+        }
+
+        // Policy.
+        if let Some(r) = &step.retry
+            && (r.max > 1000
+                || !r.multiplier.is_finite()
+                || r.multiplier < 1.0
+                || r.backoff_ms > 86_400_000)
+        {
+            ctx.push(
+                    Finding::new(
+                        Code::InvalidPolicy,
+                        Severity::Error,
+                        sp("retry"),
+                        format!(
+                            "step `{sname}` has retry max {} / backoff_ms {} / multiplier {}; allowed: max ≤ 1000, backoff_ms ≤ 86400000, 1 ≤ multiplier (finite)",
+                            r.max, r.backoff_ms, r.multiplier
+                        ),
+                    )
+                    .hint("e.g. {\"max\": 3, \"backoff_ms\": 200, \"multiplier\": 2}"),
+                );
+        }
+        if step.timeout_ms == Some(0) {
+            ctx.push(
+                Finding::new(
+                    Code::InvalidPolicy,
+                    Severity::Error,
+                    sp("timeout_ms"),
+                    format!("step `{sname}` has a zero timeout"),
+                )
+                .hint("give the action at least 1 ms, or remove `timeout_ms`"),
+            );
+        }
+        let on_fail = match &step.on_fail {
+            None | Some(OnFail::Abort) => FailPolicy::Abort,
+            Some(OnFail::Continue) => FailPolicy::Continue,
+            Some(OnFail::Repair) => FailPolicy::Repair,
+            Some(OnFail::Emit(e)) => match event_id(e) {
+                Some(id) => FailPolicy::Emit(id),
+                None => {
+                    ctx.unknown_event(
+                        e,
+                        sp("on_fail"),
+                        &format!("`on_fail` target of step `{sname}`"),
+                    );
+                    FailPolicy::Abort
+                }
+            },
+        };
+        let failed_event = event_id(&format!("{sname}.failed"));
+
+        let names: Vec<&str> = step.on.iter().map(String::as_str).collect();
+        if let Some(g) = guard.as_mut() {
+            g.bind_names(names.iter().copied());
+        }
+        if let Some(a) = args.as_mut() {
+            a.for_each_expr_mut(&mut |e| e.bind_names(names.iter().copied()));
+        }
+        for em in &mut emits {
+            if let Some(w) = em.when.as_mut() {
+                w.bind_names(names.iter().copied());
+            }
+            if let Some(d) = em.data.as_mut() {
+                d.for_each_expr_mut(&mut |e| e.bind_names(names.iter().copied()));
+            }
+        }
+        steps.push(StepNode {
+            name: sname.clone(),
+            inputs,
+            action: step.action.clone(),
+            args: args.unwrap_or(Template::Literal(Value::Null)),
+            emits,
+            guard,
+            correlate: step.correlate,
+            retry: step.retry.clone(),
+            timeout_ms: step.timeout_ms,
+            on_fail,
+            failed_event,
+        });
+    }
+
+    if ctx.findings.iter().any(Finding::is_error) {
+        let mut findings = ctx.findings;
+        sort(&mut findings);
+        return Validation {
+            findings,
+            net: None,
+        };
+    }
+    let net = Net::build(plan, steps);
+    structure(&mut ctx, &net);
+    let mut findings = ctx.findings;
+    sort(&mut findings);
+    let net = if findings.iter().any(Finding::is_error) {
+        None
+    } else {
+        Some(net)
+    };
+    Validation { findings, net }
+}
+
+fn sort(findings: &mut [Finding]) {
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+}
+
+/// Checks literal args against the tool's schema. Templated values are unknown until run
+/// time, so they are replaced by `null` and errors located at or under them are ignored.
+fn check_args(
+    ctx: &mut Ctx<'_>,
+    validator: &jsonschema::Validator,
+    args: &Value,
+    sname: &str,
+    action: &str,
+) {
+    let mut templated = Vec::new();
+    let concrete = blank_templates(args, "", &mut templated);
+    let base = step_ptr(sname, "args");
+    let mut reported = 0;
+    for err in validator.iter_errors(&concrete) {
+        let at = err.instance_path().to_string();
+        if templated
+            .iter()
+            .any(|t| at == *t || at.starts_with(&format!("{t}/")))
+        {
+            continue;
+        }
+        if reported >= 5 {
+            break;
+        }
+        reported += 1;
+        let msg = err.to_string();
+        ctx.push(
+            Finding::new(
+                Code::ArgsMismatch,
+                Severity::Error,
+                format!("{base}{at}"),
+                format!(
+                    "args of step `{sname}` do not match tool `{action}`: {}",
+                    truncate(&msg, 200)
+                ),
+            )
+            .hint(format!("see the args schema of `{action}` (`weft tools`)")),
+        );
+    }
+}
+
+fn blank_templates(v: &Value, pointer: &str, out: &mut Vec<String>) -> Value {
+    match v {
+        Value::String(s) if s.contains("${") => {
+            out.push(pointer.to_string());
+            Value::Null
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, x)| blank_templates(x, &format!("{pointer}/{i}"), out))
+                .collect(),
+        ),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| {
+                    (
+                        k.clone(),
+                        blank_templates(x, &format!("{pointer}/{}", escape_pointer(k)), out),
+                    )
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Structural checks on the compiled net: reachability of steps, unused events, cycles.
+fn structure(ctx: &mut Ctx<'_>, net: &Net) {
+    let plan = ctx.plan;
+    // Events that can ever hold a token, and steps that can ever be enabled (a fixpoint).
+    let n_events = net.events.len();
+    let mut producible = vec![false; n_events];
+    for &i in &net.initial {
+        producible[i as usize] = true;
+    }
+    for (i, e) in net.events.iter().enumerate() {
+        if plan.events.get(&e.name).and_then(|d| d.kind) == Some(EventKind::Input) {
+            producible[i] = true;
+        }
+    }
+    let mut enabled = vec![false; net.steps.len()];
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (sid, s) in net.steps.iter().enumerate() {
+            if enabled[sid] || !s.inputs.iter().all(|&e| producible[e as usize]) {
+                continue;
+            }
+            enabled[sid] = true;
+            changed = true;
+            for em in &s.emits {
+                producible[em.event as usize] = true;
+            }
+            if let FailPolicy::Emit(e) = s.on_fail {
+                producible[e as usize] = true;
+            }
+            if let Some(e) = s.failed_event {
+                producible[e as usize] = true;
+            }
+        }
+    }
+    for (sid, s) in net.steps.iter().enumerate() {
+        if enabled[sid] {
+            continue;
+        }
+        let missing: Vec<&str> = s
+            .inputs
+            .iter()
+            .filter(|&&e| !producible[e as usize])
+            .map(|&e| net.event(e).name.as_str())
+            .collect();
+        ctx.push(
+            Finding::new(
+                Code::NeverEnabled,
+                Severity::Error,
+                step_ptr(&s.name, "on"),
+                format!(
+                    "step `{}` can never be enabled: no token can ever reach {}",
+                    s.name,
+                    missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+                ),
+            )
+            .hint("emit the missing event from an earlier step, mark it `kind: input`, or list it in `initial`"),
+        );
+    }
+
+    let explicit_outputs = plan
+        .events
+        .values()
+        .any(|d| d.kind == Some(EventKind::Output));
+    for (eid, e) in net.events.iter().enumerate() {
+        let declared = plan.events.get(&e.name).and_then(|d| d.kind);
+        let is_initial = net.initial.contains(&(eid as EventId));
+        if e.producers.is_empty() && !is_initial && declared != Some(EventKind::Input) {
+            ctx.push(
+                Finding::new(
+                    Code::NeverEmitted,
+                    Severity::Warning,
+                    event_ptr(&e.name),
+                    format!("event `{}` is emitted by no step and is not an input or initial event", e.name),
+                )
+                .hint("emit it from a step, declare `\"kind\": \"input\"` if it comes from outside, or remove it"),
+            );
+        }
+        if e.consumers.is_empty() && declared != Some(EventKind::Output) {
+            let (sev, msg) = if explicit_outputs {
+                (
+                    Severity::Warning,
+                    format!(
+                        "event `{}` is consumed by no step and is not declared `output`",
+                        e.name
+                    ),
+                )
+            } else {
+                (
+                    Severity::Info,
+                    format!(
+                        "event `{}` is consumed by no step, so it is treated as an output",
+                        e.name
+                    ),
+                )
+            };
+            ctx.push(
+                Finding::new(Code::NeverConsumed, sev, event_ptr(&e.name), msg)
+                    .hint("declare `\"kind\": \"output\"` if it is a final result, or consume it in a step"),
+            );
+        }
+    }
+
+    if net.graph_type == GraphType::Acyclic {
+        for cycle in find_cycles(net) {
+            let first = cycle.first().map(|(s, _)| *s).unwrap_or(0);
+            let desc: Vec<String> = cycle
+                .iter()
+                .map(|(s, e)| format!("`{}` → `{}`", net.step(*s).name, net.event(*e).name))
+                .collect();
+            ctx.push(
+                Finding::new(
+                    Code::Cycle,
+                    Severity::Error,
+                    step_ptr(&net.step(first).name, "emits"),
+                    format!("acyclic plan has a cycle: {}", desc.join(" → ")),
+                )
+                .hint("break the cycle, or set `\"graph_type\": \"reactive\"` if the plan is meant to loop"),
+            );
+        }
+    }
+}
+
+/// A DFS frame: the step, its successors, and how many of them were visited.
+type Frame = (usize, Vec<(u32, EventId)>, usize);
+
+/// Finds cycles in the step graph (step → emitted event → consuming step), one per strongly
+/// connected component, each as the list of (step, event it emits on the cycle).
+fn find_cycles(net: &Net) -> Vec<Vec<(u32, EventId)>> {
+    let n = net.steps.len();
+    let succ = |s: usize| -> Vec<(u32, EventId)> {
+        let st = &net.steps[s];
+        let mut out_events: Vec<EventId> = st.emits.iter().map(|e| e.event).collect();
+        if let FailPolicy::Emit(e) = st.on_fail {
+            out_events.push(e);
+        }
+        if let Some(e) = st.failed_event {
+            out_events.push(e);
+        }
+        let mut v = Vec::new();
+        for e in out_events {
+            for &c in &net.event(e).consumers {
+                v.push((c, e));
+            }
+        }
+        v
+    };
+    // Iterative Tarjan SCC.
+    let mut index = vec![usize::MAX; n];
+    let mut low = vec![0usize; n];
+    let mut on_stack = vec![false; n];
+    let mut stack = Vec::new();
+    let mut next = 0usize;
+    let mut sccs: Vec<Vec<usize>> = Vec::new();
+    for root in 0..n {
+        if index[root] != usize::MAX {
+            continue;
+        }
+        let mut call: Vec<Frame> = vec![(root, succ(root), 0)];
+        index[root] = next;
+        low[root] = next;
+        next += 1;
+        stack.push(root);
+        on_stack[root] = true;
+        while let Some(top) = call.last_mut() {
+            let v = top.0;
+            if top.2 < top.1.len() {
+                let w = top.1[top.2].0 as usize;
+                top.2 += 1;
+                if index[w] == usize::MAX {
+                    index[w] = next;
+                    low[w] = next;
+                    next += 1;
+                    stack.push(w);
+                    on_stack[w] = true;
+                    call.push((w, succ(w), 0));
+                } else if on_stack[w] {
+                    low[v] = low[v].min(index[w]);
+                }
+            } else {
+                call.pop();
+                if let Some(parent) = call.last() {
+                    let p = parent.0;
+                    low[p] = low[p].min(low[v]);
+                }
+                if low[v] == index[v] {
+                    let mut comp = Vec::new();
+                    while let Some(w) = stack.pop() {
+                        on_stack[w] = false;
+                        comp.push(w);
+                        if w == v {
+                            break;
+                        }
+                    }
+                    let self_loop =
+                        comp.len() == 1 && succ(v).iter().any(|(c, _)| *c as usize == v);
+                    if comp.len() > 1 || self_loop {
+                        sccs.push(comp);
+                    }
+                }
+            }
+        }
+    }
+    // For each SCC, walk a concrete cycle inside it starting from its smallest step.
+    sccs.into_iter()
+        .map(|mut comp| {
+            comp.sort_unstable();
+            let members: HashSet<usize> = comp.iter().copied().collect();
+            let start = comp[0];
+            let mut path: Vec<(u32, EventId)> = Vec::new();
+            let mut pos: HashMap<usize, usize> = HashMap::new();
+            let mut cur = start;
+            loop {
+                if let Some(&at) = pos.get(&cur) {
+                    return path.split_off(at);
+                }
+                pos.insert(cur, path.len());
+                let Some(&(nxt, e)) = succ(cur)
+                    .iter()
+                    .find(|(c, _)| members.contains(&(*c as usize)))
+                else {
+                    return path;
+                };
+                path.push((cur as u32, e));
+                cur = nxt as usize;
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,210 @@
+//! Validation findings on small plans: each test names the codes and pointers it expects, so
+//! a change in what the validator reports shows up as a readable diff.
+
+use serde_json::json;
+use weft_core::{Limits, StaticCatalog, parse_plan, validate};
+
+/// Validates `plan` against the built-in tools and returns `code pointer` lines.
+fn check(plan: serde_json::Value) -> Vec<String> {
+    let bytes = serde_json::to_vec(&plan).expect("serialises");
+    let plan = parse_plan(&bytes, &Limits::default()).expect("parses");
+    let cat = StaticCatalog::builtin();
+    let v = validate(&plan, Some(&cat), &Limits::default());
+    assert_eq!(v.net.is_some(), !v.has_errors());
+    v.findings
+        .iter()
+        .map(|f| format!("{} {} {}", f.code, f.severity.as_str(), f.pointer))
+        .collect()
+}
+
+fn messages(plan: serde_json::Value) -> Vec<String> {
+    let bytes = serde_json::to_vec(&plan).expect("serialises");
+    let plan = parse_plan(&bytes, &Limits::default()).expect("parses");
+    let v = validate(&plan, Some(&StaticCatalog::builtin()), &Limits::default());
+    v.findings.iter().map(|f| f.message.clone()).collect()
+}
+
+#[test]
+fn sample_plan_is_valid() {
+    let f = check(
+        json!({"plan_name":"sample","graph_type":"acyclic","events":{"start":{},"done":{}},
+        "steps":{"first":{"on":["start"],"action":"send_email",
+        "args":{"to":"a@example.com","subject":"Hi","body":"Test"},"emits":["done"]}}}),
+    );
+    assert_eq!(f, vec!["V007 info /events/done"]);
+}
+
+#[test]
+fn unknown_event_and_tool_with_suggestions() {
+    let plan = json!({"plan_name":"p","graph_type":"acyclic","events":{"start":{},"done":{}},
+        "steps":{"a":{"on":["strat"],"action":"send_emial","emits":["done"]}}});
+    assert_eq!(
+        check(plan.clone()),
+        vec!["V001 error /steps/a/on/0", "V002 error /steps/a/action"]
+    );
+    let bytes = serde_json::to_vec(&plan).expect("ser");
+    let p = parse_plan(&bytes, &Limits::default()).expect("parses");
+    let v = validate(&p, Some(&StaticCatalog::builtin()), &Limits::default());
+    assert_eq!(
+        v.findings[0].hint.as_deref(),
+        Some("did you mean `start`? Otherwise declare `strat` under `events`")
+    );
+    assert_eq!(
+        v.findings[1].hint.as_deref(),
+        Some("did you mean `send_email`?")
+    );
+}
+
+#[test]
+fn args_must_match_tool_schema_but_templates_are_unknown() {
+    let f = check(
+        json!({"plan_name":"p","graph_type":"acyclic","events":{"start":{},"done":{}},
+        "steps":{"a":{"on":["start"],"action":"send_email","args":{"subject":3,"to":"x"},"emits":["done"]},
+                 "b":{"on":["start"],"action":"send_email","args":{"subject":"${start.s}","to":"${start.to}"},"emits":["done"]}}}),
+    );
+    // Structural checks run only once references and expressions are clean.
+    assert_eq!(f, vec!["V003 error /steps/a/args/subject"]);
+}
+
+#[test]
+fn cycle_in_acyclic_plan_is_named() {
+    let plan = json!({"plan_name":"p","graph_type":"acyclic","events":{"start":{},"x":{},"y":{}},
+        "steps":{"a":{"on":["start"],"action":"noop","emits":["x"]},
+                 "b":{"on":["x"],"action":"noop","emits":["y"]},
+                 "c":{"on":["y"],"action":"noop","emits":["x"]}}});
+    let f = check(plan.clone());
+    assert!(
+        f.contains(&"V004 error /steps/b/emits".to_string()),
+        "{f:?}"
+    );
+    let m = messages(plan);
+    assert!(
+        m.iter()
+            .any(|m| m == "acyclic plan has a cycle: `b` → `y` → `c` → `x`"),
+        "{m:?}"
+    );
+    // The same net is fine when reactive.
+    let reactive = json!({"plan_name":"p","graph_type":"reactive","events":{"start":{},"x":{},"y":{}},
+        "steps":{"a":{"on":["start"],"action":"noop","emits":["x"]},
+                 "b":{"on":["x"],"action":"noop","emits":["y"]},
+                 "c":{"on":["y"],"action":"noop","emits":["x"]}}});
+    assert!(check(reactive).iter().all(|l| !l.starts_with("V004")));
+}
+
+#[test]
+fn never_enabled_never_emitted_never_consumed() {
+    let f = check(json!({"plan_name":"p","graph_type":"acyclic",
+        "events":{"start":{},"approval":{},"done":{"kind":"output"},"spare":{}},
+        "steps":{"a":{"on":["start","approval"],"action":"noop","emits":["done"]}}}));
+    assert_eq!(
+        f,
+        vec![
+            "V005 error /steps/a/on",
+            "V006 warning /events/approval",
+            "V006 warning /events/spare",
+            "V007 warning /events/spare",
+        ]
+    );
+}
+
+#[test]
+fn bad_expressions_point_at_step_and_field() {
+    let f = check(
+        json!({"plan_name":"p","graph_type":"acyclic","events":{"start":{},"done":{}},
+        "steps":{"a":{"on":["start"],"action":"log","guard":"start.x ==","args":{"message":"hi ${start.}"},
+                      "emits":[{"event":"done","when":"1 +"}]}}}),
+    );
+    assert_eq!(
+        f,
+        vec![
+            "V008 error /steps/a/args/message",
+            "V008 error /steps/a/guard",
+            "V008 error /steps/a/emits/0/when",
+        ]
+    );
+}
+
+#[test]
+fn constant_non_boolean_guard() {
+    let f = check(
+        json!({"plan_name":"p","graph_type":"acyclic","events":{"start":{},"done":{}},
+        "steps":{"a":{"on":["start"],"action":"noop","guard":"1 + 1","emits":["done"]},
+                 "b":{"on":["start"],"action":"noop","guard":"'yes'","emits":["done"]},
+                 "c":{"on":["start"],"action":"noop","guard":"start.ok","emits":["done"]}}}),
+    );
+    assert_eq!(
+        f,
+        vec!["V012 error /steps/a/guard", "V012 error /steps/b/guard"]
+    );
+}
+
+#[test]
+fn names_and_policies() {
+    let long = "e".repeat(10_000);
+    let f = check(
+        json!({"plan_name":"p","graph_type":"acyclic","events":{"start":{},"":{}, long.clone():{}},
+        "steps":{"a":{"on":["start"],"action":"noop","emits":["", long],"retry":{"max":5,"multiplier":0.5},"timeout_ms":0}}}),
+    );
+    assert!(f.contains(&"V009 error /events/".to_string()), "{f:?}");
+    assert!(
+        f.iter().filter(|l| l.starts_with("V009")).count() == 2,
+        "{f:?}"
+    );
+    assert!(
+        f.contains(&"V015 error /steps/a/retry".to_string()),
+        "{f:?}"
+    );
+    assert!(
+        f.contains(&"V015 error /steps/a/timeout_ms".to_string()),
+        "{f:?}"
+    );
+}
+
+#[test]
+fn no_start_no_inputs_duplicate_inputs_and_empty_plan() {
+    assert_eq!(
+        check(json!({"plan_name":"p","graph_type":"acyclic","events":{"go":{}},"steps":{}})),
+        vec!["V016 error /steps", "V011 error /events"]
+    );
+    let f = check(
+        json!({"plan_name":"p","graph_type":"acyclic","events":{"start":{},"done":{}},
+        "steps":{"a":{"on":[],"action":"noop","emits":["done"]},"b":{"on":["start","start"],"action":"noop"}}}),
+    );
+    assert_eq!(
+        f,
+        vec!["V010 error /steps/a/on", "V013 error /steps/b/on/1"]
+    );
+}
+
+#[test]
+fn failed_event_and_on_fail_targets_count_as_produced() {
+    let f = check(json!({"plan_name":"p","graph_type":"acyclic",
+        "events":{"start":{},"done":{"kind":"output"},"a.failed":{},"oops":{},"handled":{"kind":"output"}},
+        "steps":{"a":{"on":["start"],"action":"fail","emits":["done"]},
+                 "b":{"on":["start"],"action":"fail","emits":["done"],"on_fail":"emit:oops"},
+                 "h":{"on":["a.failed"],"action":"log","emits":["handled"]},
+                 "k":{"on":["oops"],"action":"log","emits":["handled"]}}}));
+    assert!(f.is_empty(), "{f:?}");
+}
+
+#[test]
+fn invalid_event_schema() {
+    let f = check(
+        json!({"plan_name":"p","graph_type":"acyclic","events":{"start":{"schema":{"type":"nonsense"}},"done":{}},
+        "steps":{"a":{"on":["start"],"action":"noop","emits":["done"]}}}),
+    );
+    assert_eq!(f, vec!["V014 error /events/start/schema"]);
+}
+
+#[test]
+fn net_is_compiled_with_ids() {
+    let plan = parse_plan(br#"{"plan_name":"p","graph_type":"acyclic","events":{"start":{},"x":{},"done":{}},
+        "steps":{"a":{"on":["start"],"action":"noop","emits":["x"]},"b":{"on":["x"],"action":"noop","emits":["done"]}}}"#,
+        &Limits::default()).expect("parses");
+    let v = validate(&plan, None, &Limits::default());
+    let net = v.net.expect("valid");
+    assert_eq!(net.initial, vec![0]);
+    let x = net.event_id("x").expect("x");
+    assert_eq!(net.event(x).consumers, vec![net.step_id("b").expect("b")]);
+    assert!(net.event(net.event_id("done").expect("done")).is_output);
+}
