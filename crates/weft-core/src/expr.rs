@@ -221,22 +221,27 @@ impl Expr {
         let mut ctx = cel::Context::with_env(Arc::clone(env()));
         for name in &self.uses.names {
             if let Some((_, v)) = scope.inputs.iter().find(|(n, _)| n == name) {
-                ctx.add_variable(name.as_str(), *v)
-                    .map_err(|e| EvalError::new(e.to_string()))?;
+                ctx.add_variable_from_value(name.as_str(), to_cel(v));
             }
         }
         if self.uses.inputs {
-            let mut m = serde_json::Map::new();
-            for (n, v) in scope.inputs {
-                m.insert((*n).to_string(), (*v).clone());
-            }
-            ctx.add_variable("inputs", Value::Object(m))
-                .map_err(|e| EvalError::new(e.to_string()))?;
+            let map: std::collections::HashMap<cel::objects::Key, cel::Value> = scope
+                .inputs
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        cel::objects::Key::String(Arc::new((*n).to_string())),
+                        to_cel(v),
+                    )
+                })
+                .collect();
+            ctx.add_variable_from_value(
+                "inputs",
+                cel::Value::Map(cel::objects::Map { map: Arc::new(map) }),
+            );
         }
         if self.uses.result {
-            let r = scope.result.cloned().unwrap_or(Value::Null);
-            ctx.add_variable("result", r)
-                .map_err(|e| EvalError::new(e.to_string()))?;
+            ctx.add_variable_from_value("result", scope.result.map_or(cel::Value::Null, to_cel));
         }
         if self.uses.instance {
             ctx.add_variable_from_value("instance", scope.instance.to_string());
@@ -254,6 +259,29 @@ impl Expr {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(EvalError::new(e.to_string())),
             Err(_) => Err(EvalError::new("expression evaluation failed unexpectedly")),
+        }
+    }
+}
+
+/// Converts JSON to a CEL value. Integers become CEL `int` whenever they fit (serde would
+/// make non-negative ones `uint`, and then `x.n + 1` fails with a type error).
+pub fn to_cel(v: &Value) -> cel::Value {
+    match v {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(a) => cel::Value::List(Arc::new(a.iter().map(to_cel).collect())),
+        Value::Object(m) => {
+            let map: std::collections::HashMap<cel::objects::Key, cel::Value> = m
+                .iter()
+                .map(|(k, v)| (cel::objects::Key::String(Arc::new(k.clone())), to_cel(v)))
+                .collect();
+            cel::Value::Map(cel::objects::Map { map: Arc::new(map) })
         }
     }
 }

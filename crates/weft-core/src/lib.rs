@@ -7,14 +7,19 @@
 pub mod catalog;
 pub mod expr;
 pub mod finding;
+pub mod instance;
 pub mod load;
+pub mod marking;
 pub mod net;
 pub mod plan;
+pub mod token;
 pub mod validate;
 
 pub use catalog::{Effect, StaticCatalog, ToolCatalog, ToolSpec};
 pub use finding::{Code, Finding, Severity};
+pub use instance::{ActionError, Completion, Fired, Instance, Status};
 pub use load::{Limits, LoadError, parse_plan};
 pub use net::{EventId, Net, StepId};
 pub use plan::{Consume, Emit, EventDef, EventKind, GraphType, OnFail, Plan, Step};
+pub use token::{Origin, Token, TokenId};
 pub use validate::{Validation, validate};

@@ -83,6 +83,40 @@ pub struct StepNode {
     pub failed_event: Option<EventId>,
 }
 
+/// Index of a token slot: where the tokens of one event wait for one consumer.
+///
+/// A broadcast event with several consumers has one slot per consumer (each consumer gets
+/// its own copy of every token); an exclusive event, or one with at most one consumer, has a
+/// single shared slot.
+pub type SlotId = u32;
+
+/// A slot of the marking.
+#[derive(Debug, Clone)]
+pub struct SlotInfo {
+    /// The event whose tokens wait here.
+    pub event: EventId,
+    /// The only consumer, for a per-consumer broadcast copy.
+    pub consumer: Option<StepId>,
+    /// Steps that take tokens from this slot.
+    pub consumers: Vec<StepId>,
+    /// Payload paths this slot is indexed on, for equality guards (channel passing).
+    pub index_paths: Vec<Vec<String>>,
+}
+
+/// An equality conjunct of a guard between two inputs: `inputs[a].path_a == inputs[b].path_b`.
+/// Binding search uses it to look the partner token up in an index instead of scanning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EqConstraint {
+    /// Position of the first input in `on`.
+    pub a: usize,
+    /// Field path into the first input's payload.
+    pub path_a: Vec<String>,
+    /// Position of the second input in `on` (`b > a`).
+    pub b: usize,
+    /// Field path into the second input's payload.
+    pub path_b: Vec<String>,
+}
+
 /// A compiled plan.
 #[derive(Debug, Clone)]
 pub struct Net {
@@ -96,6 +130,14 @@ pub struct Net {
     pub steps: Vec<StepNode>,
     /// Events that receive the instance input.
     pub initial: Vec<EventId>,
+    /// The slots of the marking.
+    pub slots: Vec<SlotInfo>,
+    /// For each step, the slot of each input (parallel to `inputs`).
+    pub input_slots: Vec<Vec<SlotId>>,
+    /// For each event, the slots a new token is put on.
+    pub event_slots: Vec<Vec<SlotId>>,
+    /// For each step, the equality conjuncts of its guard.
+    pub eq_constraints: Vec<Vec<EqConstraint>>,
     event_ids: HashMap<String, EventId>,
     step_ids: HashMap<String, StepId>,
 }
@@ -184,7 +226,12 @@ impl Net {
                 e.kind = EventKind::Input;
             }
         }
+        let (slots, input_slots, event_slots, eq_constraints) = layout(&events, &steps);
         Net {
+            slots,
+            input_slots,
+            event_slots,
+            eq_constraints,
             plan_name: plan.plan_name.clone(),
             graph_type: plan.graph_type,
             events,
@@ -194,4 +241,160 @@ impl Net {
             step_ids,
         }
     }
+}
+
+type Layout = (
+    Vec<SlotInfo>,
+    Vec<Vec<SlotId>>,
+    Vec<Vec<SlotId>>,
+    Vec<Vec<EqConstraint>>,
+);
+
+/// Lays the marking out in slots and extracts equality constraints for indexing.
+fn layout(events: &[EventNode], steps: &[StepNode]) -> Layout {
+    let mut slots: Vec<SlotInfo> = Vec::new();
+    let mut event_slots: Vec<Vec<SlotId>> = Vec::with_capacity(events.len());
+    // (event, consumer) -> slot, for per-consumer copies; event -> slot for shared ones.
+    let mut per_consumer: HashMap<(EventId, StepId), SlotId> = HashMap::new();
+    let mut shared: HashMap<EventId, SlotId> = HashMap::new();
+    for (eid, e) in events.iter().enumerate() {
+        let eid = eid as EventId;
+        let mut mine = Vec::new();
+        if e.consume == Consume::Exclusive || e.consumers.len() <= 1 {
+            let id = slots.len() as SlotId;
+            slots.push(SlotInfo {
+                event: eid,
+                consumer: None,
+                consumers: e.consumers.clone(),
+                index_paths: Vec::new(),
+            });
+            shared.insert(eid, id);
+            mine.push(id);
+        } else {
+            for &c in &e.consumers {
+                let id = slots.len() as SlotId;
+                slots.push(SlotInfo {
+                    event: eid,
+                    consumer: Some(c),
+                    consumers: vec![c],
+                    index_paths: Vec::new(),
+                });
+                per_consumer.insert((eid, c), id);
+                mine.push(id);
+            }
+        }
+        event_slots.push(mine);
+    }
+    let mut input_slots = Vec::with_capacity(steps.len());
+    let mut eq_constraints = Vec::with_capacity(steps.len());
+    for (sid, s) in steps.iter().enumerate() {
+        let sid = sid as StepId;
+        let ins: Vec<SlotId> = s
+            .inputs
+            .iter()
+            .map(|&e| {
+                per_consumer
+                    .get(&(e, sid))
+                    .or_else(|| shared.get(&e))
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let names: Vec<&str> = s
+            .inputs
+            .iter()
+            .map(|&e| events[e as usize].name.as_str())
+            .collect();
+        let eqs = match &s.guard {
+            Some(g) if s.inputs.len() > 1 => equality_constraints(g, &names),
+            _ => Vec::new(),
+        };
+        for c in &eqs {
+            let slot = &mut slots[ins[c.b] as usize];
+            if !slot.index_paths.contains(&c.path_b) {
+                slot.index_paths.push(c.path_b.clone());
+            }
+        }
+        input_slots.push(ins);
+        eq_constraints.push(eqs);
+    }
+    (slots, input_slots, event_slots, eq_constraints)
+}
+
+/// Finds the `x.f == y.g` conjuncts of a guard where `x` and `y` are two different inputs.
+fn equality_constraints(guard: &Expr, names: &[&str]) -> Vec<EqConstraint> {
+    use cel::common::ast::Expr as E;
+    fn conjuncts<'a>(e: &'a E, out: &mut Vec<&'a E>) {
+        if let E::Call(c) = e
+            && c.func_name == "_&&_"
+            && c.args.len() == 2
+        {
+            conjuncts(&c.args[0].expr, out);
+            conjuncts(&c.args[1].expr, out);
+        } else {
+            out.push(e);
+        }
+    }
+    /// `name.f1.f2` or `inputs["name"].f1` → (name, [f1, f2]).
+    fn chain(e: &E) -> Option<(String, Vec<String>)> {
+        match e {
+            E::Select(s) if !s.test => {
+                let (root, mut path) = chain(&s.operand.expr)?;
+                path.push(s.field.clone());
+                Some((root, path))
+            }
+            E::Ident(n) => Some((n.clone(), Vec::new())),
+            E::Call(c) if c.func_name == "_[_]" && c.args.len() == 2 => {
+                if let (E::Ident(m), E::Literal(cel::common::ast::LiteralValue::String(k))) =
+                    (&c.args[0].expr, &c.args[1].expr)
+                    && m == "inputs"
+                {
+                    return Some((str::to_string(k), Vec::new()));
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+    let mut parts = Vec::new();
+    conjuncts(guard.ast(), &mut parts);
+    let mut out = Vec::new();
+    for p in parts {
+        let E::Call(c) = p else { continue };
+        if c.func_name != "_==_" || c.args.len() != 2 {
+            continue;
+        }
+        let (Some((ra, pa)), Some((rb, pb))) = (chain(&c.args[0].expr), chain(&c.args[1].expr))
+        else {
+            continue;
+        };
+        let (Some(ia), Some(ib)) = (
+            names.iter().position(|n| *n == ra),
+            names.iter().position(|n| *n == rb),
+        ) else {
+            continue;
+        };
+        if ia == ib || pa.is_empty() || pb.is_empty() {
+            continue;
+        }
+        let c = if ia < ib {
+            EqConstraint {
+                a: ia,
+                path_a: pa,
+                b: ib,
+                path_b: pb,
+            }
+        } else {
+            EqConstraint {
+                a: ib,
+                path_a: pb,
+                b: ia,
+                path_b: pa,
+            }
+        };
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
 }

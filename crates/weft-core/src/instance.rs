@@ -1,0 +1,761 @@
+//! The firing rule as a deterministic state machine: one [`Instance`] per running plan.
+//!
+//! The runtime owns an `Instance` and drives it with three kinds of input: tokens from
+//! outside ([`Instance::add_token`]), "give me the next firing" ([`Instance::next`], which
+//! searches a binding, consumes it and returns the action to run as a [`Fired`] effect), and
+//! an action's outcome ([`Instance::complete`], which emits output tokens, asks for a retry or
+//! applies the failure policy). Nothing here does I/O or reads a clock (`now` is passed in),
+//! so the same sequence of inputs always gives the same marking: that is what makes journal
+//! replay and time travel exact.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::expr::Scope;
+use crate::marking::{Marking, key_at};
+use crate::net::{EventId, FailPolicy, Net, SlotId, StepId};
+use crate::plan::GraphType;
+use crate::token::{FiringId, Origin, Token, TokenId};
+
+/// Most guard evaluations one binding search may spend before giving up (hostile plans and
+/// huge markings must not stall the instance loop).
+pub const MAX_GUARD_EVALS: usize = 100_000;
+
+/// Where an instance is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Status {
+    /// Steps may still fire or actions are in flight (or, reactive: waiting for events).
+    Running,
+    /// Acyclic: nothing enabled or in flight and an output event holds a token.
+    Completed,
+    /// Acyclic: nothing enabled or in flight and no output token.
+    Stuck,
+    /// A step failed with `on_fail: abort` (or an unrecoverable error).
+    Failed {
+        /// Why.
+        reason: String,
+    },
+    /// Paused: waiting for a repair, or stopped by the firing-rate limit.
+    Paused {
+        /// Why.
+        reason: String,
+    },
+    /// Stopped from outside.
+    Stopped,
+}
+
+impl Status {
+    /// Will the instance never fire again?
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Status::Completed | Status::Failed { .. } | Status::Stopped
+        )
+    }
+    /// Lower-case name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Status::Running => "running",
+            Status::Completed => "completed",
+            Status::Stuck => "stuck",
+            Status::Failed { .. } => "failed",
+            Status::Paused { .. } => "paused",
+            Status::Stopped => "stopped",
+        }
+    }
+}
+
+/// A firing whose action has been dispatched and has no outcome yet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InFlight {
+    /// The step.
+    pub step: StepId,
+    /// The consumed binding.
+    pub tokens: Vec<Token>,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// The rendered args (kept for retries).
+    pub args: Value,
+}
+
+/// The effect of a firing: call `action` with `args`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fired {
+    /// Firing number.
+    pub firing: FiringId,
+    /// The step that fired.
+    pub step: StepId,
+    /// Rendered args, or why they could not be rendered.
+    pub args: Result<Value, String>,
+    /// Stable key for the tool: the same across retries and recovery.
+    pub idempotency_key: String,
+    /// Ids of the consumed tokens.
+    pub consumed: Vec<TokenId>,
+}
+
+/// Why an action failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionError {
+    /// Stable code, e.g. `timeout`, `tool_error`, `args_invalid`, `outcome_unknown`.
+    pub code: String,
+    /// Human message.
+    pub message: String,
+    /// Whether the retry policy applies.
+    pub retryable: bool,
+}
+
+impl ActionError {
+    /// A retryable error.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ActionError {
+            code: code.into(),
+            message: message.into(),
+            retryable: true,
+        }
+    }
+    /// An error that retrying cannot fix.
+    pub fn fatal(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ActionError {
+            code: code.into(),
+            message: message.into(),
+            retryable: false,
+        }
+    }
+}
+
+/// What completing a firing did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    /// The action succeeded; these tokens were emitted.
+    Emitted(Vec<TokenId>),
+    /// Run the action again after `delay_ms` (the firing stays in flight).
+    Retry {
+        /// The attempt about to run.
+        attempt: u32,
+        /// How long to wait first.
+        delay_ms: u64,
+    },
+    /// The failure became an error token on `event`.
+    ErrorToken {
+        /// The event.
+        event: EventId,
+        /// The token.
+        token: TokenId,
+    },
+    /// `on_fail: continue`: the failure was dropped.
+    Dropped,
+    /// `on_fail: repair`: the instance is paused for a repair.
+    Repair(ActionError),
+    /// `on_fail: abort`: the instance failed.
+    Failed(ActionError),
+    /// No such firing is in flight (a duplicate or late outcome); nothing changed.
+    Unknown,
+}
+
+/// A step that holds some but not all of what it needs, for stuck diagnoses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// The step.
+    pub step: String,
+    /// Input events that hold tokens.
+    pub has: Vec<String>,
+    /// Input events with no token.
+    pub lacks: Vec<String>,
+    /// All inputs hold tokens, but no combination satisfies the guard / correlation.
+    pub guard_blocked: bool,
+}
+
+/// The state of one plan instance: marking, in-flight firings and counters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Instance {
+    /// Instance id.
+    pub id: Arc<str>,
+    /// Tokens.
+    pub marking: Marking,
+    /// Dispatched firings without an outcome.
+    pub in_flight: BTreeMap<FiringId, InFlight>,
+    /// Lifecycle status.
+    pub status: Status,
+    /// Firings so far.
+    pub fired: u64,
+    next_token: TokenId,
+    next_firing: FiringId,
+    root: Arc<str>,
+    dirty: VecDeque<StepId>,
+    is_dirty: Vec<bool>,
+}
+
+impl Instance {
+    /// A new instance whose input is put on the plan's initial events.
+    pub fn start(net: &Net, id: &str, input: Value, now: i64) -> Instance {
+        let mut inst = Instance {
+            id: Arc::from(id),
+            marking: Marking::new(net),
+            in_flight: BTreeMap::new(),
+            status: Status::Running,
+            fired: 0,
+            next_token: 0,
+            next_firing: 0,
+            root: Arc::from(id),
+            dirty: VecDeque::new(),
+            is_dirty: vec![false; net.steps.len()],
+        };
+        let payload = Arc::new(input);
+        let root = Arc::clone(&inst.root);
+        for &e in &net.initial {
+            inst.put(
+                net,
+                e,
+                Arc::clone(&payload),
+                Arc::clone(&root),
+                Origin::Input,
+                now,
+            );
+        }
+        inst
+    }
+
+    /// The correlation given to tokens that do not name one.
+    pub fn root_correlation(&self) -> &Arc<str> {
+        &self.root
+    }
+
+    /// Puts a token from outside on `event`. Refused once the instance has ended.
+    pub fn add_token(
+        &mut self,
+        net: &Net,
+        event: EventId,
+        payload: Value,
+        correlation: Option<&str>,
+        now: i64,
+    ) -> Result<TokenId, String> {
+        if self.status.is_terminal() {
+            return Err(format!("instance {} is {}", self.id, self.status.name()));
+        }
+        if event as usize >= net.events.len() {
+            return Err(format!("event {event} does not exist"));
+        }
+        let corr = match correlation {
+            Some(c) if *c != *self.root => Arc::from(c),
+            _ => Arc::clone(&self.root),
+        };
+        if self.status == Status::Stuck {
+            self.status = Status::Running;
+        }
+        Ok(self.put(net, event, Arc::new(payload), corr, Origin::External, now))
+    }
+
+    fn put(
+        &mut self,
+        net: &Net,
+        event: EventId,
+        payload: Arc<Value>,
+        correlation: Arc<str>,
+        origin: Origin,
+        now: i64,
+    ) -> TokenId {
+        let id = self.next_token;
+        self.next_token += 1;
+        for &slot in &net.event_slots[event as usize] {
+            let token = Token {
+                id,
+                event,
+                payload: Arc::clone(&payload),
+                correlation: Arc::clone(&correlation),
+                origin: origin.clone(),
+                created_at: now,
+            };
+            self.marking.push(net, slot, token);
+            for &c in &net.slots[slot as usize].consumers {
+                self.mark_dirty(c);
+            }
+        }
+        id
+    }
+
+    fn mark_dirty(&mut self, step: StepId) {
+        if let Some(d) = self.is_dirty.get_mut(step as usize)
+            && !*d
+        {
+            *d = true;
+            self.dirty.push_back(step);
+        }
+    }
+
+    /// Marks every step for re-examination (after a resume or a repair).
+    pub fn touch_all(&mut self, net: &Net) {
+        self.is_dirty = vec![false; net.steps.len()];
+        self.dirty.clear();
+        for s in 0..net.steps.len() {
+            self.mark_dirty(s as StepId);
+        }
+    }
+
+    /// Finds a binding for `step`: one token per input slot (same correlation unless the step
+    /// says otherwise) for which the guard holds. Returns `(slot, position)` per input.
+    pub fn bind(&self, net: &Net, step: StepId) -> Option<Vec<(SlotId, usize)>> {
+        let s = net.step(step);
+        let slots = &net.input_slots[step as usize];
+        if slots.iter().any(|&sl| self.marking.len(sl) == 0) {
+            return None;
+        }
+        if slots.len() == 1 && s.guard.is_none() {
+            return Some(vec![(slots[0], 0)]);
+        }
+        let mut chosen = Vec::with_capacity(slots.len());
+        let mut budget = MAX_GUARD_EVALS;
+        if self.search(net, step, &mut chosen, &mut budget) {
+            Some(chosen)
+        } else {
+            None
+        }
+    }
+
+    fn token(&self, slot: SlotId, pos: usize) -> &Token {
+        &self.marking.slots[slot as usize].tokens[pos]
+    }
+
+    fn search(
+        &self,
+        net: &Net,
+        step: StepId,
+        chosen: &mut Vec<(SlotId, usize)>,
+        budget: &mut usize,
+    ) -> bool {
+        let s = net.step(step);
+        let slots = &net.input_slots[step as usize];
+        let depth = chosen.len();
+        if depth == slots.len() {
+            return match &s.guard {
+                None => true,
+                Some(g) => {
+                    let inputs: Vec<(&str, &Value)> = chosen
+                        .iter()
+                        .zip(&s.inputs)
+                        .map(|(&(sl, p), &e)| {
+                            (net.event(e).name.as_str(), &*self.token(sl, p).payload)
+                        })
+                        .collect();
+                    let fresh = String::new();
+                    let scope = Scope {
+                        inputs: &inputs,
+                        result: None,
+                        instance: &self.id,
+                        plan: &net.plan_name,
+                        fresh: &fresh,
+                    };
+                    g.eval_bool(&scope).unwrap_or(false)
+                }
+            };
+        }
+        let slot = slots[depth];
+        // Candidate positions: from an equality index when a guard conjunct links this input
+        // to one already chosen, else every token in the slot.
+        let indexed = net.eq_constraints[step as usize].iter().find_map(|c| {
+            if c.b != depth {
+                return None;
+            }
+            let k = net.slots[slot as usize]
+                .index_paths
+                .iter()
+                .position(|p| *p == c.path_b)?;
+            let (asl, apos) = chosen[c.a];
+            Some((k, key_at(&self.token(asl, apos).payload, &c.path_a)))
+        });
+        let first_corr = chosen
+            .first()
+            .map(|&(sl, p)| Arc::clone(&self.token(sl, p).correlation));
+        let try_pos =
+            |pos: usize, chosen: &mut Vec<(SlotId, usize)>, budget: &mut usize| -> Option<bool> {
+                if *budget == 0 {
+                    return Some(false);
+                }
+                *budget -= 1;
+                if s.correlate
+                    && let Some(c) = &first_corr
+                    && *self.token(slot, pos).correlation != **c
+                {
+                    return None;
+                }
+                chosen.push((slot, pos));
+                if self.search(net, step, chosen, budget) {
+                    return Some(true);
+                }
+                chosen.pop();
+                None
+            };
+        match indexed {
+            Some((_, None)) => false,
+            Some((k, Some(key))) => {
+                let Some(ids) = self.marking.lookup(slot, k, &key) else {
+                    return false;
+                };
+                for &id in ids {
+                    let Some(pos) = self.marking.position(slot, id) else {
+                        continue;
+                    };
+                    if let Some(r) = try_pos(pos, chosen, budget) {
+                        return r;
+                    }
+                }
+                false
+            }
+            None => {
+                for pos in 0..self.marking.len(slot) {
+                    if let Some(r) = try_pos(pos, chosen, budget) {
+                        return r;
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// Fires `step` with `binding` (from [`Instance::bind`]): consumes the tokens, renders the
+    /// args and records the firing as in flight.
+    pub fn fire(&mut self, net: &Net, step: StepId, binding: &[(SlotId, usize)]) -> Fired {
+        let s = net.step(step);
+        // Take tokens highest position first per slot so earlier positions stay valid.
+        let mut order: Vec<usize> = (0..binding.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse((binding[i].0, binding[i].1)));
+        let mut taken: Vec<Option<Token>> = vec![None; binding.len()];
+        for i in order {
+            let (slot, pos) = binding[i];
+            taken[i] = self.marking.take(net, slot, pos);
+        }
+        let tokens: Vec<Token> = taken.into_iter().flatten().collect();
+        let firing = self.next_firing;
+        self.next_firing += 1;
+        self.fired += 1;
+        let fresh = format!("{}.{}", self.id, firing);
+        let args = {
+            let inputs: Vec<(&str, &Value)> = tokens
+                .iter()
+                .map(|t| (net.event(t.event).name.as_str(), &*t.payload))
+                .collect();
+            let scope = Scope {
+                inputs: &inputs,
+                result: None,
+                instance: &self.id,
+                plan: &net.plan_name,
+                fresh: &fresh,
+            };
+            s.args.render(&scope).map_err(|e| e.message)
+        };
+        let consumed = tokens.iter().map(|t| t.id).collect();
+        self.in_flight.insert(
+            firing,
+            InFlight {
+                step,
+                tokens,
+                attempt: 1,
+                args: args.clone().unwrap_or(Value::Null),
+            },
+        );
+        // More bindings may exist for the same step.
+        self.mark_dirty(step);
+        Fired {
+            firing,
+            step,
+            args,
+            idempotency_key: format!("{}/{}/{}", self.id, s.name, firing),
+            consumed,
+        }
+    }
+
+    /// The next firing, if any step is enabled: searches dirty steps for a binding and fires
+    /// the first one found.
+    pub fn next(&mut self, net: &Net) -> Option<Fired> {
+        if !matches!(self.status, Status::Running | Status::Stuck) {
+            return None;
+        }
+        while let Some(step) = self.dirty.pop_front() {
+            self.is_dirty[step as usize] = false;
+            if let Some(b) = self.bind(net, step) {
+                return Some(self.fire(net, step, &b));
+            }
+        }
+        None
+    }
+
+    /// Applies an action's outcome to the firing it belongs to.
+    pub fn complete(
+        &mut self,
+        net: &Net,
+        firing: FiringId,
+        outcome: Result<Value, ActionError>,
+        now: i64,
+    ) -> Completion {
+        let Some(inf) = self.in_flight.get_mut(&firing) else {
+            return Completion::Unknown;
+        };
+        let step = inf.step;
+        let s = net.step(step);
+        let err = match outcome {
+            Ok(result) => match self.emit(net, firing, result, now) {
+                Ok(ids) => return Completion::Emitted(ids),
+                Err(e) => e,
+            },
+            Err(e) => {
+                if e.retryable
+                    && let Some(r) = &s.retry
+                    && inf.attempt <= r.max
+                {
+                    let exp = r
+                        .multiplier
+                        .powi(inf.attempt.saturating_sub(1).min(64) as i32);
+                    let delay = (r.backoff_ms as f64 * exp).min(3_600_000.0) as u64;
+                    inf.attempt += 1;
+                    return Completion::Retry {
+                        attempt: inf.attempt,
+                        delay_ms: delay,
+                    };
+                }
+                e
+            }
+        };
+        self.fail(net, firing, err, now)
+    }
+
+    /// Puts the result tokens of a successful firing.
+    fn emit(
+        &mut self,
+        net: &Net,
+        firing: FiringId,
+        result: Value,
+        now: i64,
+    ) -> Result<Vec<TokenId>, ActionError> {
+        let Some(inf) = self.in_flight.get(&firing) else {
+            return Ok(Vec::new());
+        };
+        let step = inf.step;
+        let s = net.step(step);
+        let correlation = inf
+            .tokens
+            .first()
+            .map(|t| Arc::clone(&t.correlation))
+            .unwrap_or_else(|| Arc::clone(&self.root));
+        // Fast path: plain emits need no expression scope.
+        let mut outs: Vec<(EventId, Arc<Value>)> = Vec::with_capacity(s.emits.len());
+        let result = Arc::new(result);
+        if s.emits.iter().all(|e| e.when.is_none() && e.data.is_none()) {
+            outs.extend(s.emits.iter().map(|e| (e.event, Arc::clone(&result))));
+        } else {
+            let fresh = format!("{}.{}", self.id, firing);
+            let inputs: Vec<(&str, &Value)> = inf
+                .tokens
+                .iter()
+                .map(|t| (net.event(t.event).name.as_str(), &*t.payload))
+                .collect();
+            let scope = Scope {
+                inputs: &inputs,
+                result: Some(&result),
+                instance: &self.id,
+                plan: &net.plan_name,
+                fresh: &fresh,
+            };
+            for e in &s.emits {
+                if let Some(w) = &e.when
+                    && !w.eval_bool(&scope).unwrap_or(false)
+                {
+                    continue;
+                }
+                let payload = match &e.data {
+                    None => Arc::clone(&result),
+                    Some(t) => Arc::new(t.render(&scope).map_err(|err| {
+                        ActionError::fatal(
+                            "emit_data",
+                            format!(
+                                "the data for `{}` could not be rendered: {}",
+                                net.event(e.event).name,
+                                err.message
+                            ),
+                        )
+                    })?),
+                };
+                outs.push((e.event, payload));
+            }
+        }
+        self.in_flight.remove(&firing);
+        let mut ids = Vec::with_capacity(outs.len());
+        for (ev, payload) in outs {
+            ids.push(self.put(
+                net,
+                ev,
+                payload,
+                Arc::clone(&correlation),
+                Origin::Step { step, firing },
+                now,
+            ));
+        }
+        Ok(ids)
+    }
+
+    /// Applies the failure policy after retries are exhausted.
+    fn fail(&mut self, net: &Net, firing: FiringId, err: ActionError, now: i64) -> Completion {
+        let Some(inf) = self.in_flight.remove(&firing) else {
+            return Completion::Unknown;
+        };
+        let s = net.step(inf.step);
+        let listener = s
+            .failed_event
+            .filter(|&e| !net.event(e).consumers.is_empty());
+        let target = listener.or(match s.on_fail {
+            FailPolicy::Emit(e) => Some(e),
+            _ => None,
+        });
+        if let Some(event) = target {
+            let inputs: serde_json::Map<String, Value> = inf
+                .tokens
+                .iter()
+                .map(|t| (net.event(t.event).name.clone(), (*t.payload).clone()))
+                .collect();
+            let payload = json!({
+                "step": s.name,
+                "error": {"code": err.code, "message": err.message},
+                "attempts": inf.attempt,
+                "inputs": inputs,
+            });
+            let corr = inf
+                .tokens
+                .first()
+                .map(|t| Arc::clone(&t.correlation))
+                .unwrap_or_else(|| Arc::clone(&self.root));
+            let token = self.put(
+                net,
+                event,
+                Arc::new(payload),
+                corr,
+                Origin::Failure {
+                    step: inf.step,
+                    firing,
+                },
+                now,
+            );
+            return Completion::ErrorToken { event, token };
+        }
+        match s.on_fail {
+            FailPolicy::Continue => Completion::Dropped,
+            FailPolicy::Repair => {
+                self.status = Status::Paused {
+                    reason: format!(
+                        "step `{}` failed and awaits repair: {}",
+                        s.name, err.message
+                    ),
+                };
+                Completion::Repair(err)
+            }
+            _ => {
+                self.status = Status::Failed {
+                    reason: format!("step `{}` failed: [{}] {}", s.name, err.code, err.message),
+                };
+                Completion::Failed(err)
+            }
+        }
+    }
+
+    /// Decides the status once nothing more can fire right now: acyclic instances with nothing
+    /// in flight end `completed` or `stuck`; reactive ones keep running.
+    pub fn settle(&mut self, net: &Net) -> &Status {
+        if matches!(self.status, Status::Running | Status::Stuck)
+            && self.in_flight.is_empty()
+            && self.dirty.is_empty()
+            && net.graph_type == GraphType::Acyclic
+        {
+            let done = net.events.iter().enumerate().any(|(e, ev)| {
+                ev.is_output
+                    && net.event_slots[e]
+                        .iter()
+                        .any(|&sl| self.marking.len(sl) > 0)
+            });
+            self.status = if done {
+                Status::Completed
+            } else {
+                Status::Stuck
+            };
+        }
+        &self.status
+    }
+
+    /// Stops the instance for good.
+    pub fn stop(&mut self) {
+        self.status = Status::Stopped;
+    }
+
+    /// Pauses the instance (e.g. the firing-rate limit) with a reason.
+    pub fn pause(&mut self, reason: impl Into<String>) {
+        if !self.status.is_terminal() {
+            self.status = Status::Paused {
+                reason: reason.into(),
+            };
+        }
+    }
+
+    /// Resumes a paused instance.
+    pub fn resume(&mut self, net: &Net) {
+        if matches!(self.status, Status::Paused { .. } | Status::Stuck) {
+            self.status = Status::Running;
+            self.touch_all(net);
+        }
+    }
+
+    /// Steps that hold some of their inputs but cannot fire: what each one lacks.
+    pub fn waiting(&self, net: &Net) -> Vec<Waiting> {
+        let mut out = Vec::new();
+        for (sid, s) in net.steps.iter().enumerate() {
+            let slots = &net.input_slots[sid];
+            let has: Vec<String> = slots
+                .iter()
+                .zip(&s.inputs)
+                .filter(|(sl, _)| self.marking.len(**sl) > 0)
+                .map(|(_, e)| net.event(*e).name.clone())
+                .collect();
+            if has.is_empty() {
+                continue;
+            }
+            let lacks: Vec<String> = slots
+                .iter()
+                .zip(&s.inputs)
+                .filter(|(sl, _)| self.marking.len(**sl) == 0)
+                .map(|(_, e)| net.event(*e).name.clone())
+                .collect();
+            let guard_blocked = lacks.is_empty() && self.bind(net, sid as StepId).is_none();
+            if !lacks.is_empty() || guard_blocked {
+                out.push(Waiting {
+                    step: s.name.clone(),
+                    has,
+                    lacks,
+                    guard_blocked,
+                });
+            }
+        }
+        out
+    }
+
+    /// Tokens on output events, by event name.
+    pub fn results(&self, net: &Net) -> Vec<(String, Vec<Token>)> {
+        net.events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.is_output)
+            .filter_map(|(i, e)| {
+                let slot = *net.event_slots[i].first()?;
+                let toks: Vec<Token> = self.marking.slots[slot as usize]
+                    .tokens
+                    .iter()
+                    .cloned()
+                    .collect();
+                (!toks.is_empty()).then(|| (e.name.clone(), toks))
+            })
+            .collect()
+    }
+
+    /// Is anything left to examine or in flight?
+    pub fn is_busy(&self) -> bool {
+        !self.in_flight.is_empty() || !self.dirty.is_empty()
+    }
+}

@@ -1,0 +1,314 @@
+//! Scenario tests of the firing rule on the pure [`Instance`] state machine, driven
+//! synchronously by a tiny in-test executor (no runtime, no clock).
+
+use serde_json::{Value, json};
+use weft_core::instance::Completion;
+use weft_core::{ActionError, Instance, Limits, Net, Status, parse_plan, validate};
+
+fn net(plan: Value) -> Net {
+    let bytes = serde_json::to_vec(&plan).expect("ser");
+    let plan = parse_plan(&bytes, &Limits::default()).expect("parses");
+    let v = validate(&plan, None, &Limits::default());
+    assert!(!v.has_errors(), "{:#?}", v.findings);
+    v.net.expect("net")
+}
+
+/// Runs every enabled firing to completion with a synchronous tool table; returns the
+/// sequence of fired step names.
+fn drive(net: &Net, inst: &mut Instance) -> Vec<String> {
+    let mut trace = Vec::new();
+    loop {
+        let Some(f) = inst.next(net) else { break };
+        let step = net.step(f.step);
+        trace.push(step.name.clone());
+        let mut outcome = tool(
+            &step.action,
+            f.args
+                .clone()
+                .map_err(|e| ActionError::fatal("args_invalid", e)),
+        );
+        loop {
+            match inst.complete(net, f.firing, outcome.clone(), 0) {
+                Completion::Retry { .. } => {
+                    outcome = tool(
+                        &step.action,
+                        f.args
+                            .clone()
+                            .map_err(|e| ActionError::fatal("args_invalid", e)),
+                    );
+                }
+                _ => break,
+            }
+        }
+    }
+    inst.settle(net);
+    trace
+}
+
+fn tool(action: &str, args: Result<Value, ActionError>) -> Result<Value, ActionError> {
+    let args = args?;
+    match action {
+        "echo" => Ok(args),
+        "fail" => Err(ActionError::new("tool_error", "it failed")),
+        _ => Ok(json!({"ok": true, "args": args})),
+    }
+}
+
+fn outputs(net: &Net, inst: &Instance, event: &str) -> Vec<Value> {
+    inst.results(net)
+        .into_iter()
+        .filter(|(e, _)| e == event)
+        .flat_map(|(_, ts)| ts.into_iter().map(|t| (*t.payload).clone()))
+        .collect()
+}
+
+#[test]
+fn chain_runs_to_completion_with_templated_args() {
+    let n = net(
+        json!({"plan_name":"c","graph_type":"acyclic","events":{"start":{},"a":{},"done":{}},
+        "steps":{"s1":{"on":["start"],"action":"echo","args":{"x":"${start.n + 1}"},"emits":["a"]},
+                 "s2":{"on":["a"],"action":"echo","args":{"y":"${a.x * 10}","msg":"got ${a.x}"},"emits":["done"]}}}),
+    );
+    let mut inst = Instance::start(&n, "i1", json!({"n": 1}), 0);
+    assert_eq!(drive(&n, &mut inst), vec!["s1", "s2"]);
+    assert_eq!(inst.status, Status::Completed);
+    assert_eq!(
+        outputs(&n, &inst, "done"),
+        vec![json!({"y": 20, "msg": "got 2"})]
+    );
+}
+
+#[test]
+fn join_never_pairs_tokens_of_different_correlation() {
+    let n = net(
+        json!({"plan_name":"j","graph_type":"reactive","events":{"start":{},"l":{"kind":"input"},"r":{"kind":"input"},"both":{}},
+        "steps":{"join":{"on":["l","r"],"action":"echo","args":{"l":"${l.v}","r":"${r.v}"},"emits":["both"]}}}),
+    );
+    let mut inst = Instance::start(&n, "i", json!({}), 0);
+    let l = n.event_id("l").expect("l");
+    let r = n.event_id("r").expect("r");
+    inst.add_token(&n, l, json!({"v": "l-a"}), Some("a"), 0)
+        .expect("add");
+    inst.add_token(&n, r, json!({"v": "r-b"}), Some("b"), 0)
+        .expect("add");
+    assert!(
+        drive(&n, &mut inst).is_empty(),
+        "different correlations must not join"
+    );
+    inst.add_token(&n, r, json!({"v": "r-a"}), Some("a"), 0)
+        .expect("add");
+    inst.add_token(&n, l, json!({"v": "l-b"}), Some("b"), 0)
+        .expect("add");
+    assert_eq!(drive(&n, &mut inst).len(), 2);
+    let mut got = outputs(&n, &inst, "both");
+    got.sort_by_key(|v| v.to_string());
+    assert_eq!(
+        got,
+        vec![
+            json!({"l": "l-a", "r": "r-a"}),
+            json!({"l": "l-b", "r": "r-b"})
+        ]
+    );
+}
+
+#[test]
+fn false_guard_leaves_tokens_in_place() {
+    let n = net(
+        json!({"plan_name":"g","graph_type":"acyclic","events":{"start":{},"big":{}},
+        "steps":{"check":{"on":["start"],"guard":"start.n > 10","action":"echo","emits":["big"]}}}),
+    );
+    let mut inst = Instance::start(&n, "i", json!({"n": 3}), 0);
+    assert!(drive(&n, &mut inst).is_empty());
+    assert_eq!(inst.status, Status::Stuck);
+    assert_eq!(inst.marking.total(), 1, "the start token is still there");
+    let w = inst.waiting(&n);
+    assert_eq!(w.len(), 1);
+    assert!(w[0].guard_blocked);
+}
+
+#[test]
+fn guard_evaluation_error_means_not_enabled() {
+    let n = net(
+        json!({"plan_name":"g","graph_type":"acyclic","events":{"start":{},"x":{}},
+        "steps":{"check":{"on":["start"],"guard":"start.missing.deeper == 1","action":"echo","emits":["x"]}}}),
+    );
+    let mut inst = Instance::start(&n, "i", json!({"n": 3}), 0);
+    assert!(drive(&n, &mut inst).is_empty());
+    assert_eq!(inst.status, Status::Stuck);
+}
+
+#[test]
+fn exclusive_goes_to_one_consumer_broadcast_to_all() {
+    let plan = |consume: &str| {
+        json!({"plan_name":"x","graph_type":"acyclic",
+        "events":{"start":{"consume": consume},"a":{},"b":{}},
+        "steps":{"sa":{"on":["start"],"action":"echo","emits":["a"]},
+                 "sb":{"on":["start"],"action":"echo","emits":["b"]}}})
+    };
+    let n = net(plan("exclusive"));
+    let mut inst = Instance::start(&n, "i", json!({}), 0);
+    assert_eq!(drive(&n, &mut inst).len(), 1);
+    let n = net(plan("broadcast"));
+    let mut inst = Instance::start(&n, "i", json!({}), 0);
+    assert_eq!(drive(&n, &mut inst), vec!["sa", "sb"]);
+}
+
+#[test]
+fn channel_passing_pairs_each_reply_with_its_request_among_10000() {
+    let n = net(json!({"plan_name":"ch","graph_type":"reactive",
+        "events":{"start":{},"spawn":{"kind":"input"},"reply":{"kind":"input"},"matched":{}},
+        "steps":{"pair":{"on":["spawn","reply"],"guard":"reply.task_id == spawn.task_id","correlate":false,
+                 "action":"echo","args":{"req":"${spawn.req}","resp":"${reply.resp}"},"emits":["matched"]}}}));
+    let mut inst = Instance::start(&n, "i", json!({}), 0);
+    let spawn = n.event_id("spawn").expect("spawn");
+    let reply = n.event_id("reply").expect("reply");
+    const N: usize = 10_000;
+    for i in 0..N {
+        inst.add_token(
+            &n,
+            spawn,
+            json!({"task_id": format!("t{i}"), "req": i}),
+            None,
+            0,
+        )
+        .expect("add");
+    }
+    // Replies arrive in a scrambled order.
+    for k in 0..N {
+        let i = (k * 7919) % N;
+        inst.add_token(
+            &n,
+            reply,
+            json!({"task_id": format!("t{i}"), "resp": i * 2}),
+            None,
+            0,
+        )
+        .expect("add");
+    }
+    assert_eq!(drive(&n, &mut inst).len(), N);
+    let out = outputs(&n, &inst, "matched");
+    assert_eq!(out.len(), N);
+    for v in out {
+        assert_eq!(
+            v["resp"].as_u64().expect("resp"),
+            v["req"].as_u64().expect("req") * 2,
+            "{v}"
+        );
+    }
+    assert_eq!(
+        inst.marking.total(),
+        N + 1,
+        "only the matched outputs (and the unused start token) remain"
+    );
+}
+
+#[test]
+fn retries_then_failed_token_then_handler() {
+    let n = net(json!({"plan_name":"f","graph_type":"acyclic",
+        "events":{"start":{},"ok":{},"risky.failed":{},"handled":{}},
+        "steps":{"risky":{"on":["start"],"action":"fail","retry":{"max":2,"backoff_ms":10},"emits":["ok"]},
+                 "handle":{"on":["risky.failed"],"action":"echo","args":{"why":"${inputs['risky.failed'].error.code}","n":"${inputs['risky.failed'].attempts}"},"emits":["handled"]}}}));
+    let mut inst = Instance::start(&n, "i", json!({}), 0);
+    let f = inst.next(&n).expect("fires");
+    assert_eq!(
+        inst.complete(&n, f.firing, Err(ActionError::new("e", "1")), 0),
+        Completion::Retry {
+            attempt: 2,
+            delay_ms: 10
+        }
+    );
+    assert_eq!(
+        inst.complete(&n, f.firing, Err(ActionError::new("e", "2")), 0),
+        Completion::Retry {
+            attempt: 3,
+            delay_ms: 20
+        }
+    );
+    assert!(matches!(
+        inst.complete(&n, f.firing, Err(ActionError::new("tool_error", "3")), 0),
+        Completion::ErrorToken { .. }
+    ));
+    assert_eq!(
+        inst.complete(&n, f.firing, Ok(json!({})), 0),
+        Completion::Unknown,
+        "late outcome ignored"
+    );
+    drive(&n, &mut inst);
+    assert_eq!(inst.status, Status::Completed);
+    assert_eq!(
+        outputs(&n, &inst, "handled"),
+        vec![json!({"why": "tool_error", "n": 3})]
+    );
+}
+
+#[test]
+fn abort_fails_the_instance_and_continue_drops() {
+    let plan = |policy: &str| {
+        json!({"plan_name":"f","graph_type":"acyclic","events":{"start":{},"ok":{},"other":{}},
+        "steps":{"risky":{"on":["start"],"action":"fail","on_fail":policy,"emits":["ok"]},
+                 "side":{"on":["start"],"action":"echo","emits":["other"]}}})
+    };
+    let n = net(plan("abort"));
+    let mut inst = Instance::start(&n, "i", json!({}), 0);
+    drive(&n, &mut inst);
+    assert!(
+        matches!(inst.status, Status::Failed { .. }),
+        "{:?}",
+        inst.status
+    );
+    let n = net(plan("continue"));
+    let mut inst = Instance::start(&n, "i", json!({}), 0);
+    drive(&n, &mut inst);
+    assert_eq!(inst.status, Status::Completed);
+    let n = net(plan("repair"));
+    let mut inst = Instance::start(&n, "i", json!({}), 0);
+    drive(&n, &mut inst);
+    assert!(matches!(inst.status, Status::Paused { .. }));
+}
+
+#[test]
+fn conditional_and_shaped_emits_with_fresh_channel() {
+    let n = net(
+        json!({"plan_name":"s","graph_type":"acyclic","events":{"start":{},"hi":{},"lo":{},"task":{}},
+        "steps":{"route":{"on":["start"],"action":"echo","args":{"n":"${start.n}"},
+            "emits":[{"event":"hi","when":"result.n > 5"},{"event":"lo","when":"result.n <= 5"},
+                     {"event":"task","data":{"task_id":"${fresh()}","n":"${result.n}"}}]}}}),
+    );
+    let mut inst = Instance::start(&n, "inst", json!({"n": 9}), 0);
+    drive(&n, &mut inst);
+    assert_eq!(outputs(&n, &inst, "hi").len(), 1);
+    assert!(outputs(&n, &inst, "lo").is_empty());
+    assert_eq!(
+        outputs(&n, &inst, "task"),
+        vec![json!({"task_id": "inst.0", "n": 9})]
+    );
+}
+
+#[test]
+fn stuck_diagnosis_names_what_each_step_lacks() {
+    let n = net(
+        json!({"plan_name":"s","graph_type":"acyclic","events":{"start":{},"approval":{"kind":"input"},"done":{}},
+        "steps":{"go":{"on":["start","approval"],"action":"echo","emits":["done"]}}}),
+    );
+    let mut inst = Instance::start(&n, "i", json!({}), 0);
+    drive(&n, &mut inst);
+    assert_eq!(inst.status, Status::Stuck);
+    let w = inst.waiting(&n);
+    assert_eq!(w[0].lacks, vec!["approval".to_string()]);
+    // An external token un-sticks it.
+    inst.add_token(&n, n.event_id("approval").expect("e"), json!({}), None, 0)
+        .expect("add");
+    drive(&n, &mut inst);
+    assert_eq!(inst.status, Status::Completed);
+}
+
+#[test]
+fn tokens_refused_after_the_end() {
+    let n = net(
+        json!({"plan_name":"s","graph_type":"acyclic","events":{"start":{},"done":{}},
+        "steps":{"go":{"on":["start"],"action":"echo","emits":["done"]}}}),
+    );
+    let mut inst = Instance::start(&n, "i", json!({}), 0);
+    drive(&n, &mut inst);
+    assert!(inst.add_token(&n, 0, json!({}), None, 0).is_err());
+}
