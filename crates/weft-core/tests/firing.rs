@@ -27,18 +27,13 @@ fn drive(net: &Net, inst: &mut Instance) -> Vec<String> {
                 .clone()
                 .map_err(|e| ActionError::fatal("args_invalid", e)),
         );
-        loop {
-            match inst.complete(net, f.firing, outcome.clone(), 0) {
-                Completion::Retry { .. } => {
-                    outcome = tool(
-                        &step.action,
-                        f.args
-                            .clone()
-                            .map_err(|e| ActionError::fatal("args_invalid", e)),
-                    );
-                }
-                _ => break,
-            }
+        while let Completion::Retry { .. } = inst.complete(net, f.firing, outcome.clone(), 0) {
+            outcome = tool(
+                &step.action,
+                f.args
+                    .clone()
+                    .map_err(|e| ActionError::fatal("args_invalid", e)),
+            );
         }
     }
     inst.settle(net);
