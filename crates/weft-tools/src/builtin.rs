@@ -1,0 +1,93 @@
+//! Built-in tools that need nothing but memory: `noop`, `echo`, `log`, `fail`.
+//!
+//! Their specs come from the same `builtin_tools.json` the validator reads, so the two can
+//! never disagree. Tools with I/O (HTTP, email, timers, processes, child plans) live in their
+//! own modules.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use weft_core::catalog::{StaticCatalog, ToolCatalog, ToolSpec};
+
+use crate::{BoxFuture, Registry, Tool, ToolContext, ToolError};
+
+/// The spec of a built-in tool, from `builtin_tools.json`.
+pub fn builtin_spec(name: &str) -> ToolSpec {
+    StaticCatalog::builtin()
+        .spec(name)
+        .cloned()
+        .unwrap_or_else(|| ToolSpec {
+            name: name.to_string(),
+            description: String::new(),
+            args_schema: serde_json::json!({}),
+            effect: weft_core::catalog::Effect::Pure,
+            idempotent: true,
+        })
+}
+
+/// A tool implemented by a plain synchronous function.
+pub struct FnTool<F> {
+    spec: ToolSpec,
+    f: F,
+}
+
+impl<F> FnTool<F>
+where
+    F: Fn(&ToolContext, Value) -> Result<Value, ToolError> + Send + Sync + 'static,
+{
+    /// Wraps `f` with `spec`.
+    pub fn new(spec: ToolSpec, f: F) -> Self {
+        FnTool { spec, f }
+    }
+}
+
+impl<F> Tool for FnTool<F>
+where
+    F: Fn(&ToolContext, Value) -> Result<Value, ToolError> + Send + Sync + 'static,
+{
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let r = (self.f)(&ctx, args);
+        Box::pin(std::future::ready(r))
+    }
+}
+
+/// `noop`: passes its (first) input token's payload through, merged with object args.
+pub fn noop(ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+    let mut out = match ctx.inputs.first() {
+        Some((_, p)) => (**p).clone(),
+        None => Value::Object(serde_json::Map::new()),
+    };
+    if let (Value::Object(o), Value::Object(a)) = (&mut out, args) {
+        o.extend(a);
+    }
+    Ok(out)
+}
+
+/// The in-memory built-ins.
+pub fn register_pure(reg: &mut Registry) {
+    reg.register(Arc::new(FnTool::new(builtin_spec("noop"), noop)));
+    reg.register(Arc::new(FnTool::new(
+        builtin_spec("echo"),
+        |_: &ToolContext, a: Value| Ok(a),
+    )));
+    reg.register(Arc::new(FnTool::new(
+        builtin_spec("log"),
+        |ctx: &ToolContext, a: Value| {
+            let msg = a.get("message").cloned().unwrap_or(Value::Null);
+            Ok(serde_json::json!({"logged": msg, "step": &*ctx.step}))
+        },
+    )));
+    reg.register(Arc::new(FnTool::new(
+        builtin_spec("fail"),
+        |_: &ToolContext, a: Value| {
+            let msg = a
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("the `fail` tool always fails");
+            Err(ToolError::retryable("tool_error", msg))
+        },
+    )));
+}

@@ -1,0 +1,215 @@
+//! weft-tools: what a step's `action` runs.
+//!
+//! A [`Tool`] is described by a [`ToolSpec`] (name, description, args schema, effect class,
+//! idempotency: the same description the validator and the LLM planner see) and called with
+//! a [`ToolContext`] carrying tenant, instance, step, idempotency key and deadline. Tools that
+//! need the engine (timers, child plans, the instance's key-value context) reach it through
+//! the [`ToolServices`] trait, which the runtime implements; this keeps tools testable and
+//! free of any dependency on the runtime crate.
+
+pub mod builtin;
+pub mod registry;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+pub use weft_core::catalog::{Effect, ToolSpec};
+
+pub use registry::Registry;
+
+/// A boxed future, as returned by tools.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a tool call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("[{code}] {message}")]
+pub struct ToolError {
+    /// Stable code, e.g. `http_status`, `timeout`, `denied`, `args_invalid`.
+    pub code: String,
+    /// Human message.
+    pub message: String,
+    /// Whether retrying may help (network errors yes, bad args no).
+    pub retryable: bool,
+}
+
+impl ToolError {
+    /// A retryable error.
+    pub fn retryable(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ToolError {
+            code: code.into(),
+            message: message.into(),
+            retryable: true,
+        }
+    }
+    /// An error that retrying cannot fix.
+    pub fn fatal(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ToolError {
+            code: code.into(),
+            message: message.into(),
+            retryable: false,
+        }
+    }
+}
+
+impl From<ToolError> for weft_core::ActionError {
+    fn from(e: ToolError) -> Self {
+        weft_core::ActionError {
+            code: e.code,
+            message: e.message,
+            retryable: e.retryable,
+        }
+    }
+}
+
+/// What a tool knows about the call it is serving.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// Tenant that owns the instance.
+    pub tenant: Arc<str>,
+    /// Instance id.
+    pub instance: Arc<str>,
+    /// Plan name.
+    pub plan: Arc<str>,
+    /// Step name.
+    pub step: Arc<str>,
+    /// Stable across retries and crash recovery: tools with side effects use it to dedupe.
+    pub idempotency_key: Arc<str>,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// When the runtime will give up on this attempt, if the step has a timeout.
+    pub deadline: Option<Instant>,
+    /// The input token payloads of the firing, by event name.
+    pub inputs: Arc<Vec<(String, Arc<Value>)>>,
+    /// Engine services (timers, child plans, instance context).
+    pub services: Arc<dyn ToolServices>,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("tenant", &self.tenant)
+            .field("instance", &self.instance)
+            .field("step", &self.step)
+            .field("idempotency_key", &self.idempotency_key)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A timer request from a tool: put a token on `event` of the calling instance at `due_ms`
+/// (Unix epoch milliseconds), then every `every` if it repeats.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimerRequest {
+    /// Event to put the token on.
+    pub event: String,
+    /// Token payload.
+    pub data: Value,
+    /// First firing time (Unix epoch ms).
+    pub due_ms: i64,
+    /// A cron expression for repeating timers.
+    pub cron: Option<String>,
+    /// How many times a repeating timer fires at most.
+    pub count: Option<u32>,
+}
+
+/// What the engine offers tools. The runtime implements it; tests can use [`NoServices`].
+pub trait ToolServices: Send + Sync {
+    /// Current wall-clock time in Unix epoch milliseconds.
+    fn now_ms(&self) -> i64;
+    /// Registers a timer for the calling instance; returns a timer id.
+    fn set_timer(&self, ctx: &ToolContext, timer: TimerRequest) -> Result<String, ToolError>;
+    /// Reads a key of the instance's key-value context.
+    fn context_get(&self, ctx: &ToolContext, key: &str) -> Option<Value>;
+    /// Writes a key of the instance's key-value context.
+    fn context_put(&self, ctx: &ToolContext, key: &str, value: Value) -> Result<(), ToolError>;
+    /// Runs a child instance of `plan` (a stored plan name, or an inline plan document) with
+    /// `input`, and resolves to its result (the payloads of its output tokens by event).
+    fn run_child(
+        &self,
+        ctx: &ToolContext,
+        plan: ChildPlan,
+        input: Value,
+    ) -> BoxFuture<'static, Result<Value, ToolError>>;
+}
+
+/// Which plan a child instance runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChildPlan {
+    /// A plan registered with the engine, by name and optional version.
+    Named {
+        /// Plan name.
+        name: String,
+        /// Version label, if pinned.
+        version: Option<String>,
+    },
+    /// A plan document given inline.
+    Inline(Value),
+}
+
+/// Services for tools run outside an engine: no timers, no children, an empty context.
+#[derive(Debug, Default)]
+pub struct NoServices;
+
+impl ToolServices for NoServices {
+    fn now_ms(&self) -> i64 {
+        0
+    }
+    fn set_timer(&self, _: &ToolContext, _: TimerRequest) -> Result<String, ToolError> {
+        Err(ToolError::fatal(
+            "unsupported",
+            "timers need a running engine",
+        ))
+    }
+    fn context_get(&self, _: &ToolContext, _: &str) -> Option<Value> {
+        None
+    }
+    fn context_put(&self, _: &ToolContext, _: &str, _: Value) -> Result<(), ToolError> {
+        Err(ToolError::fatal(
+            "unsupported",
+            "the instance context needs a running engine",
+        ))
+    }
+    fn run_child(
+        &self,
+        _: &ToolContext,
+        _: ChildPlan,
+        _: Value,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        Box::pin(async {
+            Err(ToolError::fatal(
+                "unsupported",
+                "child plans need a running engine",
+            ))
+        })
+    }
+}
+
+impl ToolContext {
+    /// A context for calling a tool outside an engine (tests, `weft tools call`).
+    pub fn detached(step: &str) -> ToolContext {
+        ToolContext {
+            tenant: Arc::from("local"),
+            instance: Arc::from("detached"),
+            plan: Arc::from("detached"),
+            step: Arc::from(step),
+            idempotency_key: Arc::from(format!("detached/{step}/0")),
+            attempt: 1,
+            deadline: None,
+            inputs: Arc::new(Vec::new()),
+            services: Arc::new(NoServices),
+        }
+    }
+}
+
+/// A tool: what a step's `action` names.
+pub trait Tool: Send + Sync {
+    /// Name, description, args schema, effect class and idempotency.
+    fn spec(&self) -> &ToolSpec;
+
+    /// Runs the tool. Tools whose future is immediately ready (pure, in-memory work) are
+    /// called inline by the runtime without spawning a task, so keep them allocation-light.
+    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>>;
+}

@@ -1,0 +1,64 @@
+//! The tool registry: the one table of tools that both the validator (through its
+//! [`ToolCatalog`] view) and the runtime (to call them) use.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use weft_core::catalog::{ToolCatalog, ToolSpec};
+
+use crate::Tool;
+
+/// Tools by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    tools: HashMap<String, Arc<dyn Tool>>,
+    order: Vec<String>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("tools", &self.order)
+            .finish()
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool, replacing one with the same name.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) {
+        let name = tool.spec().name.clone();
+        if self.tools.insert(name.clone(), tool).is_none() {
+            self.order.push(name);
+        }
+    }
+
+    /// Removes a tool (e.g. to switch `process.run` off).
+    pub fn remove(&mut self, name: &str) {
+        self.tools.remove(name);
+        self.order.retain(|n| n != name);
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// All tools in registration order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
+        self.order.iter().filter_map(|n| self.tools.get(n))
+    }
+}
+
+impl ToolCatalog for Registry {
+    fn spec(&self, name: &str) -> Option<&ToolSpec> {
+        self.tools.get(name).map(|t| t.spec())
+    }
+    fn names(&self) -> Vec<&str> {
+        self.order.iter().map(String::as_str).collect()
+    }
+}
