@@ -1,0 +1,95 @@
+//! The command-line surface: global flags (limits, colour) and the [`Command`] enum.
+//!
+//! Kept apart from the commands so that `--help` reads as one document and adding a command
+//! is one variant here plus one module under `cmd/`.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use weft_core::Limits;
+
+use crate::cmd::{analyze, graph, schema, tools, validate};
+
+/// weft: check, analyse and export AI plans (colored Petri nets) before they run.
+#[derive(Debug, Parser)]
+#[command(
+    name = "weft",
+    version,
+    about,
+    after_help = "Exit codes: 0 = no errors (warnings allowed), 1 = the plan has errors \
+                  (including load errors: malformed JSON, limits), 2 = usage or I/O failure.\n\
+                  Colour: off when NO_COLOR is set or stdout is not a terminal (see --color)."
+)]
+pub struct Cli {
+    /// Flags every command accepts.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands. Each variant's args and behaviour live in `cmd/<name>.rs`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Load a plan (with limits) and validate it against the tool catalog.
+    Validate(validate::Args),
+    /// Validate, then analyse the plan's behaviour (deadlocks, dead steps, boundedness,
+    /// soundness). Also accepts a PNML net.
+    Analyze(analyze::Args),
+    /// Export a plan as a graph (DOT, Mermaid or PNML) to stdout.
+    Graph(graph::Args),
+    /// Print the JSON Schema of the plan format.
+    Schema(schema::Args),
+    /// List the built-in tools with their effect class and idempotency.
+    Tools(tools::Args),
+}
+
+/// When to colour human output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// Colour when stdout is a terminal and NO_COLOR is not set.
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+/// Global flags: the plan loading limits and colour.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Largest accepted plan document, in bytes.
+    #[arg(long, global = true, value_name = "BYTES", default_value_t = Limits::default().max_bytes, help_heading = "Limits")]
+    pub max_plan_bytes: usize,
+    /// Most steps a plan may have.
+    #[arg(long, global = true, value_name = "N", default_value_t = Limits::default().max_steps, help_heading = "Limits")]
+    pub max_steps: usize,
+    /// Most events a plan may have.
+    #[arg(long, global = true, value_name = "N", default_value_t = Limits::default().max_events, help_heading = "Limits")]
+    pub max_events: usize,
+    /// Deepest JSON nesting anywhere in the plan.
+    #[arg(long, global = true, value_name = "N", default_value_t = Limits::default().max_depth, help_heading = "Limits")]
+    pub max_depth: usize,
+    /// Longest event or step name, in characters.
+    #[arg(long, global = true, value_name = "N", default_value_t = Limits::default().max_name_len, help_heading = "Limits")]
+    pub max_name_len: usize,
+    /// Longest CEL expression, in bytes.
+    #[arg(long, global = true, value_name = "BYTES", default_value_t = Limits::default().max_expr_len, help_heading = "Limits")]
+    pub max_expr_len: usize,
+    /// When to use colour in human output.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
+impl GlobalArgs {
+    /// The loading and validation limits the flags describe.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_bytes: self.max_plan_bytes,
+            max_steps: self.max_steps,
+            max_events: self.max_events,
+            max_name_len: self.max_name_len,
+            max_depth: self.max_depth,
+            max_expr_len: self.max_expr_len,
+        }
+    }
+}

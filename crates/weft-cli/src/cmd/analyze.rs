@@ -1,0 +1,268 @@
+//! `weft analyze PLAN`: validate, then (when there are no errors) explore the plan's
+//! behaviour on its P/T net: deadlocks with witnesses, dead steps, boundedness and, for
+//! acyclic plans, workflow-net soundness. A PNML file is imported and analysed as a net.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use serde::Serialize;
+use weft_analysis::{AnalysisOptions, AnalysisReport, NetKind, Verdict};
+use weft_core::Finding;
+
+use super::validate::{Checked, check, display_name};
+use super::{Ctx, Status};
+use crate::input;
+use crate::output::{self, Diag, LoadDiag, Palette};
+
+/// Arguments of `weft analyze`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The plan file (JSON) or a PNML net (`.pnml`, or content starting with `<`); `-` = stdin.
+    #[arg(value_name = "PLAN")]
+    pub plan: PathBuf,
+    /// Reachable markings to explore before giving up (the verdict is then `unknown`).
+    #[arg(long, value_name = "N", default_value_t = AnalysisOptions::default().max_states)]
+    pub max_states: usize,
+    /// Tokens the environment may put on each `kind: input` event that is not initial.
+    #[arg(long, value_name = "N", default_value_t = AnalysisOptions::default().env_tokens)]
+    pub env_tokens: u32,
+    /// A static tool description file (`{"tools": [...]}`) adding to the built-in tools.
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<PathBuf>,
+    /// Print one JSON document instead of human-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Args {
+    fn options(&self) -> AnalysisOptions {
+        AnalysisOptions {
+            max_states: self.max_states,
+            env_tokens: self.env_tokens,
+            ..AnalysisOptions::default()
+        }
+    }
+}
+
+/// The analysis part of `--json` (the report without its findings, which are merged into the
+/// top-level list).
+#[derive(Serialize)]
+struct Summary<'a> {
+    states: usize,
+    edges: usize,
+    complete: bool,
+    verdict: Verdict,
+    bounded: Option<bool>,
+    notes: &'a [String],
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    file: &'a str,
+    input: &'static str,
+    errors: usize,
+    warnings: usize,
+    findings: Vec<Diag<'a>>,
+    /// `null` when validation errors stopped the analysis.
+    analysis: Option<Summary<'a>>,
+}
+
+/// What was analysed: the validated plan, or an imported net.
+struct Outcome {
+    file: String,
+    input: &'static str,
+    checked: Option<Checked>,
+    report: Option<AnalysisReport>,
+    net_kind: Option<NetKind>,
+}
+
+/// Runs `weft analyze`.
+pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
+    let outcome = if is_pnml(args, ctx)? {
+        analyze_pnml(args, ctx)?
+    } else {
+        let checked = check(&args.plan, args.tools.as_deref(), ctx)?;
+        let mut report = None;
+        let mut net_kind = None;
+        if let Checked::Validated { plan, .. } = &checked
+            && !checked.has_errors()
+        {
+            report = Some(weft_analysis::analyze_plan(plan, &args.options()));
+            net_kind = Some(match plan.graph_type {
+                weft_core::GraphType::Acyclic => NetKind::Acyclic,
+                weft_core::GraphType::Reactive => NetKind::Reactive,
+            });
+        }
+        Outcome {
+            file: display_name(&args.plan),
+            input: "plan",
+            checked: Some(checked),
+            report,
+            net_kind,
+        }
+    };
+    emit(args, ctx, out, &outcome)
+}
+
+fn is_pnml(args: &Args, ctx: &Ctx) -> anyhow::Result<bool> {
+    if args
+        .plan
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("pnml"))
+    {
+        return Ok(true);
+    }
+    if args.plan.as_os_str() == "-" {
+        // Stdin can only be read once; treat it as a JSON plan.
+        return Ok(false);
+    }
+    Ok(match input::read_source(&args.plan, &ctx.limits)? {
+        Ok(src) => src.looks_like_pnml(&args.plan),
+        Err(_) => false,
+    })
+}
+
+fn analyze_pnml(args: &Args, _ctx: &Ctx) -> anyhow::Result<Outcome> {
+    anyhow::bail!(
+        "cannot analyse `{}`: PNML import is not available in this build yet",
+        display_name(&args.plan)
+    )
+}
+
+fn emit(args: &Args, ctx: &Ctx, out: &mut dyn Write, o: &Outcome) -> anyhow::Result<Status> {
+    let mut findings: Vec<Diag<'_>> = o.checked.as_ref().map(Checked::diags).unwrap_or_default();
+    if let Some(r) = &o.report {
+        findings.extend(r.findings.iter().map(Diag::Finding));
+    }
+    let all: Vec<&Finding> = findings
+        .iter()
+        .filter_map(|d| match d {
+            Diag::Finding(f) => Some(*f),
+            Diag::Load(_) => None,
+        })
+        .collect();
+    let (mut errors, warnings) = output::counts(all.iter().copied());
+    errors += findings
+        .iter()
+        .filter(|d| matches!(d, Diag::Load(_)))
+        .count();
+
+    if args.json {
+        output::json(
+            out,
+            &Report {
+                file: &o.file,
+                input: o.input,
+                errors,
+                warnings,
+                analysis: o.report.as_ref().map(|r| Summary {
+                    states: r.states,
+                    edges: r.edges,
+                    complete: r.complete,
+                    verdict: r.verdict,
+                    bounded: r.bounded,
+                    notes: &r.notes,
+                }),
+                findings,
+            },
+        )?;
+        return Ok(Status::from_errors(errors > 0));
+    }
+
+    let p = &ctx.palette;
+    if let Some(c) = &o.checked {
+        c.render(out, p)?;
+    }
+    if let Some(r) = &o.report {
+        for f in &r.findings {
+            output::finding(out, p, f)?;
+        }
+    }
+    writeln!(
+        out,
+        "{}: {}, {}",
+        o.file,
+        output::plural(errors, "error"),
+        output::plural(warnings, "warning")
+    )?;
+    match &o.report {
+        None => {
+            writeln!(
+                out,
+                "analysis: skipped (fix the errors above first)\nverdict: {}",
+                p.paint("not analysed", Palette::error())
+            )?;
+        }
+        Some(r) => {
+            writeln!(
+                out,
+                "analysis: {} explored, {}, exploration {}",
+                output::plural(r.states, "reachable state"),
+                output::plural(r.edges, "firing"),
+                if r.complete { "complete" } else { "incomplete" }
+            )?;
+            let bounded = match r.bounded {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "unknown",
+            };
+            writeln!(out, "bounded: {bounded}")?;
+            for n in &r.notes {
+                writeln!(out, "note: {n}")?;
+            }
+            writeln!(
+                out,
+                "verdict: {}",
+                verdict_text(r, o.net_kind, args.max_states, p)
+            )?;
+        }
+    }
+    Ok(Status::from_errors(errors > 0))
+}
+
+/// `sound`, `not sound`, `unknown (state limit reached after N states)`, `not applicable (…)`.
+fn verdict_text(
+    r: &AnalysisReport,
+    kind: Option<NetKind>,
+    max_states: usize,
+    p: &Palette,
+) -> String {
+    match r.verdict {
+        Verdict::Sound => p.paint("sound", Palette::good()),
+        Verdict::NotSound => p.paint("not sound", Palette::error()),
+        Verdict::Unknown => {
+            let why = if r.states >= max_states {
+                format!(
+                    "state limit reached after {}",
+                    output::plural(r.states, "state")
+                )
+            } else {
+                format!(
+                    "exploration stopped after {}",
+                    output::plural(r.states, "state")
+                )
+            };
+            format!(
+                "{} ({why})",
+                p.paint("unknown", Palette::severity(weft_core::Severity::Warning))
+            )
+        }
+        Verdict::NotApplicable => {
+            let why = match kind {
+                Some(NetKind::Reactive) => {
+                    "soundness is defined for acyclic plans; this plan is reactive"
+                }
+                _ => "soundness is defined for acyclic nets; this net has a cycle",
+            };
+            format!("not applicable ({why})")
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn load_failed(file: String, e: &weft_core::LoadError) -> Checked {
+    Checked::LoadFailed {
+        file,
+        error: LoadDiag::new(e),
+    }
+}

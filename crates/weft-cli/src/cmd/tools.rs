@@ -1,0 +1,63 @@
+//! `weft tools`: the tool catalog a plan is validated against, with each tool's effect class
+//! and idempotency (what recovery may safely re-run).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use weft_core::Effect;
+
+use super::{Ctx, Status};
+use crate::input;
+use crate::output::{self, Palette};
+
+/// Arguments of `weft tools`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Also list the tools of a static tool description file (`{"tools": [...]}`).
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<PathBuf>,
+    /// Print the catalog as a tool description file (JSON) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `weft tools`.
+pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
+    let catalog = input::catalog(args.tools.as_deref())?;
+    if args.json {
+        output::json(out, &catalog.to_json())?;
+        return Ok(Status::Clean);
+    }
+    let p = &ctx.palette;
+    let width = catalog
+        .iter()
+        .map(|t| t.name.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    writeln!(
+        out,
+        "{}",
+        p.paint(
+            &format!(
+                "{:width$}  {:6}  {:10}  DESCRIPTION",
+                "TOOL", "EFFECT", "IDEMPOTENT"
+            ),
+            Palette::bold()
+        )
+    )?;
+    for t in catalog.iter() {
+        let effect = match t.effect {
+            Effect::Pure => "pure",
+            Effect::Read => "read",
+            Effect::Write => "write",
+        };
+        let idem = if t.idempotent { "yes" } else { "no" };
+        writeln!(
+            out,
+            "{:width$}  {effect:6}  {idem:10}  {}",
+            t.name, t.description
+        )?;
+    }
+    Ok(Status::Clean)
+}
