@@ -1,0 +1,138 @@
+//! Runs the analyses in order and settles the verdict: reachability first (cheap and exact),
+//! Karp–Miller only when reachability could not finish, soundness only on complete graphs.
+
+use weft_core::{Code, Finding, Plan, Severity};
+
+use crate::checks;
+use crate::compile::CompileOptions;
+use crate::cover::karp_miller;
+use crate::describe::place_label;
+use crate::explore::{Stop, explore};
+use crate::net::{NetKind, PtNet, Role};
+use crate::report::{AnalysisOptions, AnalysisReport, Verdict};
+
+/// Compiles `plan` into a P/T net and analyses it.
+pub fn analyze_plan(plan: &Plan, opts: &AnalysisOptions) -> AnalysisReport {
+    let net = PtNet::from_plan(
+        plan,
+        &CompileOptions {
+            env_tokens: opts.env_tokens,
+        },
+    );
+    analyze_net(&net, opts)
+}
+
+/// Analyses a P/T net: deadlocks, dead steps, boundedness and (for acyclic nets) soundness.
+pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
+    let soundness_applies = match net.kind {
+        NetKind::Acyclic => true,
+        NetKind::Reactive => false,
+        NetKind::Imported => !net.has_cycle(),
+    };
+    let severity = if net.kind == NetKind::Reactive {
+        Severity::Warning
+    } else {
+        Severity::Error
+    };
+    let g = explore(net, opts.max_states, soundness_applies);
+    let complete = g.stop == Stop::None;
+    let mut findings = Vec::new();
+
+    let (deadlocks, deadlock_states) = checks::deadlocks(net, &g, severity);
+    findings.extend(deadlocks);
+
+    let bounded = if complete {
+        Some(true)
+    } else {
+        let km = karp_miller(net, opts.max_coverability_nodes);
+        findings.extend(checks::unbounded(net, &km.pumps, severity));
+        if km
+            .pumps
+            .iter()
+            .any(|p| !net.places[p.place as usize].is_env)
+        {
+            Some(false)
+        } else if km.complete {
+            Some(true)
+        } else {
+            None
+        }
+    };
+
+    match g.stop {
+        Stop::None => {}
+        Stop::StateLimit => findings.push(
+            Finding::new(
+                Code::StateLimit,
+                Severity::Warning,
+                "",
+                format!(
+                    "Exploration stopped at the state limit after {} reachable markings and {} firings; findings cover only that part, so soundness is unknown.",
+                    g.len(),
+                    g.edges
+                ),
+            )
+            .hint("Raise `max_states`, or split the plan into smaller plans."),
+        ),
+        Stop::Overflow(p) if bounded != Some(false) => findings.push(
+            Finding::new(
+                Code::StateLimit,
+                Severity::Warning,
+                crate::describe::place_pointer(net, p as usize),
+                format!(
+                    "Exploration dropped markings where `{}` would hold more than 65535 tokens, after {} reachable markings; findings cover only that part, so soundness is unknown.",
+                    place_label(net, p as usize),
+                    g.len()
+                ),
+            )
+            .hint("Check the loops that emit onto this event."),
+        ),
+        Stop::Overflow(_) => {}
+    }
+
+    if complete {
+        findings.extend(checks::dead_steps(net, &g));
+        if soundness_applies {
+            findings.extend(checks::soundness(net, &g, &deadlock_states));
+        }
+    }
+
+    let violated = findings
+        .iter()
+        .any(|f| f.code != Code::StateLimit.as_str() && f.severity >= Severity::Warning);
+    let verdict = if !soundness_applies {
+        Verdict::NotApplicable
+    } else if violated {
+        Verdict::NotSound
+    } else if !complete {
+        Verdict::Unknown
+    } else {
+        let guarded = net
+            .transitions
+            .iter()
+            .any(|t| t.guarded && t.role != Role::Environment);
+        let mut msg = format!(
+            "Sound: all {} reachable markings were explored; the plan can always complete, completes cleanly, has no dead steps and is bounded.",
+            g.len()
+        );
+        if guarded {
+            msg.push_str(" This assumes every guard and `when` condition may go either way (they were over-approximated); a guard that is never true can still leave an instance stuck.");
+        }
+        findings.push(
+            Finding::new(Code::Sound, Severity::Info, "", msg)
+                .hint("Nothing to fix.")
+                .on_guards(guarded),
+        );
+        Verdict::Sound
+    };
+
+    AnalysisReport {
+        findings,
+        states: g.len(),
+        edges: g.edges,
+        complete,
+        verdict,
+        bounded,
+        notes: net.notes.clone(),
+    }
+}

@@ -1,0 +1,3 @@
+//! PNML import (placeholder).
+#[derive(Debug)]
+pub struct PnmlError;

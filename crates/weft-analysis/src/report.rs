@@ -1,0 +1,59 @@
+//! Options and the report of an analysis run: the shape the CLI prints and `--json` emits.
+
+use serde::Serialize;
+use weft_core::Finding;
+
+/// Limits and assumptions of an analysis run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnalysisOptions {
+    /// Markings stored before reachability gives up (then the verdict is `unknown`).
+    pub max_states: usize,
+    /// Tokens the environment may put on each non-initial `kind: input` event.
+    pub env_tokens: u32,
+    /// Nodes of the Karp–Miller coverability graph built when reachability is incomplete.
+    pub max_coverability_nodes: usize,
+}
+
+impl Default for AnalysisOptions {
+    fn default() -> Self {
+        AnalysisOptions {
+            max_states: 1_000_000,
+            env_tokens: 1,
+            max_coverability_nodes: 100_000,
+        }
+    }
+}
+
+/// The overall soundness verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Complete exploration: option to complete, proper completion, no dead steps, bounded.
+    Sound,
+    /// A violation was found (it holds even if exploration was partial).
+    NotSound,
+    /// Exploration was partial and found no violation: nothing can be concluded.
+    Unknown,
+    /// Soundness is defined for acyclic plans; reactive plans (and cyclic imported nets) only
+    /// get deadlock, dead-step and boundedness findings.
+    NotApplicable,
+}
+
+/// What an analysis run found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnalysisReport {
+    /// Findings (codes `A001`–`A007`), most severe kinds first as produced.
+    pub findings: Vec<Finding>,
+    /// Reachable markings stored.
+    pub states: usize,
+    /// Firings explored between them.
+    pub edges: usize,
+    /// False when a limit stopped the exploration before every reachable marking was seen.
+    pub complete: bool,
+    /// Soundness verdict.
+    pub verdict: Verdict,
+    /// `Some(true)` bounded, `Some(false)` some event unbounded, `None` undecided.
+    pub bounded: Option<bool>,
+    /// Assumptions the analysis made (environment budgets, over-approximations), in words.
+    pub notes: Vec<String>,
+}
