@@ -84,6 +84,21 @@ impl Palette {
     }
 }
 
+/// Pointers longer than this are shortened in human output (a 10,000-character event name
+/// should not flood the terminal); `--json` always carries them whole.
+const MAX_POINTER_CHARS: usize = 160;
+
+/// `text` cut to `max` characters, with `…` when cut.
+pub fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        let mut s: String = text.chars().take(max).collect();
+        s.push('…');
+        s
+    }
+}
+
 /// Writes one finding, rustc-style.
 pub fn finding(out: &mut dyn Write, p: &Palette, f: &Finding) -> io::Result<()> {
     let label = format!("{}[{} {}]", f.severity.as_str(), f.code, f.name);
@@ -97,7 +112,7 @@ pub fn finding(out: &mut dyn Write, p: &Palette, f: &Finding) -> io::Result<()> 
     let arrow = p.paint("-->", Palette::gutter());
     let eq = p.paint("=", Palette::gutter());
     if !f.pointer.is_empty() {
-        writeln!(out, "  {arrow} {}", f.pointer)?;
+        writeln!(out, "  {arrow} {}", shorten(&f.pointer, MAX_POINTER_CHARS))?;
     }
     if let Some(w) = &f.witness {
         let path = if w.is_empty() {
@@ -183,7 +198,7 @@ pub fn load_error(out: &mut dyn Write, p: &Palette, file: &str, d: &LoadDiag) ->
         at.push_str(&format!(":{l}:{c}"));
     }
     if !d.pointer.is_empty() {
-        at.push_str(&format!(" at {}", d.pointer));
+        at.push_str(&format!(" at {}", shorten(&d.pointer, MAX_POINTER_CHARS)));
     }
     writeln!(out, "  {} {at}", p.paint("-->", Palette::gutter()))?;
     writeln!(

@@ -1,0 +1,301 @@
+//! Bad input never panics: every malformed, oversized, deeply nested or otherwise hostile
+//! document gets a clear, located error and the documented exit code (1 = the plan has
+//! errors, 2 = usage or I/O failure). A crash would show up as a signal, not an exit code.
+
+mod common;
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use common::{code, json, stderr, stdout, temp_dir, weft, weft_in};
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).expect("write");
+    path.to_string_lossy().to_string()
+}
+
+fn first_code(doc: &serde_json::Value) -> String {
+    doc["findings"][0]["code"]
+        .as_str()
+        .expect("a finding")
+        .to_string()
+}
+
+fn codes(doc: &serde_json::Value) -> Vec<String> {
+    doc["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| f["code"].as_str().expect("code").to_string())
+        .collect()
+}
+
+#[test]
+fn malformed_json_shows_line_and_column() {
+    let dir = temp_dir("malformed");
+    let f = write(
+        &dir,
+        "bad.json",
+        b"{\"plan_name\": \"x\",\n  \"graph_type\": \"acyclic\",\n  \"events\": {,}\n}",
+    );
+    let out = weft(&["validate", &f]);
+    assert_eq!(code(&out), 1, "{out:?}");
+    let text = stdout(&out);
+    assert!(text.contains("error[L004 syntax]"), "{text}");
+    assert!(text.contains("bad.json:3:14"), "{text}");
+    assert!(text.contains("hint:"), "{text}");
+
+    let out = weft(&["validate", "--json", &f]);
+    assert_eq!(code(&out), 1);
+    let doc = json(&out);
+    let e = &doc["findings"][0];
+    assert_eq!(e["code"], "L004");
+    assert_eq!(e["line"], 3);
+    assert_eq!(e["column"], 14);
+    assert_eq!(e["pointer"], "/events");
+    assert_eq!(doc["valid"], false);
+}
+
+#[test]
+fn unknown_field_names_its_pointer() {
+    let dir = temp_dir("unknown-field");
+    let f = write(
+        &dir,
+        "p.json",
+        br#"{"plan_name":"x","graph_type":"acyclic","events":{"start":{}},"steps":{"a":{"on":["start"],"action":"noop","bogus":1}}}"#,
+    );
+    let out = weft(&["analyze", "--json", &f]);
+    assert_eq!(code(&out), 1);
+    let doc = json(&out);
+    assert_eq!(doc["findings"][0]["pointer"], "/steps/a/bogus");
+    assert!(doc["analysis"].is_null());
+}
+
+#[test]
+fn invalid_utf8_is_a_load_error() {
+    let dir = temp_dir("utf8");
+    let f = write(&dir, "p.json", b"{\"plan_name\": \"caf\xe9\"}");
+    let out = weft(&["validate", &f]);
+    assert_eq!(code(&out), 1);
+    let text = stdout(&out);
+    assert!(text.contains("error[L002 invalid-utf8]"), "{text}");
+    assert!(text.contains("p.json:1:19"), "{text}");
+}
+
+#[test]
+fn fifty_megabytes_is_refused_without_reading_it() {
+    let dir = temp_dir("large");
+    let path = dir.join("big.json");
+    let mut body = String::from("{\"plan_name\":\"big\",\"description\":\"");
+    body.push_str(&"x".repeat(50 * 1024 * 1024));
+    body.push_str("\"}");
+    std::fs::write(&path, body).expect("write");
+    let out = weft(&["validate", "--json", path.to_str().expect("utf-8 path")]);
+    assert_eq!(code(&out), 1);
+    let doc = json(&out);
+    assert_eq!(first_code(&doc), "L001");
+    assert!(
+        doc["findings"][0]["message"]
+            .as_str()
+            .expect("message")
+            .contains("over the limit"),
+        "{doc}"
+    );
+}
+
+#[test]
+fn plan_bytes_limit_is_configurable() {
+    let out = weft(&["--max-plan-bytes", "20", "validate", "examples/sample.json"]);
+    assert_eq!(code(&out), 1);
+    assert!(stdout(&out).contains("L001"), "{}", stdout(&out));
+}
+
+fn many_steps(n: usize) -> String {
+    let mut s = String::from(
+        r#"{"plan_name":"many","graph_type":"acyclic","events":{"start":{}},"steps":{"#,
+    );
+    for i in 0..n {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, r#""s{i}":{{"on":["start"],"action":"noop"}}"#);
+    }
+    s.push_str("}}");
+    s
+}
+
+#[test]
+fn a_hundred_thousand_steps_hit_the_step_limit_unless_raised() {
+    let dir = temp_dir("many-steps");
+    let f = write(&dir, "many.json", many_steps(100_000).as_bytes());
+    let out = weft(&["validate", "--json", &f]);
+    assert_eq!(code(&out), 1);
+    let doc = json(&out);
+    assert_eq!(first_code(&doc), "L005");
+    assert_eq!(doc["findings"][0]["pointer"], "/steps");
+
+    let out = weft(&["validate", "--max-steps", "200000", "--json", &f]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let doc = json(&out);
+    assert_eq!(doc["valid"], true);
+}
+
+#[test]
+fn deeply_nested_args_are_refused_without_recursion() {
+    let dir = temp_dir("deep");
+    let body = format!(
+        r#"{{"plan_name":"deep","graph_type":"acyclic","events":{{"start":{{}}}},"steps":{{"a":{{"on":["start"],"action":"echo","args":{}{}}}}}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let f = write(&dir, "deep.json", body.as_bytes());
+    for cmd in ["validate", "analyze", "graph"] {
+        let out = weft(&[cmd, &f]);
+        assert_eq!(code(&out), 1, "{cmd}: {out:?}");
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(all.contains("L003"), "{cmd}: {all}");
+    }
+    // Unclosed nesting, too.
+    let f = write(&dir, "open.json", "[".repeat(100_000).as_bytes());
+    let out = weft(&["validate", &f]);
+    assert_eq!(code(&out), 1);
+}
+
+#[test]
+fn a_guard_that_is_not_boolean_is_v012() {
+    let dir = temp_dir("guard");
+    let f = write(
+        &dir,
+        "p.json",
+        br#"{"plan_name":"g","graph_type":"acyclic","events":{"start":{},"done":{"kind":"output"}},"steps":{"a":{"on":["start"],"guard":"1 + 1","action":"noop","emits":["done"]}}}"#,
+    );
+    let out = weft(&["validate", "--json", &f]);
+    assert_eq!(code(&out), 1);
+    let doc = json(&out);
+    assert!(codes(&doc).contains(&"V012".to_string()), "{doc}");
+    assert_eq!(doc["findings"][0]["pointer"], "/steps/a/guard");
+}
+
+#[test]
+fn empty_and_huge_event_names_are_v009() {
+    let dir = temp_dir("names");
+    for (label, name) in [("empty", String::new()), ("long", "e".repeat(10_000))] {
+        let body = format!(
+            r#"{{"plan_name":"n","graph_type":"acyclic","events":{{"start":{{}},"{name}":{{"kind":"output"}}}},"steps":{{"a":{{"on":["start"],"action":"noop","emits":["{name}"]}}}}}}"#
+        );
+        let f = write(&dir, &format!("{label}.json"), body.as_bytes());
+        let out = weft(&["validate", "--json", &f]);
+        assert_eq!(code(&out), 1, "{label}");
+        let doc = json(&out);
+        assert!(codes(&doc).contains(&"V009".to_string()), "{label}: {doc}");
+        // Human output stays readable: the 10,000-character name is truncated.
+        let out = weft(&["validate", &f]);
+        let text = stdout(&out);
+        assert!(text.contains("error[V009 invalid-name]"), "{label}: {text}");
+        assert!(
+            text.len() < 2_000,
+            "{label}: {} bytes of output",
+            text.len()
+        );
+    }
+}
+
+#[test]
+fn missing_file_and_directories_are_io_failures() {
+    let out = weft(&["validate", "no/such/plan.json"]);
+    assert_eq!(code(&out), 2);
+    assert!(stdout(&out).is_empty());
+    let err = stderr(&out);
+    assert!(err.contains("cannot open `no/such/plan.json`"), "{err}");
+
+    let out = weft(&["analyze", "examples"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("directory"), "{}", stderr(&out));
+
+    let out = weft(&[
+        "validate",
+        "--tools",
+        "no/such/tools.json",
+        "examples/sample.json",
+    ]);
+    assert_eq!(code(&out), 2);
+}
+
+#[test]
+fn a_bad_tool_file_is_a_usage_failure() {
+    let dir = temp_dir("tools-file");
+    let f = write(&dir, "tools.json", br#"{"tools": [{"nom": "x"}]}"#);
+    let out = weft(&["validate", "--tools", &f, "examples/sample.json"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("is not a tool description"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &["validate", "--frobnicate", "examples/sample.json"][..],
+        &["validate"][..],
+        &["explode"][..],
+        &[][..],
+        &["graph", "examples/sample.json", "--format", "svg"][..],
+        &["--max-steps", "many", "validate", "examples/sample.json"][..],
+    ] {
+        let out = weft(args);
+        assert_eq!(code(&out), 2, "{args:?}: {out:?}");
+        assert!(!stderr(&out).is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn help_documents_limits_and_exit_codes() {
+    let out = weft(&["--help"]);
+    assert_eq!(code(&out), 0);
+    let text = stdout(&out);
+    for flag in [
+        "--max-plan-bytes",
+        "--max-steps",
+        "--max-depth",
+        "--max-name-len",
+        "Exit codes",
+    ] {
+        assert!(text.contains(flag), "{flag} missing from --help:\n{text}");
+    }
+}
+
+#[test]
+fn stdin_is_read_with_a_dash() {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["validate", "-"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let sample = std::fs::read(common::root().join("examples/sample.json")).expect("read");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&sample)
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(code(&out), 0);
+    assert!(stdout(&out).contains("<stdin>: valid"), "{}", stdout(&out));
+}
+
+#[test]
+fn graph_of_a_broken_json_reports_on_stderr() {
+    let dir = temp_dir("graph-bad");
+    let f = write(&dir, "p.json", b"{");
+    let out = weft_in(&dir, &["graph", &f]);
+    assert_eq!(code(&out), 1);
+    assert!(stdout(&out).is_empty());
+    assert!(stderr(&out).contains("L004"), "{}", stderr(&out));
+}
