@@ -8,6 +8,7 @@ mod pnml;
 pub use dot::dot;
 pub use mermaid::mermaid;
 pub use pnml::pnml;
+pub(crate) use pnml::role_str;
 
 use weft_core::{OnFail, Plan};
 
