@@ -299,3 +299,51 @@ fn graph_of_a_broken_json_reports_on_stderr() {
     assert!(stdout(&out).is_empty());
     assert!(stderr(&out).contains("L004"), "{}", stderr(&out));
 }
+
+#[test]
+fn pnml_is_imported_and_analysed() {
+    let dir = temp_dir("pnml");
+    // Export a broken plan's net, then analyse the PNML: the deadlock survives the round trip.
+    let out = weft(&["graph", "examples/broken/deadlock.json", "--format", "pnml"]);
+    assert_eq!(code(&out), 0);
+    let f = write(&dir, "deadlock.pnml", &out.stdout);
+    let out = weft(&["analyze", "--json", &f]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    let doc = json(&out);
+    assert_eq!(doc["input"], "pnml");
+    assert!(codes(&doc).contains(&"A001".to_string()), "{doc}");
+    assert_eq!(doc["analysis"]["verdict"], "not_sound");
+
+    // Content starting with `<` is PNML whatever the extension.
+    let f = write(
+        &dir,
+        "net.txt",
+        &std::fs::read(common::root().join("examples/workflow.pnml")).expect("read"),
+    );
+    let out = weft(&["analyze", "--json", &f]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert_eq!(json(&out)["analysis"]["verdict"], "sound");
+}
+
+#[test]
+fn bad_pnml_is_a_located_error_not_a_crash() {
+    let dir = temp_dir("pnml-bad");
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("truncated.pnml", b"<pnml><net id=\"n\"".to_vec()),
+        ("empty.pnml", b"<pnml/>".to_vec()),
+        ("deep.pnml", "<a>".repeat(100_000).into_bytes()),
+        (
+            "latin1.pnml",
+            b"<pnml><net id=\"caf\xe9\"/></pnml>".to_vec(),
+        ),
+    ];
+    for (name, body) in cases {
+        let f = write(&dir, name, &body);
+        let out = weft(&["analyze", "--json", &f]);
+        assert_eq!(code(&out), 1, "{name}: {out:?}");
+        let doc = json(&out);
+        let c = first_code(&doc);
+        assert!(c.starts_with('P') || c.starts_with('L'), "{name}: {doc}");
+        assert!(doc["analysis"].is_null(), "{name}");
+    }
+}
