@@ -5,6 +5,7 @@
 //! state keeps a linear hash `Σ m[p]·r[p]`, so a successor's hash is the parent's plus a
 //! per-transition constant; a `hashbrown::HashTable<u32>` of state indices, probed with a
 //! mixed form of that hash, deduplicates. Parent pointers give shortest (BFS) witnesses.
+//! Safe nets with at most 63 places take the faster bitset path in `explore_safe.rs`.
 
 use hashbrown::HashTable;
 
@@ -23,7 +24,9 @@ pub enum Stop {
 
 /// Marking storage of one width.
 #[derive(Debug, Clone)]
-enum Cells {
+pub(crate) enum Cells {
+    /// One bit per place (safe nets with at most 63 places), one `u64` per state.
+    Bits(Vec<u64>),
     U8(Vec<u8>),
     U16(Vec<u16>),
 }
@@ -31,8 +34,8 @@ enum Cells {
 /// The explored part of the reachability graph.
 #[derive(Debug, Clone)]
 pub struct Graph {
-    width: usize,
-    cells: Cells,
+    pub(crate) width: usize,
+    pub(crate) cells: Cells,
     /// Predecessor on a shortest path from the initial marking (`u32::MAX` for the root).
     pub parent: Vec<u32>,
     /// Transition fired from `parent` to reach the state.
@@ -66,6 +69,9 @@ impl Graph {
     pub fn marking(&self, i: u32) -> Vec<u32> {
         let r = i as usize * self.width..(i as usize + 1) * self.width;
         match &self.cells {
+            Cells::Bits(v) => (0..self.width)
+                .map(|p| ((v[i as usize] >> p) & 1) as u32)
+                .collect(),
             Cells::U8(v) => v[r].iter().map(|&c| u32::from(c)).collect(),
             Cells::U16(v) => v[r].iter().map(|&c| u32::from(c)).collect(),
         }
@@ -137,7 +143,7 @@ pub(crate) fn coefficient(p: usize) -> u64 {
 
 /// Finaliser turning the linear hash into a well-mixed table hash (MurmurHash3 fmix64).
 #[inline(always)]
-fn mix(mut h: u64) -> u64 {
+pub(crate) fn mix(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
     h ^= h >> 33;
@@ -186,6 +192,9 @@ impl Flat {
 /// Explores the reachability graph of `net` breadth-first, storing at most `max_states`
 /// markings. With `record_edges`, the successor lists are kept too.
 pub fn explore(net: &PtNet, max_states: usize, record_edges: bool) -> Graph {
+    if let Some(g) = crate::explore_safe::run(net, max_states, record_edges) {
+        return g;
+    }
     let flat = Flat::new(net);
     match run::<u8>(net, &flat, max_states, record_edges, false) {
         Ok(g) => g,

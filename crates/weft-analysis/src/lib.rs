@@ -39,6 +39,7 @@ mod compile;
 pub mod cover;
 mod describe;
 pub mod explore;
+mod explore_safe;
 pub mod export;
 mod net;
 pub mod pnml;
