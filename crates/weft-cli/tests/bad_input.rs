@@ -347,3 +347,58 @@ fn bad_pnml_is_a_located_error_not_a_crash() {
         assert!(doc["analysis"].is_null(), "{name}");
     }
 }
+
+#[test]
+fn hostile_expressions_do_not_crash() {
+    let dir = temp_dir("hostile-expr");
+    let deep_parens = format!("{}true{}", "(".repeat(2_000), ")".repeat(2_000));
+    let many_nots = format!("{}true", "!".repeat(200_000));
+    let cases = [
+        ("guard", deep_parens.clone()),
+        ("guard", "!".repeat(4_000) + "true"),
+        ("template", many_nots),
+        ("template", deep_parens),
+    ];
+    for (i, (place, expr)) in cases.iter().enumerate() {
+        let step = if *place == "guard" {
+            serde_json::json!({"on": ["start"], "guard": expr, "action": "noop", "emits": ["done"]})
+        } else {
+            serde_json::json!({"on": ["start"], "args": {"x": format!("${{{expr}}}")}, "action": "noop", "emits": ["done"]})
+        };
+        let plan = serde_json::json!({
+            "plan_name": "x", "graph_type": "acyclic",
+            "events": {"start": {}, "done": {"kind": "output"}},
+            "steps": {"a": step}
+        });
+        let f = write(&dir, &format!("{i}.json"), plan.to_string().as_bytes());
+        for cmd in ["validate", "analyze"] {
+            let out = weft(&[cmd, "--json", &f]);
+            let c = code(&out);
+            assert!(c == 0 || c == 1, "{place} #{i} {cmd}: {out:?}");
+            let _ = json(&out);
+        }
+    }
+}
+
+#[test]
+fn colour_follows_no_color_and_the_flag() {
+    use std::process::Command;
+    let run = |no_color: bool, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+        c.args(args).current_dir(common::root());
+        if no_color {
+            c.env("NO_COLOR", "");
+        } else {
+            c.env_remove("NO_COLOR");
+        }
+        stdout(&c.output().expect("run"))
+    };
+    let file = "examples/broken/unknown-tool.json";
+    // Piped stdout: no colour, with or without NO_COLOR (any value, even empty).
+    assert!(!run(false, &["validate", file]).contains('\u{1b}'));
+    assert!(!run(true, &["validate", file]).contains('\u{1b}'));
+    // Forced on.
+    assert!(run(false, &["--color", "always", "validate", file]).contains("\u{1b}["));
+    // JSON is never coloured.
+    assert!(!run(false, &["--color", "always", "validate", "--json", file]).contains('\u{1b}'));
+}

@@ -18,6 +18,21 @@ fn run(args: &[&str]) -> String {
     )
 }
 
+/// Replaces the number in "N firings" with `[n]`.
+fn redact_firings(text: &str) -> String {
+    let words: Vec<&str> = text.split(' ').collect();
+    let mut out = Vec::with_capacity(words.len());
+    for (i, w) in words.iter().enumerate() {
+        let next_is_firings = words.get(i + 1).is_some_and(|n| n.starts_with("firing"));
+        if next_is_firings && !w.is_empty() && w.chars().all(|c| c.is_ascii_digit()) {
+            out.push("[n]");
+        } else {
+            out.push(w);
+        }
+    }
+    out.join(" ")
+}
+
 #[test]
 fn validate_human() {
     insta::assert_snapshot!(
@@ -53,9 +68,16 @@ fn analyze_human() {
         "analyze_unbounded",
         run(&["analyze", "examples/broken/unbounded.json"])
     );
+    // How many firings were explored before the cut-off depends on the exploration order,
+    // which is the analysis crate's business; the state count and the verdict are the contract.
     insta::assert_snapshot!(
         "analyze_state_limit",
-        run(&["analyze", "--max-states", "100", "examples/fanout.json"])
+        redact_firings(&run(&[
+            "analyze",
+            "--max-states",
+            "100",
+            "examples/fanout.json"
+        ]))
     );
     insta::assert_snapshot!(
         "analyze_unknown_tool",
