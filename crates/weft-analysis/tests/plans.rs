@@ -201,3 +201,45 @@ fn reactive_join_waiting_is_a_warning() {
     assert_eq!(d.severity, weft_core::Severity::Warning);
     assert_eq!(d.witness.as_deref(), Some(&["s".to_string()][..]));
 }
+
+#[test]
+fn many_conditional_emits_are_deferred_and_noted() {
+    let emits: Vec<String> = (0..7)
+        .map(|i| format!(r#"{{"event":"c{i}","when":"result.n > {i}"}}"#))
+        .collect();
+    let events: Vec<String> = (0..7)
+        .map(|i| format!(r#""c{i}":{{"kind":"output"}}"#))
+        .collect();
+    let json = format!(
+        r#"{{"plan_name":"many","graph_type":"acyclic","events":{{"start":{{}},"done":{{}},{}}},
+        "steps":{{"fan":{{"on":["start"],"action":"t","emits":["done",{}]}}}}}}"#,
+        events.join(","),
+        emits.join(",")
+    );
+    let net = PtNet::from_plan(&plan(&json), &CompileOptions::default());
+    // One step transition plus an emit and a skip transition per conditional emit.
+    assert_eq!(net.transitions.len(), 1 + 2 * 7);
+    assert!(net.transitions.iter().all(|t| t.guarded));
+    let r = analyze(&json);
+    assert!(
+        r.notes.iter().any(|n| n.contains("7 conditional emits")),
+        "{:?}",
+        r.notes
+    );
+    assert_eq!(r.verdict, Verdict::Sound, "{r:#?}");
+    assert!(r.findings[0].depends_on_guards);
+}
+
+#[test]
+fn messages_read_well() {
+    let r = analyze(
+        r#"{"plan_name":"excl","graph_type":"acyclic",
+        "events":{"start":{},"x":{"consume":"exclusive"},"l":{},"r":{},"done":{}},
+        "steps":{
+          "s":{"on":["start"],"action":"t","emits":["x"]},
+          "left":{"on":["x"],"action":"t","emits":["l"]},
+          "right":{"on":["x"],"action":"t","emits":["r"]},
+          "both":{"on":["l","r"],"action":"t","emits":["done"]}}}"#,
+    );
+    insta::assert_json_snapshot!(r);
+}
