@@ -1,0 +1,285 @@
+//! Budgets (seed 001's quotas): caps on tokens and calls per plan, per instance and per tenant,
+//! and an optional per-tenant call rate. A call is checked *before* it is sent: the ledger
+//! reserves the worst case (prompt estimate + `max_tokens`) and refuses when that would cross a
+//! cap, so nothing is ever silently truncated; after the call the reservation is settled with
+//! the real usage. Thread-safe: one ledger is shared by every planner, tool and instance.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::ids::Correlation;
+
+/// A cap on tokens and calls (`None` = unlimited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Limit {
+    /// Most tokens (prompt + completion).
+    pub max_tokens: Option<u64>,
+    /// Most LLM calls.
+    pub max_calls: Option<u64>,
+}
+
+impl Limit {
+    /// No limit.
+    pub const NONE: Limit = Limit {
+        max_tokens: None,
+        max_calls: None,
+    };
+    /// A cap.
+    pub fn new(max_tokens: Option<u64>, max_calls: Option<u64>) -> Self {
+        Limit {
+            max_tokens,
+            max_calls,
+        }
+    }
+}
+
+/// The limits a ledger enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BudgetLimits {
+    /// Per plan name (all its instances and planning runs).
+    pub per_plan: Limit,
+    /// Per instance.
+    pub per_instance: Limit,
+    /// Per tenant.
+    pub per_tenant: Limit,
+    /// Per tenant: most calls in any `rate_window` (exceeding it is *throttled*, not rejected).
+    pub tenant_calls_per_window: Option<u32>,
+    /// The rate window (default one minute).
+    pub rate_window: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Used {
+    tokens: u64,
+    calls: u64,
+    reserved: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    used: HashMap<(u8, String), Used>,
+    recent: HashMap<String, Vec<Instant>>,
+}
+
+/// The budget ledger.
+#[derive(Debug, Default)]
+pub struct Budget {
+    limits: BudgetLimits,
+    state: Mutex<State>,
+}
+
+/// A granted reservation; settle it with the real usage.
+#[derive(Debug)]
+#[must_use = "settle the reservation with the real usage"]
+pub struct Reservation {
+    keys: Vec<(u8, String)>,
+    reserved: u64,
+}
+
+/// What a scope has used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Spent {
+    /// Tokens charged.
+    pub tokens: u64,
+    /// Calls charged.
+    pub calls: u64,
+}
+
+const TENANT: u8 = 0;
+const PLAN: u8 = 1;
+const INSTANCE: u8 = 2;
+
+fn scope_name(kind: u8, id: &str) -> String {
+    match kind {
+        TENANT => format!("tenant {id:?}"),
+        PLAN => format!("plan {id:?}"),
+        _ => format!("instance {id:?}"),
+    }
+}
+
+impl Budget {
+    /// A ledger enforcing `limits`.
+    pub fn new(limits: BudgetLimits) -> Self {
+        Budget {
+            limits,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &BudgetLimits {
+        &self.limits
+    }
+
+    fn scopes(&self, c: &Correlation) -> Vec<((u8, String), Limit)> {
+        let mut v = vec![((TENANT, c.tenant.clone()), self.limits.per_tenant)];
+        if let Some(p) = &c.plan {
+            v.push(((PLAN, p.clone()), self.limits.per_plan));
+        }
+        if let Some(i) = &c.instance {
+            v.push(((INSTANCE, i.clone()), self.limits.per_instance));
+        }
+        v
+    }
+
+    /// Reserves one call of up to `tokens` tokens for `c`, or refuses it.
+    pub fn reserve(&self, c: &Correlation, tokens: u64) -> Result<Reservation> {
+        let mut st = self
+            .state
+            .lock()
+            .map_err(|_| Error::Config("budget ledger lock poisoned".into()))?;
+        if let Some(max) = self.limits.tenant_calls_per_window {
+            let window = self.limits.rate_window.unwrap_or(Duration::from_secs(60));
+            let now = Instant::now();
+            let recent = st.recent.entry(c.tenant.clone()).or_default();
+            recent.retain(|t| now.duration_since(*t) < window);
+            if recent.len() >= max as usize {
+                return Err(Error::BudgetExceeded {
+                    scope: scope_name(TENANT, &c.tenant),
+                    detail: format!(
+                        "{} calls in the last {} s reach the rate limit of {max}; retry later",
+                        recent.len(),
+                        window.as_secs()
+                    ),
+                    throttled: true,
+                });
+            }
+        }
+        let scopes = self.scopes(c);
+        for (key, limit) in &scopes {
+            let u = st.used.get(key).copied().unwrap_or_default();
+            if let Some(max) = limit.max_calls
+                && u.calls + 1 > max
+            {
+                {
+                    return Err(Error::BudgetExceeded {
+                        scope: scope_name(key.0, &key.1),
+                        detail: format!(
+                            "{} of {max} calls used; this call would exceed the cap",
+                            u.calls
+                        ),
+                        throttled: false,
+                    });
+                }
+            }
+            if let Some(max) = limit.max_tokens
+                && u.tokens + u.reserved + tokens > max
+            {
+                {
+                    return Err(Error::BudgetExceeded {
+                        scope: scope_name(key.0, &key.1),
+                        detail: format!(
+                            "{} of {max} tokens used ({} reserved by calls in flight); this call may need up to {tokens}",
+                            u.tokens, u.reserved
+                        ),
+                        throttled: false,
+                    });
+                }
+            }
+        }
+        if self.limits.tenant_calls_per_window.is_some() {
+            st.recent
+                .entry(c.tenant.clone())
+                .or_default()
+                .push(Instant::now());
+        }
+        let mut keys = Vec::new();
+        for (key, _) in scopes {
+            let u = st.used.entry(key.clone()).or_default();
+            u.calls += 1;
+            u.reserved += tokens;
+            keys.push(key);
+        }
+        Ok(Reservation {
+            keys,
+            reserved: tokens,
+        })
+    }
+
+    /// Replaces the reservation with the tokens really used.
+    pub fn settle(&self, r: Reservation, used_tokens: u64) {
+        if let Ok(mut st) = self.state.lock() {
+            for key in r.keys {
+                let u = st.used.entry(key).or_default();
+                u.reserved = u.reserved.saturating_sub(r.reserved);
+                u.tokens += used_tokens;
+            }
+        }
+    }
+
+    fn spent(&self, kind: u8, id: &str) -> Spent {
+        self.state
+            .lock()
+            .ok()
+            .and_then(|st| st.used.get(&(kind, id.to_string())).copied())
+            .map(|u| Spent {
+                tokens: u.tokens,
+                calls: u.calls,
+            })
+            .unwrap_or_default()
+    }
+    /// What `tenant` has used.
+    pub fn spent_by_tenant(&self, tenant: &str) -> Spent {
+        self.spent(TENANT, tenant)
+    }
+    /// What `plan` has used.
+    pub fn spent_by_plan(&self, plan: &str) -> Spent {
+        self.spent(PLAN, plan)
+    }
+    /// What `instance` has used.
+    pub fn spent_by_instance(&self, instance: &str) -> Spent {
+        self.spent(INSTANCE, instance)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_refuse_before_and_settle_after() {
+        let b = Budget::new(BudgetLimits {
+            per_plan: Limit::new(Some(100), None),
+            per_tenant: Limit::new(None, Some(3)),
+            ..BudgetLimits::default()
+        });
+        let c = Correlation::new("t").with_plan("p");
+        let r = b.reserve(&c, 60).unwrap();
+        // a second call in flight could push the plan over 100
+        assert!(b.reserve(&c, 60).is_err());
+        b.settle(r, 30);
+        assert_eq!(
+            b.spent_by_plan("p"),
+            Spent {
+                tokens: 30,
+                calls: 1
+            }
+        );
+        let r = b.reserve(&c, 60).unwrap();
+        b.settle(r, 10);
+        let r = b.reserve(&c, 10).unwrap();
+        b.settle(r, 10);
+        let e = b.reserve(&c, 1).unwrap_err().to_string();
+        assert!(e.contains("3 of 3 calls"), "{e}");
+    }
+
+    #[test]
+    fn rate_limit_throttles() {
+        let b = Budget::new(BudgetLimits {
+            tenant_calls_per_window: Some(1),
+            ..BudgetLimits::default()
+        });
+        let c = Correlation::new("t");
+        let r = b.reserve(&c, 1).unwrap();
+        b.settle(r, 1);
+        assert!(matches!(
+            b.reserve(&c, 1),
+            Err(Error::BudgetExceeded {
+                throttled: true,
+                ..
+            })
+        ));
+    }
+}
