@@ -13,7 +13,6 @@ use crate::cmd::{analyze, graph, schema, tools, validate};
 #[command(
     name = "weft",
     version,
-    about,
     after_help = "Exit codes: 0 = no errors (warnings allowed), 1 = the plan has errors \
                   (including load errors: malformed JSON, limits), 2 = usage or I/O failure.\n\
                   Colour: off when NO_COLOR is set or stdout is not a terminal (see --color)."
