@@ -111,8 +111,12 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
             .transitions
             .iter()
             .any(|t| t.guarded && t.role != Role::Environment);
+        let (what, steps) = match net.kind {
+            NetKind::Imported => ("net", "transitions"),
+            _ => ("plan", "steps"),
+        };
         let mut msg = format!(
-            "Sound: all {} reachable markings were explored; the plan can always complete, completes cleanly, has no dead steps and is bounded.",
+            "Sound: all {} reachable markings were explored; the {what} can always complete, completes cleanly, has no dead {steps} and is bounded.",
             g.len()
         );
         if guarded {
