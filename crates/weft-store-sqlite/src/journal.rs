@@ -1,0 +1,242 @@
+//! Journal and snapshot statements, as plain functions on a connection: the write ones run
+//! inside the writer's batch transaction, the read ones on a reader connection.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use weft_store::{Appended, Error, GENESIS, Hash, NewRecord, Record, Result, Snapshot};
+
+use crate::schema::map_err;
+
+fn seq_to_sql(seq: u64) -> Result<i64> {
+    i64::try_from(seq).map_err(|_| Error::invalid(format!("sequence number {seq} is too large")))
+}
+
+fn seq_from_sql(v: i64) -> Result<u64> {
+    u64::try_from(v).map_err(|_| Error::Corrupt {
+        message: format!("negative sequence number {v} in the journal"),
+    })
+}
+
+fn hash_from_sql(bytes: &[u8], what: &str) -> Result<Hash> {
+    Hash::from_slice(bytes).ok_or_else(|| Error::Corrupt {
+        message: format!("{what} is not a 32-byte hash"),
+    })
+}
+
+/// A chain-head row: (head_seq, head_hash, base_seq, base_hash).
+type HeadRow = (u64, Hash, u64, Hash);
+
+/// Reads an instance's chain head row.
+pub fn head_row(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT head_seq, head_hash, base_seq, base_hash FROM chain_heads WHERE instance = ?1",
+        )
+        .and_then(|mut s| {
+            s.query_row([instance], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, Vec<u8>>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Vec<u8>>(3)?,
+                ))
+            })
+            .optional()
+        })
+        .map_err(map_err)?;
+    match row {
+        None => Ok(None),
+        Some((hs, hh, bs, bh)) => Ok(Some((
+            seq_from_sql(hs)?,
+            hash_from_sql(&hh, "a chain head hash")?,
+            seq_from_sql(bs)?,
+            hash_from_sql(&bh, "a chain base hash")?,
+        ))),
+    }
+}
+
+/// Appends inside the current transaction, chaining from the stored head.
+pub fn append(conn: &Connection, instance: &str, records: &[NewRecord]) -> Result<Appended> {
+    let (mut seq, mut prev) = match head_row(conn, instance)? {
+        Some((s, h, _, _)) => (s, h),
+        None => (0, GENESIS),
+    };
+    let first_seq = seq + 1;
+    let mut ins = conn
+        .prepare_cached(
+            "INSERT INTO journal (instance, seq, kind, body, at_ms, prev_hash, hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .map_err(map_err)?;
+    for r in records {
+        seq += 1;
+        let hash = Hash::of_record(&prev, seq, &r.kind, &r.body, r.at_ms);
+        ins.execute(params![
+            instance,
+            seq_to_sql(seq)?,
+            r.kind,
+            r.body,
+            r.at_ms,
+            &prev.0[..],
+            &hash.0[..]
+        ])
+        .map_err(map_err)?;
+        prev = hash;
+    }
+    let head_seq = seq_to_sql(seq)?;
+    conn.prepare_cached(
+        "INSERT INTO chain_heads (instance, head_seq, head_hash, base_seq, base_hash)
+         VALUES (?1, ?2, ?3, 0, ?4)
+         ON CONFLICT (instance) DO UPDATE SET head_seq = excluded.head_seq,
+           head_hash = excluded.head_hash",
+    )
+    .and_then(|mut s| s.execute(params![instance, head_seq, &prev.0[..], &GENESIS.0[..]]))
+    .map_err(map_err)?;
+    Ok(Appended {
+        first_seq,
+        last_seq: seq,
+        head: prev,
+    })
+}
+
+/// Reads records in sequence order.
+pub fn read(conn: &Connection, instance: &str, from: u64, limit: u32) -> Result<Vec<Record>> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT seq, kind, body, at_ms, prev_hash, hash FROM journal
+             WHERE instance = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
+        )
+        .map_err(map_err)?;
+    let rows = st
+        .query_map(
+            params![instance, seq_to_sql(from)?, i64::from(limit)],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, Vec<u8>>(4)?,
+                    r.get::<_, Vec<u8>>(5)?,
+                ))
+            },
+        )
+        .map_err(map_err)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (seq, kind, body, at_ms, prev, hash) = row.map_err(map_err)?;
+        out.push(Record {
+            seq: seq_from_sql(seq)?,
+            kind,
+            body,
+            at_ms,
+            prev_hash: hash_from_sql(&prev, "a record's prev_hash")?,
+            hash: hash_from_sql(&hash, "a record's hash")?,
+        });
+    }
+    Ok(out)
+}
+
+fn record_hash(conn: &Connection, instance: &str, seq: u64) -> Result<Option<Hash>> {
+    let seq = seq_to_sql(seq)?;
+    let h: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT hash FROM journal WHERE instance = ?1 AND seq = ?2")
+        .and_then(|mut s| s.query_row(params![instance, seq], |r| r.get(0)).optional())
+        .map_err(map_err)?;
+    h.map(|h| hash_from_sql(&h, "a record's hash")).transpose()
+}
+
+/// Stores a snapshot after checking it against the journal.
+pub fn put_snapshot(conn: &Connection, instance: &str, snap: &Snapshot) -> Result<()> {
+    let (head_seq, _, base_seq, base_hash) =
+        head_row(conn, instance)?.unwrap_or((0, GENESIS, 0, GENESIS));
+    let matches = match record_hash(conn, instance, snap.seq)? {
+        Some(h) => h == snap.hash,
+        None => snap.seq == base_seq && snap.hash == base_hash,
+    };
+    if snap.seq > head_seq || !matches {
+        return Err(Error::invalid(format!(
+            "snapshot of {instance} at seq {} does not match its journal (head {head_seq})",
+            snap.seq
+        )));
+    }
+    let seq = seq_to_sql(snap.seq)?;
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO snapshots (instance, seq, hash, state, at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            instance,
+            seq,
+            &snap.hash.0[..],
+            snap.state,
+            snap.at_ms
+        ])
+    })
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// The latest snapshot.
+pub fn latest_snapshot(conn: &Connection, instance: &str) -> Result<Option<Snapshot>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT seq, hash, state, at_ms FROM snapshots WHERE instance = ?1
+             ORDER BY seq DESC LIMIT 1",
+        )
+        .and_then(|mut s| {
+            s.query_row([instance], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, Vec<u8>>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
+            })
+            .optional()
+        })
+        .map_err(map_err)?;
+    row.map(|(seq, hash, state, at_ms)| {
+        Ok(Snapshot {
+            seq: seq_from_sql(seq)?,
+            hash: hash_from_sql(&hash, "a snapshot hash")?,
+            state,
+            at_ms,
+        })
+    })
+    .transpose()
+}
+
+/// Drops records before `before` behind a covering snapshot.
+pub fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result<u64> {
+    let Some((_, _, base_seq, _)) = head_row(conn, instance)? else {
+        return Ok(0);
+    };
+    if before <= base_seq + 1 {
+        return Ok(0);
+    }
+    let new_base = before - 1;
+    let snap_seq = latest_snapshot(conn, instance)?.map_or(0, |s| s.seq);
+    if snap_seq < new_base {
+        return Err(Error::NoSnapshot {
+            message: format!(
+                "cannot drop {instance}'s journal before seq {before}: the latest snapshot is at seq {snap_seq}"
+            ),
+        });
+    }
+    let base_hash = record_hash(conn, instance, new_base)?.ok_or_else(|| Error::Corrupt {
+        message: format!("{instance}: journal record {new_base} is missing"),
+    })?;
+    let (before_sql, base_sql) = (seq_to_sql(before)?, seq_to_sql(new_base)?);
+    let removed = conn
+        .prepare_cached("DELETE FROM journal WHERE instance = ?1 AND seq < ?2")
+        .and_then(|mut s| s.execute(params![instance, before_sql]))
+        .map_err(map_err)?;
+    conn.prepare_cached("UPDATE chain_heads SET base_seq = ?2, base_hash = ?3 WHERE instance = ?1")
+        .and_then(|mut s| s.execute(params![instance, base_sql, &base_hash.0[..]]))
+        .map_err(map_err)?;
+    conn.prepare_cached("DELETE FROM snapshots WHERE instance = ?1 AND seq < ?2")
+        .and_then(|mut s| s.execute(params![instance, base_sql]))
+        .map_err(map_err)?;
+    Ok(removed as u64)
+}

@@ -1,0 +1,332 @@
+//! weft-store-sqlite: the embedded, default [`weft_store::Store`]: one file under `./.weft/`,
+//! WAL mode, `synchronous=FULL` (every commit is fsync'd), no setup.
+//!
+//! Writes go through one writer thread with **group commit** ([`writer`]): concurrent
+//! appends from many instances share one transaction and one fsync, and each caller is
+//! answered only after its batch committed. Reads use a pool of separate connections.
+//!
+//! ## Driver choice (measured)
+//! `rusqlite` 0.41 (bundled SQLite) against `sqlx` 0.9's SQLite driver: journal-shaped rows
+//! (WAL, `synchronous=FULL`, `WITHOUT ROWID`, 7 columns, 32-byte hashes) inserted in
+//! transactions of 1, 100 and 1,000 rows; release build, 2 cores, other builds running
+//! (load ≈ 2.7), two runs each, rows/s:
+//!
+//! | driver   | batch 1 (1,000 rows)     | batch 100 (10,000 rows) | batch 1,000 (10,000 rows) |
+//! |----------|--------------------------|-------------------------|---------------------------|
+//! | rusqlite | 205 – 234 (4.3–4.9 ms/commit) | 23,600 – 23,800    | 138,000 – 167,000         |
+//! | sqlx     | 337 – 479 (2.1–3.0 ms/commit) | 18,900 – 21,600    | 29,000 – 45,000           |
+//!
+//! A commit of one row is an fsync either way (its spread is the machine's fsync under
+//! load, not the driver). What group commit exercises is the per-row cost inside a large
+//! transaction, where rusqlite is 3–5× faster (sqlx sends every statement through its
+//! worker thread and a channel). rusqlite's synchronous API also fits the dedicated writer
+//! thread directly. Chosen: rusqlite; hence `tokio-postgres` for PostgreSQL (sqlx and
+//! rusqlite cannot both link libsqlite3-sys). The measurement programs were scratch crates
+//! outside the workspace (one per driver, since they cannot be linked together).
+//!
+//! Architecture invariant: nothing but the writer thread writes to the file, so the chain
+//! head read inside an append is never stale and chains cannot fork.
+
+mod journal;
+mod readers;
+mod schema;
+mod state;
+pub mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use weft_store::{
+    Appended, EffectRecorded, Error, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
+    Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store,
+    Timer, check_records,
+};
+
+pub use schema::SCHEMA_VERSION;
+pub use writer::WriterStats;
+
+use readers::Readers;
+use writer::Writer;
+
+/// The embedded store.
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Writer,
+    readers: Readers,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating the file and its directories if needed) the store at `path`.
+    /// Errors: `store_corrupt` for a file that is not a (weft) database, `schema_too_new`
+    /// for one written by a newer weft, `store_unavailable` if it cannot be created.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let p = path.clone();
+        let conn = tokio::task::spawn_blocking(move || schema::open_writer(&p))
+            .await
+            .map_err(|e| Error::backend(format!("opening the SQLite store failed: {e}")))??;
+        Ok(SqliteStore {
+            writer: Writer::start(conn)?,
+            readers: Readers::new(path.clone()),
+            path,
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Commits and jobs so far (commits are fsyncs), for measurements.
+    pub fn writer_stats(&self) -> WriterStats {
+        self.writer.stats()
+    }
+}
+
+/// Opens a store from a location string (`sqlite://path` or a bare path).
+pub async fn open(location: &str) -> Result<Arc<dyn Store>> {
+    match Location::parse(location)? {
+        Location::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path).await?)),
+        Location::Postgres(_) => Err(Error::InvalidUrl {
+            message: "a postgres:// location needs the PostgreSQL backend".into(),
+        }),
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn append(&self, instance: &str, records: Vec<NewRecord>) -> Result<Appended> {
+        check_records(&records)?;
+        if records.is_empty() {
+            let head = self.head(instance).await?;
+            let (seq, hash) = head.unwrap_or((0, GENESIS));
+            return Ok(Appended {
+                first_seq: seq + 1,
+                last_seq: seq,
+                head: hash,
+            });
+        }
+        let instance = instance.to_string();
+        self.writer
+            .submit(move |c| journal::append(c, &instance, &records))
+            .await
+    }
+
+    async fn read(&self, instance: &str, from_seq: u64, limit: u32) -> Result<Vec<Record>> {
+        let instance = instance.to_string();
+        self.readers
+            .run(move |c| journal::read(c, &instance, from_seq, limit))
+            .await
+    }
+
+    async fn head(&self, instance: &str) -> Result<Option<(u64, Hash)>> {
+        let instance = instance.to_string();
+        let row = self
+            .readers
+            .run(move |c| journal::head_row(c, &instance))
+            .await?;
+        Ok(row.map(|(s, h, _, _)| (s, h)))
+    }
+
+    async fn chain_base(&self, instance: &str) -> Result<(u64, Hash)> {
+        let instance = instance.to_string();
+        let row = self
+            .readers
+            .run(move |c| journal::head_row(c, &instance))
+            .await?;
+        Ok(row.map_or((0, GENESIS), |(_, _, s, h)| (s, h)))
+    }
+
+    async fn truncate_before(&self, instance: &str, before: u64) -> Result<u64> {
+        let instance = instance.to_string();
+        self.writer
+            .submit(move |c| journal::truncate_before(c, &instance, before))
+            .await
+    }
+
+    async fn put_snapshot(&self, instance: &str, snapshot: Snapshot) -> Result<()> {
+        let instance = instance.to_string();
+        self.writer
+            .submit(move |c| journal::put_snapshot(c, &instance, &snapshot))
+            .await
+    }
+
+    async fn latest_snapshot(&self, instance: &str) -> Result<Option<Snapshot>> {
+        let instance = instance.to_string();
+        self.readers
+            .run(move |c| journal::latest_snapshot(c, &instance))
+            .await
+    }
+
+    async fn put_plan(
+        &self,
+        tenant: &str,
+        name: &str,
+        document: Value,
+        now_ms: i64,
+    ) -> Result<u32> {
+        let (tenant, name) = (tenant.to_string(), name.to_string());
+        self.writer
+            .submit(move |c| state::put_plan(c, &tenant, &name, &document, now_ms))
+            .await
+    }
+
+    async fn get_plan(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Option<PlanRecord>> {
+        let (tenant, name) = (tenant.to_string(), name.to_string());
+        self.readers
+            .run(move |c| state::get_plan(c, &tenant, &name, version))
+            .await
+    }
+
+    async fn list_plans(&self, tenant: &str) -> Result<Vec<PlanInfo>> {
+        let tenant = tenant.to_string();
+        self.readers
+            .run(move |c| state::list_plans(c, &tenant))
+            .await
+    }
+
+    async fn set_plan_status(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: u32,
+        status: PlanStatus,
+    ) -> Result<()> {
+        let (tenant, name) = (tenant.to_string(), name.to_string());
+        self.writer
+            .submit(move |c| state::set_plan_status(c, &tenant, &name, version, status))
+            .await
+    }
+
+    async fn create_instance(&self, record: InstanceRecord) -> Result<()> {
+        self.writer
+            .submit(move |c| state::create_instance(c, &record))
+            .await
+    }
+
+    async fn update_status(
+        &self,
+        id: &str,
+        status: InstanceStatus,
+        reason: Option<String>,
+        now_ms: i64,
+    ) -> Result<()> {
+        let id = id.to_string();
+        self.writer
+            .submit(move |c| state::update_status(c, &id, status, reason.as_deref(), now_ms))
+            .await
+    }
+
+    async fn get_instance(&self, id: &str) -> Result<Option<InstanceRecord>> {
+        let id = id.to_string();
+        self.readers.run(move |c| state::get_instance(c, &id)).await
+    }
+
+    async fn list_instances(
+        &self,
+        tenant: &str,
+        status: Option<InstanceStatus>,
+        page: Page,
+    ) -> Result<Vec<InstanceRecord>> {
+        let tenant = tenant.to_string();
+        self.readers
+            .run(move |c| state::list_instances(c, &tenant, status, &page))
+            .await
+    }
+
+    async fn non_terminal_instances(&self, page: Page) -> Result<Vec<InstanceRecord>> {
+        self.readers
+            .run(move |c| state::non_terminal(c, &page))
+            .await
+    }
+
+    async fn put_timer(&self, timer: Timer) -> Result<()> {
+        self.writer
+            .submit(move |c| state::put_timer(c, &timer))
+            .await
+    }
+
+    async fn due_timers(&self, now_ms: i64, limit: u32) -> Result<Vec<Timer>> {
+        self.readers
+            .run(move |c| state::due_timers(c, now_ms, limit))
+            .await
+    }
+
+    async fn delete_timer(&self, instance: &str, timer_id: &str) -> Result<bool> {
+        let (instance, timer_id) = (instance.to_string(), timer_id.to_string());
+        self.writer
+            .submit(move |c| state::delete_timer(c, &instance, &timer_id))
+            .await
+    }
+
+    async fn record_effect(&self, key: &str, outcome: Value) -> Result<EffectRecorded> {
+        let key = key.to_string();
+        self.writer
+            .submit(move |c| state::record_effect(c, &key, &outcome))
+            .await
+    }
+
+    async fn get_effect(&self, key: &str) -> Result<Option<Value>> {
+        let key = key.to_string();
+        self.readers.run(move |c| state::get_effect(c, &key)).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        instance: &str,
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let (instance, owner) = (instance.to_string(), owner.to_string());
+        self.writer
+            .submit(move |c| state::acquire_lease(c, &instance, &owner, ttl_ms, now_ms))
+            .await
+    }
+
+    async fn renew_lease(
+        &self,
+        instance: &str,
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let (instance, owner) = (instance.to_string(), owner.to_string());
+        self.writer
+            .submit(move |c| state::renew_lease(c, &instance, &owner, ttl_ms, now_ms))
+            .await
+    }
+
+    async fn release_lease(&self, instance: &str, owner: &str) -> Result<bool> {
+        let (instance, owner) = (instance.to_string(), owner.to_string());
+        self.writer
+            .submit(move |c| state::release_lease(c, &instance, &owner))
+            .await
+    }
+
+    async fn owner_of(&self, instance: &str, now_ms: i64) -> Result<Option<Lease>> {
+        let instance = instance.to_string();
+        self.readers
+            .run(move |c| state::owner_of(c, &instance, now_ms))
+            .await
+    }
+}

@@ -1,0 +1,161 @@
+//! Opening a SQLite store file: pragmas for durability, the schema and its version check,
+//! and the mapping of SQLite failures to [`weft_store::Error`] (a damaged file must be a
+//! clear `store_corrupt`, never a panic).
+
+use std::path::Path;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
+use weft_store::Error;
+
+/// The schema version this build writes. Bump it with a migration in [`migrate`].
+pub const SCHEMA_VERSION: i64 = 1;
+
+const DDL_V1: &str = "
+CREATE TABLE weft_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE journal (
+  instance TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL,
+  at_ms INTEGER NOT NULL, prev_hash BLOB NOT NULL, hash BLOB NOT NULL,
+  PRIMARY KEY (instance, seq)) WITHOUT ROWID;
+CREATE TABLE chain_heads (
+  instance TEXT PRIMARY KEY, head_seq INTEGER NOT NULL, head_hash BLOB NOT NULL,
+  base_seq INTEGER NOT NULL, base_hash BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE snapshots (
+  instance TEXT NOT NULL, seq INTEGER NOT NULL, hash BLOB NOT NULL, state BLOB NOT NULL,
+  at_ms INTEGER NOT NULL, PRIMARY KEY (instance, seq)) WITHOUT ROWID;
+CREATE TABLE plans (
+  tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, status TEXT NOT NULL,
+  document TEXT NOT NULL, created_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (tenant, name, version)) WITHOUT ROWID;
+CREATE TABLE instances (
+  id TEXT PRIMARY KEY, tenant TEXT NOT NULL, plan_name TEXT NOT NULL,
+  plan_version INTEGER NOT NULL, status TEXT NOT NULL, reason TEXT,
+  created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL, parent TEXT);
+CREATE INDEX instances_by_tenant ON instances (tenant, status, id);
+CREATE INDEX instances_by_status ON instances (status, id);
+CREATE TABLE timers (
+  instance TEXT NOT NULL, timer_id TEXT NOT NULL, due_ms INTEGER NOT NULL,
+  payload TEXT NOT NULL, PRIMARY KEY (instance, timer_id)) WITHOUT ROWID;
+CREATE INDEX timers_by_due ON timers (due_ms);
+CREATE TABLE effects (key TEXT PRIMARY KEY, outcome TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE leases (
+  instance TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at_ms INTEGER NOT NULL) WITHOUT ROWID;
+";
+
+/// Maps a SQLite failure to the store error, keeping damage distinct from other failures.
+pub fn map_err(e: rusqlite::Error) -> Error {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => Error::Corrupt {
+            message: format!("the SQLite store is damaged or not a database: {e}"),
+        },
+        Some(ErrorCode::DiskFull) => Error::backend(format!("disk full: {e}")),
+        Some(ErrorCode::CannotOpen) => Error::Unavailable {
+            message: format!("cannot open the SQLite store: {e}"),
+        },
+        _ => Error::backend(e),
+    }
+}
+
+fn with_path(path: &Path, e: Error) -> Error {
+    match e {
+        Error::Corrupt { message } => Error::Corrupt {
+            message: format!("{}: {message}", path.display()),
+        },
+        Error::Unavailable { message } => Error::Unavailable {
+            message: format!("{}: {message}", path.display()),
+        },
+        other => other,
+    }
+}
+
+fn pragmas(conn: &Connection) -> Result<(), Error> {
+    conn.busy_timeout(std::time::Duration::from_secs(30))
+        .map_err(map_err)?;
+    // WAL: readers never block the writer; FULL: every commit fsyncs the WAL (durable).
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .map_err(map_err)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::backend(format!(
+            "could not switch the SQLite store to WAL mode (got `{mode}`)"
+        )));
+    }
+    conn.execute_batch("PRAGMA synchronous=FULL;")
+        .map_err(map_err)
+}
+
+/// Opens (creating if needed) the write connection: checks or creates the schema.
+pub fn open_writer(path: &Path) -> Result<Connection, Error> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::Unavailable {
+            message: format!("cannot create {}: {e}", dir.display()),
+        })?;
+    }
+    let conn = Connection::open(path).map_err(|e| with_path(path, map_err(e)))?;
+    pragmas(&conn).map_err(|e| with_path(path, e))?;
+    migrate(&conn).map_err(|e| with_path(path, e))?;
+    Ok(conn)
+}
+
+/// Opens a read connection to an existing store.
+pub fn open_reader(path: &Path) -> Result<Connection, Error> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| with_path(path, map_err(e)))?;
+    conn.busy_timeout(std::time::Duration::from_secs(30))
+        .and_then(|()| conn.execute_batch("PRAGMA query_only=1;"))
+        .map_err(|e| with_path(path, map_err(e)))?;
+    Ok(conn)
+}
+
+/// Reads the stored schema version: `None` for an empty database.
+fn stored_version(conn: &Connection) -> Result<Option<i64>, Error> {
+    let tables: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+        .map_err(map_err)?;
+    if tables == 0 {
+        return Ok(None);
+    }
+    let has_meta: Option<String> = conn
+        .query_row(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name='weft_meta'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(map_err)?;
+    if has_meta.is_none() {
+        return Err(Error::Corrupt {
+            message: "a SQLite database, but not a weft store (no weft_meta table)".into(),
+        });
+    }
+    let v: Option<i64> = conn
+        .query_row(
+            "SELECT value FROM weft_meta WHERE key='schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(map_err)?;
+    v.map(Some).ok_or_else(|| Error::Corrupt {
+        message: "the weft store has no schema version".into(),
+    })
+}
+
+/// Creates the schema in an empty database, or checks that a stored one is not newer.
+fn migrate(conn: &Connection) -> Result<(), Error> {
+    match stored_version(conn)? {
+        None => {
+            let ddl = format!(
+                "BEGIN IMMEDIATE; {DDL_V1} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;"
+            );
+            conn.execute_batch(&ddl).map_err(|e| {
+                let _ = conn.execute_batch("ROLLBACK");
+                map_err(e)
+            })
+        }
+        Some(v) if v > SCHEMA_VERSION => Err(Error::SchemaTooNew {
+            found: v,
+            supported: SCHEMA_VERSION,
+        }),
+        Some(_) => Ok(()),
+    }
+}

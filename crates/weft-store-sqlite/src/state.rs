@@ -1,0 +1,420 @@
+//! Statements for everything beside the journal: plans, instance records, timers,
+//! idempotency records and leases.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::Value;
+use weft_store::{
+    EffectRecorded, Error, InstanceRecord, InstanceStatus, Lease, Page, PlanInfo, PlanRecord,
+    PlanStatus, Result, Timer,
+};
+
+use crate::schema::map_err;
+
+fn to_json_text(v: &Value) -> Result<String> {
+    serde_json::to_string(v).map_err(Error::invalid)
+}
+
+fn from_json_text(s: &str, what: &str) -> Result<Value> {
+    serde_json::from_str(s).map_err(|e| Error::Corrupt {
+        message: format!("stored {what} is not valid JSON: {e}"),
+    })
+}
+
+fn version_from_sql(v: i64) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::Corrupt {
+        message: format!("plan version {v} out of range"),
+    })
+}
+
+// --- plans -------------------------------------------------------------------------------
+
+/// Stores the next version of a plan.
+pub fn put_plan(conn: &Connection, tenant: &str, name: &str, doc: &Value, now: i64) -> Result<u32> {
+    let next: i64 = conn
+        .prepare_cached(
+            "SELECT COALESCE(MAX(version), 0) + 1 FROM plans WHERE tenant = ?1 AND name = ?2",
+        )
+        .and_then(|mut s| s.query_row([tenant, name], |r| r.get(0)))
+        .map_err(map_err)?;
+    let doc = to_json_text(doc)?;
+    conn.prepare_cached(
+        "INSERT INTO plans (tenant, name, version, status, document, created_at_ms)
+         VALUES (?1, ?2, ?3, 'template', ?4, ?5)",
+    )
+    .and_then(|mut s| s.execute(params![tenant, name, next, doc, now]))
+    .map_err(map_err)?;
+    version_from_sql(next)
+}
+
+fn plan_info(r: &Row<'_>) -> rusqlite::Result<(String, String, i64, String, i64)> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+}
+
+fn to_info(row: (String, String, i64, String, i64)) -> Result<PlanInfo> {
+    let (tenant, name, version, status, created_at_ms) = row;
+    Ok(PlanInfo {
+        tenant,
+        name,
+        version: version_from_sql(version)?,
+        status: PlanStatus::parse(&status)?,
+        created_at_ms,
+    })
+}
+
+/// A plan version (latest when `version` is `None`).
+pub fn get_plan(
+    conn: &Connection,
+    tenant: &str,
+    name: &str,
+    version: Option<u32>,
+) -> Result<Option<PlanRecord>> {
+    let sql = "SELECT tenant, name, version, status, created_at_ms, document FROM plans
+               WHERE tenant = ?1 AND name = ?2 AND (?3 IS NULL OR version = ?3)
+               ORDER BY version DESC LIMIT 1";
+    let row = conn
+        .prepare_cached(sql)
+        .and_then(|mut s| {
+            s.query_row(params![tenant, name, version.map(i64::from)], |r| {
+                Ok((plan_info(r)?, r.get::<_, String>(5)?))
+            })
+            .optional()
+        })
+        .map_err(map_err)?;
+    row.map(|(info, doc)| {
+        Ok(PlanRecord {
+            info: to_info(info)?,
+            document: from_json_text(&doc, "plan document")?,
+        })
+    })
+    .transpose()
+}
+
+/// Every version of a tenant's plans.
+pub fn list_plans(conn: &Connection, tenant: &str) -> Result<Vec<PlanInfo>> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT tenant, name, version, status, created_at_ms FROM plans WHERE tenant = ?1
+             ORDER BY name, version",
+        )
+        .map_err(map_err)?;
+    let rows = st.query_map([tenant], plan_info).map_err(map_err)?;
+    rows.map(|r| to_info(r.map_err(map_err)?)).collect()
+}
+
+/// Changes a plan version's status.
+pub fn set_plan_status(
+    conn: &Connection,
+    tenant: &str,
+    name: &str,
+    version: u32,
+    status: PlanStatus,
+) -> Result<()> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE plans SET status = ?4 WHERE tenant = ?1 AND name = ?2 AND version = ?3",
+        )
+        .and_then(|mut s| s.execute(params![tenant, name, i64::from(version), status.as_str()]))
+        .map_err(map_err)?;
+    if n == 0 {
+        return Err(Error::not_found(format!(
+            "plan {tenant}/{name} version {version}"
+        )));
+    }
+    Ok(())
+}
+
+// --- instances ---------------------------------------------------------------------------
+
+const INSTANCE_COLS: &str =
+    "id, tenant, plan_name, plan_version, status, reason, created_at_ms, updated_at_ms, parent";
+
+type InstanceRow = (
+    String,
+    String,
+    String,
+    i64,
+    String,
+    Option<String>,
+    i64,
+    i64,
+    Option<String>,
+);
+
+fn instance_row(r: &Row<'_>) -> rusqlite::Result<InstanceRow> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+        r.get(8)?,
+    ))
+}
+
+fn to_instance(row: InstanceRow) -> Result<InstanceRecord> {
+    let (id, tenant, plan_name, v, status, reason, created_at_ms, updated_at_ms, parent) = row;
+    Ok(InstanceRecord {
+        id,
+        tenant,
+        plan_name,
+        plan_version: version_from_sql(v)?,
+        status: InstanceStatus::parse(&status)?,
+        reason,
+        created_at_ms,
+        updated_at_ms,
+        parent,
+    })
+}
+
+/// Creates an instance record.
+pub fn create_instance(conn: &Connection, r: &InstanceRecord) -> Result<()> {
+    let n = conn
+        .prepare_cached(&format!(
+            "INSERT OR IGNORE INTO instances ({INSTANCE_COLS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)"
+        ))
+        .and_then(|mut s| {
+            s.execute(params![
+                r.id,
+                r.tenant,
+                r.plan_name,
+                i64::from(r.plan_version),
+                r.status.as_str(),
+                r.reason,
+                r.created_at_ms,
+                r.updated_at_ms,
+                r.parent
+            ])
+        })
+        .map_err(map_err)?;
+    if n == 0 {
+        return Err(Error::Conflict {
+            what: format!("instance {} already exists", r.id),
+        });
+    }
+    Ok(())
+}
+
+/// Updates an instance's status.
+pub fn update_status(
+    conn: &Connection,
+    id: &str,
+    status: InstanceStatus,
+    reason: Option<&str>,
+    now: i64,
+) -> Result<()> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE instances SET status = ?2, reason = ?3, updated_at_ms = ?4 WHERE id = ?1",
+        )
+        .and_then(|mut s| s.execute(params![id, status.as_str(), reason, now]))
+        .map_err(map_err)?;
+    if n == 0 {
+        return Err(Error::not_found(format!("instance {id}")));
+    }
+    Ok(())
+}
+
+fn query_instances(
+    conn: &Connection,
+    where_sql: &str,
+    args: &[&dyn rusqlite::ToSql],
+) -> Result<Vec<InstanceRecord>> {
+    let sql = format!("SELECT {INSTANCE_COLS} FROM instances WHERE {where_sql}");
+    let mut st = conn.prepare_cached(&sql).map_err(map_err)?;
+    let rows = st.query_map(args, instance_row).map_err(map_err)?;
+    rows.map(|r| to_instance(r.map_err(map_err)?)).collect()
+}
+
+/// One instance record.
+pub fn get_instance(conn: &Connection, id: &str) -> Result<Option<InstanceRecord>> {
+    Ok(query_instances(conn, "id = ?1", &[&id])?.into_iter().next())
+}
+
+/// A tenant's instances, by id, one page.
+pub fn list_instances(
+    conn: &Connection,
+    tenant: &str,
+    status: Option<InstanceStatus>,
+    page: &Page,
+) -> Result<Vec<InstanceRecord>> {
+    let limit = i64::from(page.checked_limit()?);
+    let status = status.map(InstanceStatus::as_str);
+    query_instances(
+        conn,
+        "tenant = ?1 AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id > ?3)
+         ORDER BY id LIMIT ?4",
+        &[&tenant, &status, &page.after, &limit],
+    )
+}
+
+/// Non-terminal instances of all tenants, by id, one page.
+pub fn non_terminal(conn: &Connection, page: &Page) -> Result<Vec<InstanceRecord>> {
+    let limit = i64::from(page.checked_limit()?);
+    query_instances(
+        conn,
+        "status IN ('running', 'stuck', 'paused') AND (?1 IS NULL OR id > ?1)
+         ORDER BY id LIMIT ?2",
+        &[&page.after, &limit],
+    )
+}
+
+// --- timers ------------------------------------------------------------------------------
+
+/// Sets or moves a timer.
+pub fn put_timer(conn: &Connection, t: &Timer) -> Result<()> {
+    let payload = to_json_text(&t.payload)?;
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO timers (instance, timer_id, due_ms, payload) VALUES (?1,?2,?3,?4)",
+    )
+    .and_then(|mut s| s.execute(params![t.instance, t.timer_id, t.due_ms, payload]))
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Due timers, earliest first.
+pub fn due_timers(conn: &Connection, now: i64, limit: u32) -> Result<Vec<Timer>> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT instance, timer_id, due_ms, payload FROM timers WHERE due_ms <= ?1
+             ORDER BY due_ms, instance, timer_id LIMIT ?2",
+        )
+        .map_err(map_err)?;
+    let rows = st
+        .query_map(params![now, i64::from(limit)], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })
+        .map_err(map_err)?;
+    rows.map(|r| {
+        let (instance, timer_id, due_ms, payload) = r.map_err(map_err)?;
+        Ok(Timer {
+            instance,
+            timer_id,
+            due_ms,
+            payload: from_json_text(&payload, "timer payload")?,
+        })
+    })
+    .collect()
+}
+
+/// Removes a timer.
+pub fn delete_timer(conn: &Connection, instance: &str, timer_id: &str) -> Result<bool> {
+    let n = conn
+        .prepare_cached("DELETE FROM timers WHERE instance = ?1 AND timer_id = ?2")
+        .and_then(|mut s| s.execute([instance, timer_id]))
+        .map_err(map_err)?;
+    Ok(n > 0)
+}
+
+// --- effects -----------------------------------------------------------------------------
+
+/// Records an effect outcome unless the key exists.
+pub fn record_effect(conn: &Connection, key: &str, outcome: &Value) -> Result<EffectRecorded> {
+    let outcome = to_json_text(outcome)?;
+    let n = conn
+        .prepare_cached("INSERT OR IGNORE INTO effects (key, outcome) VALUES (?1, ?2)")
+        .and_then(|mut s| s.execute(params![key, outcome]))
+        .map_err(map_err)?;
+    if n > 0 {
+        return Ok(EffectRecorded::Inserted);
+    }
+    match get_effect(conn, key)? {
+        Some(v) => Ok(EffectRecorded::AlreadyExists(v)),
+        None => Err(Error::backend(format!(
+            "effect {key} vanished while being recorded"
+        ))),
+    }
+}
+
+/// An effect's recorded outcome.
+pub fn get_effect(conn: &Connection, key: &str) -> Result<Option<Value>> {
+    let s: Option<String> = conn
+        .prepare_cached("SELECT outcome FROM effects WHERE key = ?1")
+        .and_then(|mut s| s.query_row([key], |r| r.get(0)).optional())
+        .map_err(map_err)?;
+    s.map(|s| from_json_text(&s, "effect outcome")).transpose()
+}
+
+// --- leases ------------------------------------------------------------------------------
+
+fn expiry(now: i64, ttl: i64) -> Result<i64> {
+    if ttl <= 0 {
+        return Err(Error::invalid(format!(
+            "lease ttl {ttl} ms must be positive"
+        )));
+    }
+    Ok(now.saturating_add(ttl))
+}
+
+/// Takes or extends a lease.
+pub fn acquire_lease(
+    conn: &Connection,
+    instance: &str,
+    owner: &str,
+    ttl: i64,
+    now: i64,
+) -> Result<bool> {
+    let expires = expiry(now, ttl)?;
+    let n = conn
+        .prepare_cached(
+            "INSERT INTO leases (instance, owner, expires_at_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (instance) DO UPDATE SET owner = excluded.owner,
+               expires_at_ms = excluded.expires_at_ms
+             WHERE leases.owner = excluded.owner OR leases.expires_at_ms <= ?4",
+        )
+        .and_then(|mut s| s.execute(params![instance, owner, expires, now]))
+        .map_err(map_err)?;
+    Ok(n > 0)
+}
+
+/// Extends a live lease held by `owner`.
+pub fn renew_lease(
+    conn: &Connection,
+    instance: &str,
+    owner: &str,
+    ttl: i64,
+    now: i64,
+) -> Result<bool> {
+    let expires = expiry(now, ttl)?;
+    let n = conn
+        .prepare_cached(
+            "UPDATE leases SET expires_at_ms = ?3
+             WHERE instance = ?1 AND owner = ?2 AND expires_at_ms > ?4",
+        )
+        .and_then(|mut s| s.execute(params![instance, owner, expires, now]))
+        .map_err(map_err)?;
+    Ok(n > 0)
+}
+
+/// Gives a lease up.
+pub fn release_lease(conn: &Connection, instance: &str, owner: &str) -> Result<bool> {
+    let n = conn
+        .prepare_cached("DELETE FROM leases WHERE instance = ?1 AND owner = ?2")
+        .and_then(|mut s| s.execute([instance, owner]))
+        .map_err(map_err)?;
+    Ok(n > 0)
+}
+
+/// The live lease.
+pub fn owner_of(conn: &Connection, instance: &str, now: i64) -> Result<Option<Lease>> {
+    conn.prepare_cached(
+        "SELECT owner, expires_at_ms FROM leases WHERE instance = ?1 AND expires_at_ms > ?2",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![instance, now], |r| {
+            Ok(Lease {
+                owner: r.get(0)?,
+                expires_at_ms: r.get(1)?,
+            })
+        })
+        .optional()
+    })
+    .map_err(map_err)
+}

@@ -1,0 +1,238 @@
+//! Conformance cases for everything beside the journal: plans, instance records, timers,
+//! idempotency records and leases.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use crate::{EffectRecorded, InstanceRecord, InstanceStatus, Page, PlanStatus, Store, Timer};
+
+fn instance(id: &str, tenant: &str, status: InstanceStatus) -> InstanceRecord {
+    InstanceRecord {
+        id: id.to_string(),
+        tenant: tenant.to_string(),
+        plan_name: "p".to_string(),
+        plan_version: 1,
+        status,
+        reason: None,
+        created_at_ms: 10,
+        updated_at_ms: 10,
+        parent: None,
+    }
+}
+
+/// Versions count per (tenant, name); status changes stick; documents round-trip in order.
+pub async fn plans_versioned_with_status(s: Arc<dyn Store>) {
+    let doc1 = json!({"plan_name": "a", "steps": {"z": 1, "a": 2}});
+    let doc2 = json!({"plan_name": "a", "v": 2});
+    assert_eq!(s.put_plan("t1", "a", doc1.clone(), 1).await.unwrap(), 1);
+    assert_eq!(s.put_plan("t1", "a", doc2.clone(), 2).await.unwrap(), 2);
+    assert_eq!(s.put_plan("t1", "b", json!({}), 3).await.unwrap(), 1);
+    assert_eq!(s.put_plan("t2", "a", json!({}), 4).await.unwrap(), 1);
+    let latest = s.get_plan("t1", "a", None).await.unwrap().unwrap();
+    assert_eq!((latest.info.version, &latest.document), (2, &doc2));
+    assert_eq!(latest.info.status, PlanStatus::Template);
+    let v1 = s.get_plan("t1", "a", Some(1)).await.unwrap().unwrap();
+    assert_eq!(
+        serde_json::to_string(&v1.document).unwrap(),
+        serde_json::to_string(&doc1).unwrap()
+    );
+    assert_eq!(v1.info.created_at_ms, 1);
+    assert!(s.get_plan("t1", "a", Some(3)).await.unwrap().is_none());
+    assert!(s.get_plan("t3", "a", None).await.unwrap().is_none());
+    s.set_plan_status("t1", "a", 1, PlanStatus::Archived)
+        .await
+        .unwrap();
+    s.set_plan_status("t1", "a", 2, PlanStatus::Active)
+        .await
+        .unwrap();
+    let err = s
+        .set_plan_status("t1", "a", 7, PlanStatus::Active)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "not_found");
+    let list = s.list_plans("t1").await.unwrap();
+    let summary: Vec<_> = list
+        .iter()
+        .map(|p| (p.name.as_str(), p.version, p.status))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("a", 1, PlanStatus::Archived),
+            ("a", 2, PlanStatus::Active),
+            ("b", 1, PlanStatus::Template)
+        ]
+    );
+}
+
+/// Instances are listed by tenant and status with keyset paging; recovery sees only
+/// non-terminal ones.
+pub async fn instances_created_listed_and_paged(s: Arc<dyn Store>) {
+    for i in 0..7 {
+        let st = if i % 2 == 0 {
+            InstanceStatus::Running
+        } else {
+            InstanceStatus::Completed
+        };
+        s.create_instance(instance(&format!("i{i}"), "t1", st))
+            .await
+            .unwrap();
+    }
+    let mut child = instance("c1", "t2", InstanceStatus::Paused);
+    child.parent = Some("i0".into());
+    s.create_instance(child.clone()).await.unwrap();
+    assert_eq!(s.get_instance("c1").await.unwrap(), Some(child));
+    assert!(s.get_instance("zz").await.unwrap().is_none());
+
+    let running = s
+        .list_instances("t1", Some(InstanceStatus::Running), Page::first(100))
+        .await
+        .unwrap();
+    assert_eq!(
+        running.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["i0", "i2", "i4", "i6"]
+    );
+    let p1 = s.list_instances("t1", None, Page::first(3)).await.unwrap();
+    assert_eq!(
+        p1.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["i0", "i1", "i2"]
+    );
+    let p2 = s
+        .list_instances(
+            "t1",
+            None,
+            Page {
+                after: Some("i2".into()),
+                limit: 3,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        p2.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["i3", "i4", "i5"]
+    );
+    assert_eq!(
+        s.list_instances("t1", None, Page::first(0))
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_input"
+    );
+
+    s.update_status("i0", InstanceStatus::Failed, Some("boom".into()), 99)
+        .await
+        .unwrap();
+    let i0 = s.get_instance("i0").await.unwrap().unwrap();
+    assert_eq!(
+        (i0.status, i0.reason.as_deref(), i0.updated_at_ms),
+        (InstanceStatus::Failed, Some("boom"), 99)
+    );
+    assert_eq!(i0.created_at_ms, 10);
+    let live = s.non_terminal_instances(Page::first(100)).await.unwrap();
+    assert_eq!(
+        live.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["c1", "i2", "i4", "i6"]
+    );
+    let live2 = s
+        .non_terminal_instances(Page {
+            after: Some("i2".into()),
+            limit: 1,
+        })
+        .await
+        .unwrap();
+    assert_eq!(live2[0].id, "i4");
+}
+
+/// Creating an existing id is a conflict; updating a missing one is not_found.
+pub async fn instance_conflicts_and_missing(s: Arc<dyn Store>) {
+    s.create_instance(instance("x", "t", InstanceStatus::Running))
+        .await
+        .unwrap();
+    let err = s
+        .create_instance(instance("x", "t", InstanceStatus::Running))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "conflict");
+    let err = s
+        .update_status("y", InstanceStatus::Stopped, None, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "not_found");
+}
+
+/// Due timers come earliest first, up to the limit; put moves a timer; delete removes it.
+pub async fn timers_due_in_order(s: Arc<dyn Store>) {
+    let t = |inst: &str, id: &str, due: i64| Timer {
+        instance: inst.into(),
+        timer_id: id.into(),
+        due_ms: due,
+        payload: json!({"id": id}),
+    };
+    s.put_timer(t("a", "t1", 300)).await.unwrap();
+    s.put_timer(t("a", "t2", 100)).await.unwrap();
+    s.put_timer(t("b", "t1", 200)).await.unwrap();
+    s.put_timer(t("b", "t9", 5_000)).await.unwrap();
+    let due = s.due_timers(300, 10).await.unwrap();
+    let ids: Vec<_> = due
+        .iter()
+        .map(|t| (t.instance.as_str(), t.timer_id.as_str(), t.due_ms))
+        .collect();
+    assert_eq!(ids, [("a", "t2", 100), ("b", "t1", 200), ("a", "t1", 300)]);
+    assert_eq!(due[0].payload, json!({"id": "t2"}));
+    assert_eq!(s.due_timers(300, 1).await.unwrap().len(), 1);
+    s.put_timer(t("a", "t2", 10_000)).await.unwrap();
+    assert_eq!(s.due_timers(300, 10).await.unwrap().len(), 2);
+    assert!(s.delete_timer("b", "t1").await.unwrap());
+    assert!(!s.delete_timer("b", "t1").await.unwrap());
+    assert_eq!(s.due_timers(i64::MAX, 10).await.unwrap().len(), 3);
+}
+
+/// The first outcome recorded under a key wins, concurrently too.
+pub async fn effects_recorded_once(s: Arc<dyn Store>) {
+    assert!(s.get_effect("k").await.unwrap().is_none());
+    assert_eq!(
+        s.record_effect("k", json!({"ok": 1})).await.unwrap(),
+        EffectRecorded::Inserted
+    );
+    assert_eq!(
+        s.record_effect("k", json!({"ok": 2})).await.unwrap(),
+        EffectRecorded::AlreadyExists(json!({"ok": 1}))
+    );
+    assert_eq!(s.get_effect("k").await.unwrap(), Some(json!({"ok": 1})));
+    let tasks: Vec<_> = (0..10)
+        .map(|i| {
+            let s = s.clone();
+            tokio::spawn(async move { s.record_effect("race", json!(i)).await.unwrap() })
+        })
+        .collect();
+    let inserted = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .filter(|r| matches!(r.as_ref().unwrap(), EffectRecorded::Inserted))
+        .count();
+    assert_eq!(inserted, 1);
+}
+
+/// A live lease of another owner is never taken; an expired one is; renew and release only
+/// work for the holder.
+pub async fn leases_exclusive_until_expiry(s: Arc<dyn Store>) {
+    assert!(s.owner_of("i", 0).await.unwrap().is_none());
+    assert!(s.acquire_lease("i", "p1", 1_000, 0).await.unwrap());
+    assert!(!s.acquire_lease("i", "p2", 1_000, 500).await.unwrap());
+    assert!(s.acquire_lease("i", "p1", 1_000, 500).await.unwrap());
+    let l = s.owner_of("i", 600).await.unwrap().unwrap();
+    assert_eq!((l.owner.as_str(), l.expires_at_ms), ("p1", 1_500));
+    assert!(!s.renew_lease("i", "p2", 1_000, 600).await.unwrap());
+    assert!(s.renew_lease("i", "p1", 1_000, 1_000).await.unwrap());
+    assert!(!s.acquire_lease("i", "p2", 1_000, 1_999).await.unwrap());
+    // Expired: p2 takes it; p1 can no longer renew or release.
+    assert!(s.owner_of("i", 2_000).await.unwrap().is_none());
+    assert!(s.acquire_lease("i", "p2", 1_000, 2_000).await.unwrap());
+    assert!(!s.renew_lease("i", "p1", 1_000, 2_001).await.unwrap());
+    assert!(!s.release_lease("i", "p1").await.unwrap());
+    assert!(s.release_lease("i", "p2").await.unwrap());
+    assert!(s.acquire_lease("i", "p1", 1_000, 2_002).await.unwrap());
+    assert!(s.owner_of("other", 0).await.unwrap().is_none());
+}

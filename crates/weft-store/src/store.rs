@@ -1,0 +1,187 @@
+//! The [`Store`] trait: everything weft keeps durably, one object-safe async trait so the
+//! runtime holds an `Arc<dyn Store>` and never names a backend.
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::chain::{Hash, Verifier, VerifyReport};
+use crate::error::{Error, Result};
+use crate::types::{
+    Appended, EffectRecorded, InstanceRecord, InstanceStatus, Lease, NewRecord, Page, PlanInfo,
+    PlanRecord, PlanStatus, Record, Snapshot, Timer,
+};
+
+/// Records read per round trip by [`Store::verify`].
+const VERIFY_PAGE: u32 = 1_000;
+
+/// Durable state of weft. Every method is atomic; a returned `Ok` means committed durably.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Backend name (`sqlite`, `postgres`), for messages.
+    fn backend(&self) -> &'static str;
+
+    // --- journal -------------------------------------------------------------------------
+
+    /// Appends records to an instance's journal, atomically: all or none. The store assigns
+    /// contiguous sequence numbers after the current head and chains the hashes inside the
+    /// transaction, so concurrent appenders to one instance serialize instead of forking.
+    /// Resolves after the commit is durable; concurrent calls may share one commit (group
+    /// commit). An empty batch changes nothing and returns the current head.
+    async fn append(&self, instance: &str, records: Vec<NewRecord>) -> Result<Appended>;
+
+    /// Up to `limit` records with `seq >= from_seq`, in sequence order.
+    async fn read(&self, instance: &str, from_seq: u64, limit: u32) -> Result<Vec<Record>>;
+
+    /// The chain head: last sequence number and its hash (`None` if nothing was appended).
+    async fn head(&self, instance: &str) -> Result<Option<(u64, Hash)>>;
+
+    /// Where the kept journal starts: `(seq, hash)` of the last record dropped by
+    /// [`Store::truncate_before`], or `(0, GENESIS)`.
+    async fn chain_base(&self, instance: &str) -> Result<(u64, Hash)>;
+
+    /// Drops records with `seq < before`. Refused (`no_snapshot`) unless a snapshot at
+    /// `seq >= before - 1` exists, so compaction never loses state; snapshots older than the
+    /// new base are dropped too. Returns how many records were removed.
+    async fn truncate_before(&self, instance: &str, before: u64) -> Result<u64>;
+
+    /// Last sequence number (0 if nothing was appended).
+    async fn last_seq(&self, instance: &str) -> Result<u64> {
+        Ok(self.head(instance).await?.map_or(0, |(seq, _)| seq))
+    }
+
+    /// Checks the instance's whole kept journal against its hash chain and head.
+    /// A broken chain is `Err(Error::Chain(..))` naming the first bad sequence number.
+    async fn verify(&self, instance: &str) -> Result<VerifyReport> {
+        let (base_seq, base_hash) = self.chain_base(instance).await?;
+        let mut v = Verifier::new(instance, base_seq, base_hash);
+        // Read from the base, not from the next expected seq, so stray records below it
+        // show up as a gap instead of being skipped.
+        let mut from = base_seq + 1;
+        loop {
+            let page = self.read(instance, from, VERIFY_PAGE).await?;
+            let Some(last) = page.last() else { break };
+            from = last.seq.saturating_add(1);
+            let full = page.len() == VERIFY_PAGE as usize;
+            for r in &page {
+                v.push(r).map_err(Error::Chain)?;
+            }
+            if !full {
+                break;
+            }
+        }
+        let head = self.head(instance).await?;
+        v.finish(head).map_err(Error::Chain)
+    }
+
+    // --- snapshots -----------------------------------------------------------------------
+
+    /// Stores a snapshot taken after record `snapshot.seq`. Rejected (`invalid_input`) if
+    /// that record exists with a different hash, or lies beyond the head.
+    async fn put_snapshot(&self, instance: &str, snapshot: Snapshot) -> Result<()>;
+
+    /// The snapshot with the highest sequence number.
+    async fn latest_snapshot(&self, instance: &str) -> Result<Option<Snapshot>>;
+
+    // --- plans ---------------------------------------------------------------------------
+
+    /// Stores a new version of a plan (status `template`); versions count 1, 2, … per
+    /// (tenant, name).
+    async fn put_plan(&self, tenant: &str, name: &str, document: Value, now_ms: i64)
+    -> Result<u32>;
+
+    /// A plan version, or the latest one when `version` is `None`.
+    async fn get_plan(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Option<PlanRecord>>;
+
+    /// Every version of every plan of a tenant, by name then version.
+    async fn list_plans(&self, tenant: &str) -> Result<Vec<PlanInfo>>;
+
+    /// Changes a version's status (`not_found` if it does not exist).
+    async fn set_plan_status(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: u32,
+        status: PlanStatus,
+    ) -> Result<()>;
+
+    // --- instances -----------------------------------------------------------------------
+
+    /// Creates an instance record (`conflict` if the id exists).
+    async fn create_instance(&self, record: InstanceRecord) -> Result<()>;
+
+    /// Sets an instance's status and reason (`not_found` if it does not exist).
+    async fn update_status(
+        &self,
+        id: &str,
+        status: InstanceStatus,
+        reason: Option<String>,
+        now_ms: i64,
+    ) -> Result<()>;
+
+    /// An instance record.
+    async fn get_instance(&self, id: &str) -> Result<Option<InstanceRecord>>;
+
+    /// A tenant's instances, optionally of one status, by id.
+    async fn list_instances(
+        &self,
+        tenant: &str,
+        status: Option<InstanceStatus>,
+        page: Page,
+    ) -> Result<Vec<InstanceRecord>>;
+
+    /// All tenants' instances that are not terminal, by id: what recovery rebuilds.
+    async fn non_terminal_instances(&self, page: Page) -> Result<Vec<InstanceRecord>>;
+
+    // --- timers --------------------------------------------------------------------------
+
+    /// Sets (or moves) a timer.
+    async fn put_timer(&self, timer: Timer) -> Result<()>;
+
+    /// Up to `limit` timers with `due_ms <= now_ms`, earliest first.
+    async fn due_timers(&self, now_ms: i64, limit: u32) -> Result<Vec<Timer>>;
+
+    /// Removes a timer; `false` if it did not exist.
+    async fn delete_timer(&self, instance: &str, timer_id: &str) -> Result<bool>;
+
+    // --- idempotency records -------------------------------------------------------------
+
+    /// Records an effect's outcome under its idempotency key, unless the key is already
+    /// recorded, in which case the first outcome is returned and kept.
+    async fn record_effect(&self, key: &str, outcome: Value) -> Result<EffectRecorded>;
+
+    /// The recorded outcome of an effect.
+    async fn get_effect(&self, key: &str) -> Result<Option<Value>>;
+
+    // --- leases --------------------------------------------------------------------------
+
+    /// Takes or extends the lease on an instance for `ttl_ms` from `now_ms`. Succeeds if
+    /// there is no lease, it is `owner`'s, or it expired (`expires_at_ms <= now_ms`); a live
+    /// lease of another owner is never taken.
+    async fn acquire_lease(
+        &self,
+        instance: &str,
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool>;
+
+    /// Extends `owner`'s live lease; `false` if it is not (or no longer) theirs.
+    async fn renew_lease(
+        &self,
+        instance: &str,
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool>;
+
+    /// Gives the lease up; `false` if `owner` did not hold it.
+    async fn release_lease(&self, instance: &str, owner: &str) -> Result<bool>;
+
+    /// The live lease on an instance, if any.
+    async fn owner_of(&self, instance: &str, now_ms: i64) -> Result<Option<Lease>>;
+}
