@@ -91,3 +91,25 @@ pub fn register_pure(reg: &mut Registry) {
         },
     )));
 }
+
+/// Registers every built-in tool: the in-memory ones, and the I/O ones configured by `cfg`
+/// (`process.run` only when `cfg.process.enabled`). The LLM tools (`llm.complete`,
+/// `agent.react`) are registered by the LLM layer.
+pub fn register_all(reg: &mut Registry, cfg: &crate::ToolsConfig) {
+    register_pure(reg);
+    reg.register(Arc::new(crate::http::HttpTool::new(&cfg.http)));
+    crate::timer::register(reg);
+    crate::context::register(reg);
+    reg.register(Arc::new(crate::email::EmailTool::new(&cfg.email)));
+    reg.register(Arc::new(crate::plan_run::PlanRunTool::new()));
+    if cfg.process.enabled {
+        reg.register(Arc::new(crate::process::ProcessTool::new(&cfg.process)));
+    }
+}
+
+/// A registry with every built-in tool under the default (offline, locked-down) config.
+pub fn default_registry() -> Registry {
+    let mut reg = Registry::new();
+    register_all(&mut reg, &crate::ToolsConfig::default());
+    reg
+}

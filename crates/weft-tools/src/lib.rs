@@ -8,7 +8,16 @@
 //! free of any dependency on the runtime crate.
 
 pub mod builtin;
+pub mod config;
+pub mod context;
+pub mod email;
+pub mod http;
+mod http_guard;
+pub mod plan_run;
+pub mod process;
 pub mod registry;
+mod support;
+pub mod timer;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,6 +27,8 @@ use std::time::Instant;
 use serde_json::Value;
 pub use weft_core::catalog::{Effect, ToolSpec};
 
+pub use builtin::{default_registry, register_all};
+pub use config::{EmailConfig, HttpConfig, ProcessConfig, SmtpConfig, SmtpSecurity, ToolsConfig};
 pub use registry::Registry;
 
 /// A boxed future, as returned by tools.

@@ -1,0 +1,227 @@
+//! `send_email`: SMTP through `lettre` when a relay is configured, otherwise a local outbox.
+//!
+//! The outbox makes the seed sample plan (and any plan under test) run offline: each message
+//! becomes one `.eml` file named by a hash of the tenant and the call's idempotency key, so a
+//! retried or recovered call with the same key finds its message already there and does not
+//! deliver a second one. Files are written to a temporary name and renamed, so a crash never
+//! leaves half a message. Over SMTP the Message-ID is derived from the same hash, which lets
+//! receivers that dedupe on Message-ID drop a resend after a crash.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lettre::message::header::{Cc, ContentType, To};
+use lettre::message::{Mailbox, Mailboxes};
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use serde::Deserialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::builtin::builtin_spec;
+use crate::config::{EmailConfig, SmtpConfig, SmtpSecurity};
+use crate::support::{invalid, parse_args, snippet};
+use crate::{BoxFuture, Tool, ToolContext, ToolError, ToolSpec};
+
+const NAME: &str = "send_email";
+
+/// The `send_email` tool.
+pub struct EmailTool {
+    spec: ToolSpec,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: EmailConfig,
+    /// Built once when SMTP is configured; a bad relay setting is reported on each call.
+    smtp: Option<Result<AsyncSmtpTransport<Tokio1Executor>, String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    to: String,
+    subject: String,
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    cc: Option<String>,
+    #[serde(default)]
+    from: Option<String>,
+}
+
+impl EmailTool {
+    /// The tool delivering per `cfg`.
+    pub fn new(cfg: &EmailConfig) -> Self {
+        EmailTool {
+            spec: builtin_spec(NAME),
+            inner: Arc::new(Inner {
+                cfg: cfg.clone(),
+                smtp: cfg.smtp.as_ref().map(build_transport),
+            }),
+        }
+    }
+}
+
+fn build_transport(c: &SmtpConfig) -> Result<AsyncSmtpTransport<Tokio1Executor>, String> {
+    type T = AsyncSmtpTransport<Tokio1Executor>;
+    let builder = match c.security {
+        SmtpSecurity::Tls => {
+            T::relay(&c.host).map_err(|e| format!("SMTP relay `{}`: {e}", c.host))?
+        }
+        SmtpSecurity::Starttls => {
+            T::starttls_relay(&c.host).map_err(|e| format!("SMTP relay `{}`: {e}", c.host))?
+        }
+        SmtpSecurity::None => T::builder_dangerous(c.host.as_str()),
+    };
+    let port = c.port.unwrap_or(match c.security {
+        SmtpSecurity::Tls => 465,
+        SmtpSecurity::Starttls => 587,
+        SmtpSecurity::None => 25,
+    });
+    let mut builder = builder
+        .port(port)
+        .timeout(Some(Duration::from_millis(c.timeout_ms)));
+    if let Some(user) = &c.username {
+        builder = builder.credentials(Credentials::new(
+            user.clone(),
+            c.password.clone().unwrap_or_default(),
+        ));
+    }
+    Ok(builder.build())
+}
+
+impl Tool for EmailTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move { inner.call(ctx, args).await })
+    }
+}
+
+impl Inner {
+    async fn call(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+        let a: Args = parse_args(NAME, args)?;
+        let key = delivery_key(&ctx);
+        let message_id = format!("<{}@weft>", &key[..32]);
+        let message = self.build_message(&ctx, &a, &message_id)?;
+        match &self.smtp {
+            None => {
+                let path = self.to_outbox(&key, &message).await?;
+                Ok(serde_json::json!({
+                    "delivered": "outbox",
+                    "message_id": message_id,
+                    "path": path.to_string_lossy(),
+                }))
+            }
+            Some(Err(e)) => Err(ToolError::fatal("smtp_config", e.clone())),
+            Some(Ok(transport)) => {
+                transport.send(message).await.map_err(smtp_error)?;
+                Ok(serde_json::json!({ "delivered": "smtp", "message_id": message_id }))
+            }
+        }
+    }
+
+    fn build_message(
+        &self,
+        ctx: &ToolContext,
+        a: &Args,
+        message_id: &str,
+    ) -> Result<Message, ToolError> {
+        let from_text = a.from.as_deref().unwrap_or(&self.cfg.from);
+        let from: Mailbox = from_text
+            .parse()
+            .map_err(|e| invalid(NAME, format!("from `{}`: {e}", snippet(from_text, 80))))?;
+        let to = mailboxes("to", &a.to)?;
+        let mut b = Message::builder()
+            .from(from)
+            .mailbox(To::from(to))
+            .subject(a.subject.clone())
+            .message_id(Some(message_id.to_string()))
+            .date(message_date(ctx))
+            .header(ContentType::TEXT_PLAIN);
+        if let Some(cc) = &a.cc {
+            b = b.mailbox(Cc::from(mailboxes("cc", cc)?));
+        }
+        b.body(a.body.clone().unwrap_or_default())
+            .map_err(|e| invalid(NAME, format!("message: {e}")))
+    }
+
+    /// Writes `message` as `<key>.eml` unless a message with this key is already there.
+    async fn to_outbox(&self, key: &str, message: &Message) -> Result<PathBuf, ToolError> {
+        let dir = &self.cfg.outbox_dir;
+        let path = dir.join(format!("{key}.eml"));
+        if tokio::fs::try_exists(&path).await.unwrap_or(false) {
+            return Ok(path);
+        }
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|e| io_error("creating the outbox directory", dir, &e))?;
+        let tmp = dir.join(format!(
+            ".{key}.{}.{}.tmp",
+            std::process::id(),
+            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let write = async {
+            let bytes = message.formatted();
+            let mut f = tokio::fs::File::create(&tmp).await?;
+            tokio::io::AsyncWriteExt::write_all(&mut f, &bytes).await?;
+            f.sync_all().await?;
+            drop(f);
+            tokio::fs::rename(&tmp, &path).await
+        };
+        if let Err(e) = write.await {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(io_error("writing to the outbox", &path, &e));
+        }
+        Ok(path)
+    }
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Hex SHA-256 of tenant and idempotency key: the message's identity across retries.
+fn delivery_key(ctx: &ToolContext) -> String {
+    let mut h = Sha256::new();
+    h.update(ctx.tenant.as_bytes());
+    h.update([0u8]);
+    h.update(ctx.idempotency_key.as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The engine's clock when it has one (deterministic in tests), else the wall clock.
+fn message_date(ctx: &ToolContext) -> SystemTime {
+    match u64::try_from(ctx.services.now_ms()) {
+        Ok(ms) if ms > 0 => UNIX_EPOCH + Duration::from_millis(ms),
+        _ => SystemTime::now(),
+    }
+}
+
+/// One address or a comma-separated list.
+fn mailboxes(field: &str, text: &str) -> Result<Mailboxes, ToolError> {
+    let m: Mailboxes = text
+        .parse()
+        .map_err(|e| invalid(NAME, format!("{field} `{}`: {e}", snippet(text, 80))))?;
+    if m.iter().next().is_none() {
+        return Err(invalid(NAME, format!("{field}: no address")));
+    }
+    Ok(m)
+}
+
+fn io_error(doing: &str, path: &Path, e: &std::io::Error) -> ToolError {
+    ToolError::retryable("io", format!("{doing} ({}): {e}", path.display()))
+}
+
+fn smtp_error(e: lettre::transport::smtp::Error) -> ToolError {
+    let msg = format!("SMTP: {e}");
+    if e.is_permanent() {
+        ToolError::fatal("smtp_rejected", msg)
+    } else {
+        ToolError::retryable("smtp", msg)
+    }
+}
