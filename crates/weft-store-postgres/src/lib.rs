@@ -1,0 +1,283 @@
+//! weft-store-postgres: the [`weft_store::Store`] for scale-out, where several `weft`
+//! processes share one PostgreSQL database.
+//!
+//! Appends go through a group-commit task ([`writer`]): one transaction per batch, chain
+//! heads locked with `SELECT … FOR UPDATE` (in instance order, so processes cannot deadlock),
+//! so appenders in different processes serialise per instance and never fork a chain.
+//! Leases are single atomic upserts (`… ON CONFLICT DO UPDATE … WHERE owner = me OR
+//! expired`). Everything else is one statement or one short transaction on a pooled
+//! connection. Bodies and hashes are `BYTEA` and JSON documents `TEXT`, so what is hashed
+//! and what is read back are the same bytes (`JSONB` would reorder keys).
+//!
+//! Durability: each commit is durable under PostgreSQL's default `synchronous_commit = on`.
+
+mod ops;
+mod schema;
+pub mod writer;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use serde_json::Value;
+use weft_store::{
+    Appended, EffectRecorded, Error, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
+    Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store,
+    Timer, check_records,
+};
+
+pub use schema::SCHEMA_VERSION;
+pub use writer::WriterStats;
+
+use writer::Writer;
+
+/// Pooled connections per store.
+const POOL_SIZE: usize = 8;
+
+/// The PostgreSQL store.
+pub struct PgStore {
+    pool: Pool,
+    writer: Writer,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").finish_non_exhaustive()
+    }
+}
+
+fn valid_schema_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://user@host:port/db`), creating the schema if needed.
+    /// Must be called inside a tokio runtime.
+    pub async fn open(url: &str) -> Result<Self> {
+        Self::open_in_schema(url, None).await
+    }
+
+    /// Like [`PgStore::open`], with every table in the PostgreSQL schema `schema` (created
+    /// if missing): several stores can share one database (the tests use one per case).
+    pub async fn open_in_schema(url: &str, schema: Option<&str>) -> Result<Self> {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| Error::InvalidUrl {
+            message: format!("bad PostgreSQL URL: {e}"),
+        })?;
+        if let Some(schema) = schema {
+            if !valid_schema_name(schema) {
+                return Err(Error::InvalidUrl {
+                    message: format!("bad PostgreSQL schema name `{schema}`"),
+                });
+            }
+            let (client, conn) = config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(schema::map_err)?;
+            let task = tokio::spawn(conn);
+            client
+                .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                .await
+                .map_err(schema::map_err)?;
+            drop(client);
+            let _ = task.await;
+            config.options(format!("-c search_path={schema}"));
+        }
+        let manager = Manager::from_config(
+            config,
+            tokio_postgres::NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .build()
+            .map_err(|e| Error::backend(format!("PostgreSQL pool: {e}")))?;
+        schema::migrate(&pool).await?;
+        Ok(PgStore {
+            writer: Writer::start(pool.clone()),
+            pool,
+        })
+    }
+
+    /// Commits and appends so far, for measurements.
+    pub fn writer_stats(&self) -> WriterStats {
+        self.writer.stats()
+    }
+}
+
+/// Opens a store from a `postgres://…` location.
+pub async fn open(location: &str) -> Result<Arc<dyn Store>> {
+    match Location::parse(location)? {
+        Location::Postgres(url) => Ok(Arc::new(PgStore::open(&url).await?)),
+        Location::Sqlite(_) => Err(Error::InvalidUrl {
+            message: "a SQLite location needs the SQLite backend".into(),
+        }),
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn append(&self, instance: &str, records: Vec<NewRecord>) -> Result<Appended> {
+        check_records(&records)?;
+        if records.is_empty() {
+            let (seq, hash) = self.head(instance).await?.unwrap_or((0, GENESIS));
+            return Ok(Appended {
+                first_seq: seq + 1,
+                last_seq: seq,
+                head: hash,
+            });
+        }
+        self.writer.append(instance, records).await
+    }
+
+    async fn read(&self, instance: &str, from_seq: u64, limit: u32) -> Result<Vec<Record>> {
+        ops::read(&self.pool, instance, from_seq, limit).await
+    }
+
+    async fn head(&self, instance: &str) -> Result<Option<(u64, Hash)>> {
+        Ok(ops::head_row(&self.pool, instance)
+            .await?
+            .map(|(s, h, _, _)| (s, h)))
+    }
+
+    async fn chain_base(&self, instance: &str) -> Result<(u64, Hash)> {
+        Ok(ops::head_row(&self.pool, instance)
+            .await?
+            .map_or((0, GENESIS), |(_, _, s, h)| (s, h)))
+    }
+
+    async fn truncate_before(&self, instance: &str, before: u64) -> Result<u64> {
+        ops::truncate_before(&self.pool, instance, before).await
+    }
+
+    async fn put_snapshot(&self, instance: &str, snapshot: Snapshot) -> Result<()> {
+        ops::put_snapshot(&self.pool, instance, &snapshot).await
+    }
+
+    async fn latest_snapshot(&self, instance: &str) -> Result<Option<Snapshot>> {
+        ops::latest_snapshot(&self.pool, instance).await
+    }
+
+    async fn put_plan(
+        &self,
+        tenant: &str,
+        name: &str,
+        document: Value,
+        now_ms: i64,
+    ) -> Result<u32> {
+        ops::put_plan(&self.pool, tenant, name, &document, now_ms).await
+    }
+
+    async fn get_plan(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Option<PlanRecord>> {
+        ops::get_plan(&self.pool, tenant, name, version).await
+    }
+
+    async fn list_plans(&self, tenant: &str) -> Result<Vec<PlanInfo>> {
+        ops::list_plans(&self.pool, tenant).await
+    }
+
+    async fn set_plan_status(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: u32,
+        status: PlanStatus,
+    ) -> Result<()> {
+        ops::set_plan_status(&self.pool, tenant, name, version, status).await
+    }
+
+    async fn create_instance(&self, record: InstanceRecord) -> Result<()> {
+        ops::create_instance(&self.pool, &record).await
+    }
+
+    async fn update_status(
+        &self,
+        id: &str,
+        status: InstanceStatus,
+        reason: Option<String>,
+        now_ms: i64,
+    ) -> Result<()> {
+        ops::update_status(&self.pool, id, status, reason.as_deref(), now_ms).await
+    }
+
+    async fn get_instance(&self, id: &str) -> Result<Option<InstanceRecord>> {
+        Ok(ops::instances(&self.pool, "id = $1", &[&id])
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    async fn list_instances(
+        &self,
+        tenant: &str,
+        status: Option<InstanceStatus>,
+        page: Page,
+    ) -> Result<Vec<InstanceRecord>> {
+        ops::list_instances(&self.pool, tenant, status, &page).await
+    }
+
+    async fn non_terminal_instances(&self, page: Page) -> Result<Vec<InstanceRecord>> {
+        ops::non_terminal(&self.pool, &page).await
+    }
+
+    async fn put_timer(&self, timer: Timer) -> Result<()> {
+        ops::put_timer(&self.pool, &timer).await
+    }
+
+    async fn due_timers(&self, now_ms: i64, limit: u32) -> Result<Vec<Timer>> {
+        ops::due_timers(&self.pool, now_ms, limit).await
+    }
+
+    async fn delete_timer(&self, instance: &str, timer_id: &str) -> Result<bool> {
+        ops::delete_timer(&self.pool, instance, timer_id).await
+    }
+
+    async fn record_effect(&self, key: &str, outcome: Value) -> Result<EffectRecorded> {
+        ops::record_effect(&self.pool, key, &outcome).await
+    }
+
+    async fn get_effect(&self, key: &str) -> Result<Option<Value>> {
+        ops::get_effect(&self.pool, key).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        instance: &str,
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
+        ops::acquire_lease(&self.pool, instance, owner, ttl_ms, now_ms).await
+    }
+
+    async fn renew_lease(
+        &self,
+        instance: &str,
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
+        ops::renew_lease(&self.pool, instance, owner, ttl_ms, now_ms).await
+    }
+
+    async fn release_lease(&self, instance: &str, owner: &str) -> Result<bool> {
+        ops::release_lease(&self.pool, instance, owner).await
+    }
+
+    async fn owner_of(&self, instance: &str, now_ms: i64) -> Result<Option<Lease>> {
+        ops::owner_of(&self.pool, instance, now_ms).await
+    }
+}

@@ -1,0 +1,589 @@
+//! Statements for everything but appends: reads, snapshots, compaction, plans, instance
+//! records, timers, idempotency records and leases. Each is one statement or one short
+//! transaction on a pooled connection.
+
+use deadpool_postgres::Pool;
+use serde_json::Value;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+use weft_store::{
+    EffectRecorded, Error, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease, Page, PlanInfo,
+    PlanRecord, PlanStatus, Record, Result, Snapshot, Timer,
+};
+
+use crate::schema::{is_unique_violation, map_err, map_pool};
+
+/// Runs one statement returning rows.
+pub async fn query(pool: &Pool, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+    let client = pool.get().await.map_err(map_pool)?;
+    let st = client.prepare_cached(sql).await.map_err(map_err)?;
+    client.query(&st, args).await.map_err(map_err)
+}
+
+/// Runs one statement returning the number of rows changed.
+pub async fn execute(pool: &Pool, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<u64> {
+    let client = pool.get().await.map_err(map_pool)?;
+    let st = client.prepare_cached(sql).await.map_err(map_err)?;
+    client.execute(&st, args).await.map_err(map_err)
+}
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize) -> Result<T> {
+    row.try_get(i).map_err(map_err)
+}
+
+fn seq_in(seq: u64) -> Result<i64> {
+    i64::try_from(seq).map_err(|_| Error::invalid(format!("sequence number {seq} is too large")))
+}
+
+fn seq_out(v: i64) -> Result<u64> {
+    u64::try_from(v).map_err(|_| Error::Corrupt {
+        message: format!("negative sequence number {v}"),
+    })
+}
+
+fn hash_out(v: &[u8]) -> Result<Hash> {
+    Hash::from_slice(v).ok_or_else(|| Error::Corrupt {
+        message: "a stored hash is not 32 bytes".into(),
+    })
+}
+
+fn version_out(v: i64) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::Corrupt {
+        message: format!("plan version {v} out of range"),
+    })
+}
+
+fn json_in(v: &Value) -> Result<String> {
+    serde_json::to_string(v).map_err(Error::invalid)
+}
+
+fn json_out(s: &str, what: &str) -> Result<Value> {
+    serde_json::from_str(s).map_err(|e| Error::Corrupt {
+        message: format!("stored {what} is not JSON: {e}"),
+    })
+}
+
+// --- journal -----------------------------------------------------------------------------
+
+/// (head_seq, head_hash, base_seq, base_hash) of an instance.
+pub type HeadRow = (u64, Hash, u64, Hash);
+
+fn head_from(row: &Row) -> Result<HeadRow> {
+    Ok((
+        seq_out(get(row, 0)?)?,
+        hash_out(&get::<Vec<u8>>(row, 1)?)?,
+        seq_out(get(row, 2)?)?,
+        hash_out(&get::<Vec<u8>>(row, 3)?)?,
+    ))
+}
+
+/// The chain head row.
+pub async fn head_row(pool: &Pool, instance: &str) -> Result<Option<HeadRow>> {
+    let rows = query(
+        pool,
+        "SELECT head_seq, head_hash, base_seq, base_hash FROM chain_heads WHERE instance = $1",
+        &[&instance],
+    )
+    .await?;
+    rows.first().map(head_from).transpose()
+}
+
+/// Records in sequence order.
+pub async fn read(pool: &Pool, instance: &str, from: u64, limit: u32) -> Result<Vec<Record>> {
+    let rows = query(
+        pool,
+        "SELECT seq, kind, body, at_ms, prev_hash, hash FROM journal
+         WHERE instance = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
+        &[&instance, &seq_in(from)?, &i64::from(limit)],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Record {
+                seq: seq_out(get(r, 0)?)?,
+                kind: get(r, 1)?,
+                body: get(r, 2)?,
+                at_ms: get(r, 3)?,
+                prev_hash: hash_out(&get::<Vec<u8>>(r, 4)?)?,
+                hash: hash_out(&get::<Vec<u8>>(r, 5)?)?,
+            })
+        })
+        .collect()
+}
+
+/// Stores a snapshot after checking it against the journal.
+pub async fn put_snapshot(pool: &Pool, instance: &str, snap: &Snapshot) -> Result<()> {
+    let (head_seq, _, base_seq, base_hash) = head_row(pool, instance)
+        .await?
+        .unwrap_or((0, GENESIS, 0, GENESIS));
+    let seq = seq_in(snap.seq)?;
+    let rows = query(
+        pool,
+        "SELECT hash FROM journal WHERE instance = $1 AND seq = $2",
+        &[&instance, &seq],
+    )
+    .await?;
+    let matches = match rows.first() {
+        Some(r) => hash_out(&get::<Vec<u8>>(r, 0)?)? == snap.hash,
+        None => snap.seq == base_seq && snap.hash == base_hash,
+    };
+    if snap.seq > head_seq || !matches {
+        return Err(Error::invalid(format!(
+            "snapshot of {instance} at seq {} does not match its journal (head {head_seq})",
+            snap.seq
+        )));
+    }
+    execute(
+        pool,
+        "INSERT INTO snapshots (instance, seq, hash, state, at_ms) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (instance, seq) DO UPDATE SET hash = excluded.hash, state = excluded.state,
+           at_ms = excluded.at_ms",
+        &[&instance, &seq, &&snap.hash.0[..], &snap.state, &snap.at_ms],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The latest snapshot.
+pub async fn latest_snapshot(pool: &Pool, instance: &str) -> Result<Option<Snapshot>> {
+    let rows = query(
+        pool,
+        "SELECT seq, hash, state, at_ms FROM snapshots WHERE instance = $1 ORDER BY seq DESC LIMIT 1",
+        &[&instance],
+    )
+    .await?;
+    rows.first()
+        .map(|r| {
+            Ok(Snapshot {
+                seq: seq_out(get(r, 0)?)?,
+                hash: hash_out(&get::<Vec<u8>>(r, 1)?)?,
+                state: get(r, 2)?,
+                at_ms: get(r, 3)?,
+            })
+        })
+        .transpose()
+}
+
+/// Drops records before `before` behind a covering snapshot, holding the chain-head lock.
+pub async fn truncate_before(pool: &Pool, instance: &str, before: u64) -> Result<u64> {
+    let mut client = pool.get().await.map_err(map_pool)?;
+    let tx = client.transaction().await.map_err(map_err)?;
+    let rows = tx
+        .query(
+            "SELECT head_seq, head_hash, base_seq, base_hash FROM chain_heads WHERE instance = $1 FOR UPDATE",
+            &[&instance],
+        )
+        .await
+        .map_err(map_err)?;
+    let Some((_, _, base_seq, _)) = rows.first().map(head_from).transpose()? else {
+        return Ok(0);
+    };
+    if before <= base_seq + 1 {
+        return Ok(0);
+    }
+    let new_base = before - 1;
+    let snap: Option<i64> = tx
+        .query_one(
+            "SELECT MAX(seq) FROM snapshots WHERE instance = $1",
+            &[&instance],
+        )
+        .await
+        .map_err(map_err)?
+        .try_get(0)
+        .map_err(map_err)?;
+    let snap_seq = snap.map(seq_out).transpose()?.unwrap_or(0);
+    if snap_seq < new_base {
+        return Err(Error::NoSnapshot {
+            message: format!(
+                "cannot drop {instance}'s journal before seq {before}: the latest snapshot is at seq {snap_seq}"
+            ),
+        });
+    }
+    let (before_sql, base_sql) = (seq_in(before)?, seq_in(new_base)?);
+    let row = tx
+        .query_opt(
+            "SELECT hash FROM journal WHERE instance = $1 AND seq = $2",
+            &[&instance, &base_sql],
+        )
+        .await
+        .map_err(map_err)?
+        .ok_or_else(|| Error::Corrupt {
+            message: format!("{instance}: journal record {new_base} is missing"),
+        })?;
+    let base_hash: Vec<u8> = get(&row, 0)?;
+    let removed = tx
+        .execute(
+            "DELETE FROM journal WHERE instance = $1 AND seq < $2",
+            &[&instance, &before_sql],
+        )
+        .await
+        .map_err(map_err)?;
+    tx.execute(
+        "UPDATE chain_heads SET base_seq = $2, base_hash = $3 WHERE instance = $1",
+        &[&instance, &base_sql, &base_hash],
+    )
+    .await
+    .map_err(map_err)?;
+    tx.execute(
+        "DELETE FROM snapshots WHERE instance = $1 AND seq < $2",
+        &[&instance, &base_sql],
+    )
+    .await
+    .map_err(map_err)?;
+    tx.commit().await.map_err(map_err)?;
+    Ok(removed)
+}
+
+// --- plans -------------------------------------------------------------------------------
+
+/// Stores the next version (retrying if another process took the same number).
+pub async fn put_plan(pool: &Pool, tenant: &str, name: &str, doc: &Value, now: i64) -> Result<u32> {
+    let doc = json_in(doc)?;
+    let client = pool.get().await.map_err(map_pool)?;
+    let mut last = None;
+    for _ in 0..10 {
+        let r = client
+            .query_one(
+                "INSERT INTO plans (tenant, name, version, status, document, created_at_ms)
+                 SELECT $1, $2, COALESCE(MAX(version), 0) + 1, 'template', $3, $4
+                 FROM plans WHERE tenant = $1 AND name = $2 RETURNING version",
+                &[&tenant, &name, &doc, &now],
+            )
+            .await;
+        match r {
+            Ok(row) => return version_out(get(&row, 0)?),
+            Err(e) if is_unique_violation(&e) => last = Some(e),
+            Err(e) => return Err(map_err(e)),
+        }
+    }
+    Err(last.map_or_else(|| Error::backend("put_plan kept conflicting"), map_err))
+}
+
+fn info_from(r: &Row) -> Result<PlanInfo> {
+    Ok(PlanInfo {
+        tenant: get(r, 0)?,
+        name: get(r, 1)?,
+        version: version_out(get(r, 2)?)?,
+        status: PlanStatus::parse(&get::<String>(r, 3)?)?,
+        created_at_ms: get(r, 4)?,
+    })
+}
+
+/// A plan version (latest when `None`).
+pub async fn get_plan(
+    pool: &Pool,
+    tenant: &str,
+    name: &str,
+    version: Option<u32>,
+) -> Result<Option<PlanRecord>> {
+    let v = version.map(i64::from);
+    let rows = query(
+        pool,
+        "SELECT tenant, name, version, status, created_at_ms, document FROM plans
+         WHERE tenant = $1 AND name = $2 AND ($3::int8 IS NULL OR version = $3)
+         ORDER BY version DESC LIMIT 1",
+        &[&tenant, &name, &v],
+    )
+    .await?;
+    rows.first()
+        .map(|r| {
+            Ok(PlanRecord {
+                info: info_from(r)?,
+                document: json_out(&get::<String>(r, 5)?, "plan document")?,
+            })
+        })
+        .transpose()
+}
+
+/// Every version of a tenant's plans.
+pub async fn list_plans(pool: &Pool, tenant: &str) -> Result<Vec<PlanInfo>> {
+    let rows = query(
+        pool,
+        "SELECT tenant, name, version, status, created_at_ms FROM plans WHERE tenant = $1
+         ORDER BY name, version",
+        &[&tenant],
+    )
+    .await?;
+    rows.iter().map(info_from).collect()
+}
+
+/// Changes a version's status.
+pub async fn set_plan_status(
+    pool: &Pool,
+    tenant: &str,
+    name: &str,
+    version: u32,
+    status: PlanStatus,
+) -> Result<()> {
+    let n = execute(
+        pool,
+        "UPDATE plans SET status = $4 WHERE tenant = $1 AND name = $2 AND version = $3",
+        &[&tenant, &name, &i64::from(version), &status.as_str()],
+    )
+    .await?;
+    if n == 0 {
+        return Err(Error::not_found(format!(
+            "plan {tenant}/{name} version {version}"
+        )));
+    }
+    Ok(())
+}
+
+// --- instances ---------------------------------------------------------------------------
+
+const COLS: &str =
+    "id, tenant, plan_name, plan_version, status, reason, created_at_ms, updated_at_ms, parent";
+
+fn instance_from(r: &Row) -> Result<InstanceRecord> {
+    Ok(InstanceRecord {
+        id: get(r, 0)?,
+        tenant: get(r, 1)?,
+        plan_name: get(r, 2)?,
+        plan_version: version_out(get(r, 3)?)?,
+        status: InstanceStatus::parse(&get::<String>(r, 4)?)?,
+        reason: get(r, 5)?,
+        created_at_ms: get(r, 6)?,
+        updated_at_ms: get(r, 7)?,
+        parent: get(r, 8)?,
+    })
+}
+
+/// Creates an instance record.
+pub async fn create_instance(pool: &Pool, r: &InstanceRecord) -> Result<()> {
+    let n = execute(
+        pool,
+        &format!("INSERT INTO instances ({COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT (id) DO NOTHING"),
+        &[
+            &r.id,
+            &r.tenant,
+            &r.plan_name,
+            &i64::from(r.plan_version),
+            &r.status.as_str(),
+            &r.reason,
+            &r.created_at_ms,
+            &r.updated_at_ms,
+            &r.parent,
+        ],
+    )
+    .await?;
+    if n == 0 {
+        return Err(Error::Conflict {
+            what: format!("instance {} already exists", r.id),
+        });
+    }
+    Ok(())
+}
+
+/// Updates an instance's status.
+pub async fn update_status(
+    pool: &Pool,
+    id: &str,
+    status: InstanceStatus,
+    reason: Option<&str>,
+    now: i64,
+) -> Result<()> {
+    let n = execute(
+        pool,
+        "UPDATE instances SET status = $2, reason = $3, updated_at_ms = $4 WHERE id = $1",
+        &[&id, &status.as_str(), &reason, &now],
+    )
+    .await?;
+    if n == 0 {
+        return Err(Error::not_found(format!("instance {id}")));
+    }
+    Ok(())
+}
+
+/// Instances matching a WHERE clause.
+pub async fn instances(
+    pool: &Pool,
+    where_sql: &str,
+    args: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<InstanceRecord>> {
+    let rows = query(
+        pool,
+        &format!("SELECT {COLS} FROM instances WHERE {where_sql}"),
+        args,
+    )
+    .await?;
+    rows.iter().map(instance_from).collect()
+}
+
+/// A tenant's instances, one page.
+pub async fn list_instances(
+    pool: &Pool,
+    tenant: &str,
+    status: Option<InstanceStatus>,
+    page: &Page,
+) -> Result<Vec<InstanceRecord>> {
+    let limit = i64::from(page.checked_limit()?);
+    let status = status.map(InstanceStatus::as_str);
+    instances(
+        pool,
+        "tenant = $1 AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR id > $3)
+         ORDER BY id LIMIT $4",
+        &[&tenant, &status, &page.after, &limit],
+    )
+    .await
+}
+
+/// Non-terminal instances, one page.
+pub async fn non_terminal(pool: &Pool, page: &Page) -> Result<Vec<InstanceRecord>> {
+    let limit = i64::from(page.checked_limit()?);
+    instances(
+        pool,
+        "status IN ('running', 'stuck', 'paused') AND ($1::text IS NULL OR id > $1)
+         ORDER BY id LIMIT $2",
+        &[&page.after, &limit],
+    )
+    .await
+}
+
+// --- timers, effects, leases -------------------------------------------------------------
+
+/// Sets or moves a timer.
+pub async fn put_timer(pool: &Pool, t: &Timer) -> Result<()> {
+    execute(
+        pool,
+        "INSERT INTO timers (instance, timer_id, due_ms, payload) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (instance, timer_id) DO UPDATE SET due_ms = excluded.due_ms,
+           payload = excluded.payload",
+        &[&t.instance, &t.timer_id, &t.due_ms, &json_in(&t.payload)?],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Due timers, earliest first.
+pub async fn due_timers(pool: &Pool, now: i64, limit: u32) -> Result<Vec<Timer>> {
+    let rows = query(
+        pool,
+        "SELECT instance, timer_id, due_ms, payload FROM timers WHERE due_ms <= $1
+         ORDER BY due_ms, instance, timer_id LIMIT $2",
+        &[&now, &i64::from(limit)],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Timer {
+                instance: get(r, 0)?,
+                timer_id: get(r, 1)?,
+                due_ms: get(r, 2)?,
+                payload: json_out(&get::<String>(r, 3)?, "timer payload")?,
+            })
+        })
+        .collect()
+}
+
+/// Removes a timer.
+pub async fn delete_timer(pool: &Pool, instance: &str, timer_id: &str) -> Result<bool> {
+    Ok(execute(
+        pool,
+        "DELETE FROM timers WHERE instance = $1 AND timer_id = $2",
+        &[&instance, &timer_id],
+    )
+    .await?
+        > 0)
+}
+
+/// Records an effect unless its key exists.
+pub async fn record_effect(pool: &Pool, key: &str, outcome: &Value) -> Result<EffectRecorded> {
+    let n = execute(
+        pool,
+        "INSERT INTO effects (key, outcome) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+        &[&key, &json_in(outcome)?],
+    )
+    .await?;
+    if n > 0 {
+        return Ok(EffectRecorded::Inserted);
+    }
+    match get_effect(pool, key).await? {
+        Some(v) => Ok(EffectRecorded::AlreadyExists(v)),
+        None => Err(Error::backend(format!(
+            "effect {key} vanished while being recorded"
+        ))),
+    }
+}
+
+/// An effect's outcome.
+pub async fn get_effect(pool: &Pool, key: &str) -> Result<Option<Value>> {
+    let rows = query(pool, "SELECT outcome FROM effects WHERE key = $1", &[&key]).await?;
+    rows.first()
+        .map(|r| json_out(&get::<String>(r, 0)?, "effect outcome"))
+        .transpose()
+}
+
+fn expiry(now: i64, ttl: i64) -> Result<i64> {
+    if ttl <= 0 {
+        return Err(Error::invalid(format!(
+            "lease ttl {ttl} ms must be positive"
+        )));
+    }
+    Ok(now.saturating_add(ttl))
+}
+
+/// Takes or extends a lease: one atomic upsert, so two processes cannot both win.
+pub async fn acquire_lease(
+    pool: &Pool,
+    instance: &str,
+    owner: &str,
+    ttl: i64,
+    now: i64,
+) -> Result<bool> {
+    let n = execute(
+        pool,
+        "INSERT INTO leases (instance, owner, expires_at_ms) VALUES ($1, $2, $3)
+         ON CONFLICT (instance) DO UPDATE SET owner = excluded.owner,
+           expires_at_ms = excluded.expires_at_ms
+         WHERE leases.owner = excluded.owner OR leases.expires_at_ms <= $4",
+        &[&instance, &owner, &expiry(now, ttl)?, &now],
+    )
+    .await?;
+    Ok(n > 0)
+}
+
+/// Extends a live lease of `owner`.
+pub async fn renew_lease(
+    pool: &Pool,
+    instance: &str,
+    owner: &str,
+    ttl: i64,
+    now: i64,
+) -> Result<bool> {
+    let n = execute(
+        pool,
+        "UPDATE leases SET expires_at_ms = $3 WHERE instance = $1 AND owner = $2 AND expires_at_ms > $4",
+        &[&instance, &owner, &expiry(now, ttl)?, &now],
+    )
+    .await?;
+    Ok(n > 0)
+}
+
+/// Gives a lease up.
+pub async fn release_lease(pool: &Pool, instance: &str, owner: &str) -> Result<bool> {
+    Ok(execute(
+        pool,
+        "DELETE FROM leases WHERE instance = $1 AND owner = $2",
+        &[&instance, &owner],
+    )
+    .await?
+        > 0)
+}
+
+/// The live lease.
+pub async fn owner_of(pool: &Pool, instance: &str, now: i64) -> Result<Option<Lease>> {
+    let rows = query(
+        pool,
+        "SELECT owner, expires_at_ms FROM leases WHERE instance = $1 AND expires_at_ms > $2",
+        &[&instance, &now],
+    )
+    .await?;
+    rows.first()
+        .map(|r| {
+            Ok(Lease {
+                owner: get(r, 0)?,
+                expires_at_ms: get(r, 1)?,
+            })
+        })
+        .transpose()
+}

@@ -1,0 +1,124 @@
+//! PostgreSQL schema: creation under an advisory lock (several `weft` processes may start
+//! at once), the version check, and the mapping of driver failures to store errors.
+
+use deadpool_postgres::{Pool, PoolError};
+use tokio_postgres::error::SqlState;
+use weft_store::Error;
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Advisory lock key serialising schema creation (any fixed number; "weft" in ASCII).
+const SCHEMA_LOCK: i64 = 0x7765_6674;
+
+const DDL_V1: &str = "
+CREATE TABLE weft_meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL);
+CREATE TABLE journal (
+  instance TEXT NOT NULL, seq BIGINT NOT NULL, kind TEXT NOT NULL, body BYTEA NOT NULL,
+  at_ms BIGINT NOT NULL, prev_hash BYTEA NOT NULL, hash BYTEA NOT NULL,
+  PRIMARY KEY (instance, seq));
+CREATE TABLE chain_heads (
+  instance TEXT PRIMARY KEY, head_seq BIGINT NOT NULL, head_hash BYTEA NOT NULL,
+  base_seq BIGINT NOT NULL, base_hash BYTEA NOT NULL);
+CREATE TABLE snapshots (
+  instance TEXT NOT NULL, seq BIGINT NOT NULL, hash BYTEA NOT NULL, state BYTEA NOT NULL,
+  at_ms BIGINT NOT NULL, PRIMARY KEY (instance, seq));
+CREATE TABLE plans (
+  tenant TEXT NOT NULL, name TEXT NOT NULL, version BIGINT NOT NULL, status TEXT NOT NULL,
+  document TEXT NOT NULL, created_at_ms BIGINT NOT NULL, PRIMARY KEY (tenant, name, version));
+CREATE TABLE instances (
+  id TEXT PRIMARY KEY, tenant TEXT NOT NULL, plan_name TEXT NOT NULL,
+  plan_version BIGINT NOT NULL, status TEXT NOT NULL, reason TEXT,
+  created_at_ms BIGINT NOT NULL, updated_at_ms BIGINT NOT NULL, parent TEXT);
+CREATE INDEX instances_by_tenant ON instances (tenant, status, id);
+CREATE INDEX instances_by_status ON instances (status, id);
+CREATE TABLE timers (
+  instance TEXT NOT NULL, timer_id TEXT NOT NULL, due_ms BIGINT NOT NULL, payload TEXT NOT NULL,
+  PRIMARY KEY (instance, timer_id));
+CREATE INDEX timers_by_due ON timers (due_ms);
+CREATE TABLE effects (key TEXT PRIMARY KEY, outcome TEXT NOT NULL);
+CREATE TABLE leases (instance TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at_ms BIGINT NOT NULL);
+";
+
+/// Maps a driver failure: lost connections are `store_unavailable`, the rest `backend`.
+pub fn map_err(e: tokio_postgres::Error) -> Error {
+    if e.is_closed() || (e.as_db_error().is_none() && e.code().is_none()) {
+        return Error::Unavailable {
+            message: format!("PostgreSQL: {e}"),
+        };
+    }
+    match e.as_db_error() {
+        Some(db) => Error::backend(format!(
+            "PostgreSQL: {} ({})",
+            db.message(),
+            db.code().code()
+        )),
+        None => Error::backend(format!("PostgreSQL: {e}")),
+    }
+}
+
+/// Maps a pool failure (could not get a connection).
+pub fn map_pool(e: PoolError) -> Error {
+    match e {
+        PoolError::Backend(e) => map_err(e),
+        other => Error::Unavailable {
+            message: format!("PostgreSQL pool: {other}"),
+        },
+    }
+}
+
+/// Is this a failure worth retrying the transaction for (deadlock, serialisation)?
+pub fn is_transient(e: &tokio_postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
+    )
+}
+
+/// Is this a unique-key violation?
+pub fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+}
+
+/// Creates the schema if absent, or checks that the stored version is not newer.
+pub async fn migrate(pool: &Pool) -> Result<(), Error> {
+    let mut client = pool.get().await.map_err(map_pool)?;
+    let tx = client.transaction().await.map_err(map_err)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+        .await
+        .map_err(map_err)?;
+    let exists: bool = tx
+        .query_one("SELECT to_regclass('weft_meta') IS NOT NULL", &[])
+        .await
+        .map_err(map_err)?
+        .get(0);
+    if !exists {
+        tx.batch_execute(DDL_V1).await.map_err(map_err)?;
+        tx.execute(
+            "INSERT INTO weft_meta VALUES ('schema_version', $1)",
+            &[&SCHEMA_VERSION],
+        )
+        .await
+        .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        return Ok(());
+    }
+    let found: Option<i64> = tx
+        .query_opt(
+            "SELECT value FROM weft_meta WHERE key = 'schema_version'",
+            &[],
+        )
+        .await
+        .map_err(map_err)?
+        .map(|r| r.get(0));
+    match found {
+        None => Err(Error::Corrupt {
+            message: "the weft store in PostgreSQL has no schema version".into(),
+        }),
+        Some(v) if v > SCHEMA_VERSION => Err(Error::SchemaTooNew {
+            found: v,
+            supported: SCHEMA_VERSION,
+        }),
+        Some(_) => Ok(()),
+    }
+}
