@@ -13,19 +13,20 @@ use crate::net::PtNet;
 /// Never a marking: markings use at most 63 bits.
 const EMPTY: u64 = u64::MAX;
 
-/// Open-addressing set of markings with the state index of each.
+/// Open-addressing set of markings with (when edges are recorded) the state index of each.
 struct Table {
     slots: Vec<u64>,
+    /// Empty unless successor lists are recorded: saves a cache miss per new state.
     index: Vec<u32>,
     len: usize,
 }
 
 impl Table {
-    fn with_capacity(cap: usize) -> Table {
+    fn with_capacity(cap: usize, indexed: bool) -> Table {
         let cap = cap.next_power_of_two().max(1024);
         Table {
             slots: vec![EMPTY; cap],
-            index: vec![0; cap],
+            index: if indexed { vec![0; cap] } else { Vec::new() },
             len: 0,
         }
     }
@@ -50,7 +51,9 @@ impl Table {
     #[inline(always)]
     fn put(&mut self, slot: usize, m: u64, idx: u32) {
         self.slots[slot] = m;
-        self.index[slot] = idx;
+        if let Some(i) = self.index.get_mut(slot) {
+            *i = idx;
+        }
         self.len += 1;
     }
 
@@ -59,7 +62,7 @@ impl Table {
         if self.len * 2 < self.slots.len() {
             return;
         }
-        let mut bigger = Table::with_capacity(self.slots.len() * 2);
+        let mut bigger = Table::with_capacity(self.slots.len() * 2, !self.index.is_empty());
         for (i, &m) in states.iter().enumerate() {
             if let Err(slot) = bigger.find(m, mix(m)) {
                 bigger.put(slot, m, i as u32);
@@ -107,7 +110,7 @@ pub fn run(net: &PtNet, max_states: usize, record_edges: bool) -> Option<Graph> 
     let mut edges = 0usize;
     let mut stop = Stop::None;
     let max_states = max_states.clamp(1, u32::MAX as usize - 1);
-    let mut table = Table::with_capacity(1024);
+    let mut table = Table::with_capacity(1024, record_edges);
     if let Err(slot) = table.find(m0, mix(m0)) {
         table.put(slot, m0, 0);
     }
