@@ -1,0 +1,493 @@
+//! One instance: its [`Cell`] (shared, addressable) and the loop that owns its marking.
+//!
+//! Architecture invariant: only the holder of `Cell::core` changes the instance, and it does
+//! so only through [`Cell::apply`], one [`Input`] at a time, each followed by "fire everything
+//! enabled". Inputs that arrive while another thread holds the loop go to a mailbox that the
+//! holder drains before letting go, so there is never a second loop and never a lost input.
+//! There is no task per instance: the loop runs in whichever caller delivers an input
+//! (start, ingest, a timer) and, only while actions are pending, in one tokio task that polls
+//! them. Idle instances are plain data (passivated) until the routing index wakes them.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::task::{Context, Poll, Waker};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::Value;
+use tokio::sync::oneshot;
+use weft_core::token::FiringId;
+use weft_core::{ActionError, GraphType, Instance, Status};
+
+use crate::engine::Shared;
+use crate::journal::Input;
+use crate::outcome::{InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
+use crate::plans::CompiledPlan;
+
+/// An action outcome waiting to be applied.
+pub(crate) type Ready = (FiringId, Result<Value, ActionError>);
+/// A pending action.
+pub(crate) type PendingFut = Pin<Box<dyn Future<Output = Ready> + Send>>;
+
+/// Locks a mutex, ignoring poisoning (tool panics are caught before they can poison).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Work in progress: only exists while actions are pending.
+#[derive(Default)]
+pub(crate) struct Active {
+    pub pending: FuturesUnordered<PendingFut>,
+    pub waker: Option<Waker>,
+    pub task: bool,
+}
+
+/// The state only the loop touches.
+pub(crate) struct Core {
+    pub inst: Option<Instance>,
+    pub active: Option<Box<Active>>,
+    pub waiters: Vec<oneshot::Sender<Outcome>>,
+    pub reason: Option<String>,
+    pub trace: Option<Vec<TraceEntry>>,
+    /// Firing-rate window: (start ms, firings at start).
+    pub window: (i64, u64),
+    pub last_activity: i64,
+    /// The settled status last reported (published, waiters told), if any.
+    pub reported: Option<&'static str>,
+    pub registered: bool,
+}
+
+/// One instance, shared between the engine's table, handles, timers and its task.
+pub(crate) struct Cell {
+    pub id: u64,
+    /// This cell, for handing out to timers.
+    pub me: Weak<Cell>,
+    pub name: Arc<str>,
+    pub tenant: Arc<str>,
+    pub plan: Arc<CompiledPlan>,
+    pub engine: Arc<Shared>,
+    pub core: Mutex<Core>,
+    mailbox: Mutex<Vec<Input>>,
+    /// Timers set by this instance that have not fired yet.
+    pub timers: AtomicU32,
+    /// The instance's key-value context (`context.get` / `context.put`).
+    pub kv: Mutex<Option<Box<serde_json::Map<String, Value>>>>,
+}
+
+impl Cell {
+    pub(crate) fn new(
+        id: u64,
+        tenant: Arc<str>,
+        plan: Arc<CompiledPlan>,
+        engine: Arc<Shared>,
+        trace: bool,
+    ) -> Arc<Cell> {
+        Arc::new_cyclic(|me| Cell {
+            id,
+            me: me.clone(),
+            name: Arc::from(format!("i{id}")),
+            tenant,
+            plan,
+            engine,
+            core: Mutex::new(Core {
+                inst: None,
+                active: None,
+                waiters: Vec::new(),
+                reason: None,
+                trace: trace.then(Vec::new),
+                window: (i64::MIN / 2, 0),
+                last_activity: 0,
+                reported: None,
+                registered: false,
+            }),
+            mailbox: Mutex::new(Vec::new()),
+            timers: AtomicU32::new(0),
+            kv: Mutex::new(None),
+        })
+    }
+
+    /// Delivers an input: runs the loop here if it is free, else leaves the input for the
+    /// thread that holds it.
+    pub(crate) fn submit(self: &Arc<Self>, input: Input) {
+        match self.core.try_lock() {
+            Ok(mut g) => {
+                self.run(&mut g, input);
+                self.release(g);
+            }
+            Err(TryLockError::Poisoned(p)) => {
+                let mut g = p.into_inner();
+                self.run(&mut g, input);
+                self.release(g);
+            }
+            Err(TryLockError::WouldBlock) => {
+                lock(&self.mailbox).push(input);
+                if let Ok(g) = self.core.try_lock() {
+                    self.release(g);
+                }
+            }
+        }
+    }
+
+    /// Drains the mailbox, then lets go of the loop (re-taking it if an input slipped in).
+    pub(crate) fn release<'a>(self: &'a Arc<Self>, mut g: MutexGuard<'a, Core>) {
+        loop {
+            let batch = std::mem::take(&mut *lock(&self.mailbox));
+            if batch.is_empty() {
+                drop(g);
+                if lock(&self.mailbox).is_empty() {
+                    return;
+                }
+                match self.core.try_lock() {
+                    Ok(ng) => {
+                        g = ng;
+                        continue;
+                    }
+                    Err(_) => return,
+                }
+            }
+            for input in batch {
+                self.run(&mut g, input);
+            }
+        }
+    }
+
+    /// Applies `input`, then every action outcome that is ready at once, then settles.
+    pub(crate) fn run(self: &Arc<Self>, core: &mut Core, input: Input) {
+        let mut ready: VecDeque<Ready> = VecDeque::new();
+        if matches!(
+            input,
+            Input::Token { .. } | Input::Timer { .. } | Input::Outcome { .. }
+        ) {
+            self.check_rate(core);
+        }
+        self.apply(core, input, &mut ready);
+        while let Some((firing, result)) = ready.pop_front() {
+            self.check_rate(core);
+            let now = self.engine.clock.now_ms();
+            self.apply(
+                core,
+                Input::Outcome {
+                    firing,
+                    result,
+                    now,
+                },
+                &mut ready,
+            );
+        }
+        self.after(core);
+    }
+
+    /// The one place an instance changes: journal the input, apply it, fire what is enabled.
+    pub(crate) fn apply(
+        self: &Arc<Self>,
+        core: &mut Core,
+        input: Input,
+        ready: &mut VecDeque<Ready>,
+    ) {
+        if let Some(j) = &self.engine.journal {
+            j.record(&self.tenant, &self.name, &input);
+        }
+        let net = &*self.plan.net;
+        match input {
+            Input::Start { input, now, .. } => {
+                core.inst = Some(Instance::start(net, &self.name, input, now));
+                core.last_activity = now;
+                self.publish(
+                    "plan.started",
+                    || serde_json::json!({"plan": &*self.plan.name}),
+                );
+            }
+            Input::Token {
+                event,
+                payload,
+                correlation,
+                now,
+            } => {
+                if let Some(i) = core.inst.as_mut() {
+                    let _ = i.add_token(net, event, payload, correlation.as_deref(), now);
+                }
+                core.last_activity = now;
+            }
+            Input::Timer {
+                event,
+                payload,
+                now,
+                ..
+            } => {
+                if let Some(i) = core.inst.as_mut() {
+                    let _ = i.add_token(net, event, payload, None, now);
+                }
+                core.last_activity = now;
+            }
+            Input::Outcome {
+                firing,
+                result,
+                now,
+            } => self.complete(core, firing, result, now, ready),
+            Input::Pause { reason } => {
+                if let Some(i) = core.inst.as_mut() {
+                    i.pause(reason);
+                }
+                return;
+            }
+            Input::Resume => {
+                if let Some(i) = core.inst.as_mut() {
+                    i.resume(net);
+                    core.window = (self.engine.clock.now_ms(), i.fired);
+                }
+            }
+            Input::Stop { reason } => {
+                if let Some(i) = core.inst.as_mut()
+                    && !i.status.is_terminal()
+                {
+                    i.stop();
+                    core.reason = Some(reason);
+                }
+                if let Some(a) = core.active.take()
+                    && let Some(w) = &a.waker
+                {
+                    w.wake_by_ref();
+                }
+                return;
+            }
+        }
+        self.drain(core, ready);
+    }
+
+    /// Fires every enabled step; outcomes that are ready at once go to `ready`.
+    fn drain(self: &Arc<Self>, core: &mut Core, ready: &mut VecDeque<Ready>) {
+        let net = &*self.plan.net;
+        loop {
+            let Some(fired) = core.inst.as_mut().and_then(|i| i.next(net)) else {
+                return;
+            };
+            self.dispatch(core, fired, ready);
+        }
+    }
+
+    /// Pauses a reactive instance that fires faster than the configured limit.
+    fn check_rate(self: &Arc<Self>, core: &mut Core) {
+        let Some(limit) = self.engine.max_firings_per_sec else {
+            return;
+        };
+        if self.plan.net.graph_type != GraphType::Reactive {
+            return;
+        }
+        let Some(inst) = core.inst.as_ref() else {
+            return;
+        };
+        if inst.status != Status::Running {
+            return;
+        }
+        let now = self.engine.clock.now_ms();
+        if now.saturating_sub(core.window.0) >= 1000 {
+            core.window = (now, inst.fired);
+            return;
+        }
+        if inst.fired - core.window.1 > limit {
+            let reason = format!(
+                "firing-rate limit: more than {limit} firings within one second (a runaway loop?); resume to continue"
+            );
+            tracing::warn!(weft.instance = %self.name, message = "Paused by the firing-rate limit");
+            let mut none = VecDeque::new();
+            self.apply(core, Input::Pause { reason }, &mut none);
+        }
+    }
+
+    /// After a batch of inputs: settle, report a settled status once, keep the engine's
+    /// table and routing index in step, and start the task if actions are pending.
+    fn after(self: &Arc<Self>, core: &mut Core) {
+        let net = &*self.plan.net;
+        let Some(inst) = core.inst.as_mut() else {
+            return;
+        };
+        let status = inst.settle(net);
+        let name = status.name();
+        let terminal = status.is_terminal();
+        let settled = match status {
+            Status::Running => false,
+            Status::Stuck => self.timers.load(Ordering::Acquire) == 0,
+            _ => true,
+        };
+        if !settled {
+            core.reported = None;
+        } else if core.reported != Some(name) {
+            core.reported = Some(name);
+            let ty = match name {
+                "completed" => "plan.completed",
+                "stuck" => "plan.stuck",
+                "failed" => "plan.failed",
+                "paused" => "plan.paused",
+                _ => "plan.stopped",
+            };
+            self.publish(ty, || self.status_data(core));
+            if !core.waiters.is_empty() {
+                let o = self.outcome(core);
+                for w in core.waiters.drain(..) {
+                    let _ = w.send(o.clone());
+                }
+            }
+        }
+        if terminal {
+            if let Some(a) = core.active.take()
+                && let Some(w) = &a.waker
+            {
+                w.wake_by_ref();
+            }
+            if core.registered {
+                core.registered = false;
+                self.engine.unregister(self);
+            }
+            return;
+        }
+        if !core.registered {
+            core.registered = true;
+            self.engine.register_cell(self);
+        }
+        if let Some(a) = core.active.as_mut()
+            && !a.pending.is_empty()
+            && !a.task
+        {
+            match self.engine.runtime() {
+                Some(h) => {
+                    a.task = true;
+                    let cell = Arc::clone(self);
+                    h.spawn(async move { std::future::poll_fn(|cx| cell.poll_task(cx)).await });
+                }
+                None => {
+                    tracing::error!(weft.instance = %self.name, message = "Actions are pending but no tokio runtime is available");
+                }
+            }
+        }
+    }
+
+    /// The instance's task: polls pending actions and applies their outcomes.
+    fn poll_task(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut g = lock(&self.core);
+        let mut budget = 64u32;
+        loop {
+            let Some(a) = g.active.as_mut() else {
+                self.release(g);
+                return Poll::Ready(());
+            };
+            match a.pending.poll_next_unpin(cx) {
+                Poll::Ready(Some((firing, result))) => {
+                    let now = self.engine.clock.now_ms();
+                    self.run(
+                        &mut g,
+                        Input::Outcome {
+                            firing,
+                            result,
+                            now,
+                        },
+                    );
+                    budget -= 1;
+                    if budget == 0 {
+                        cx.waker().wake_by_ref();
+                        self.release(g);
+                        return Poll::Pending;
+                    }
+                }
+                Poll::Ready(None) => {
+                    g.active = None;
+                    self.release(g);
+                    return Poll::Ready(());
+                }
+                Poll::Pending => {
+                    a.waker = Some(cx.waker().clone());
+                    self.release(g);
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+
+    fn status_data(&self, core: &Core) -> Value {
+        let mut d = serde_json::json!({"plan": &*self.plan.name});
+        if let Some(i) = &core.inst {
+            d["status"] = serde_json::to_value(&i.status).unwrap_or(Value::Null);
+            if i.status == Status::Stuck {
+                d["waiting"] =
+                    serde_json::to_value(i.waiting(&self.plan.net)).unwrap_or(Value::Null);
+            }
+        }
+        if let Some(r) = &core.reason {
+            d["reason"] = Value::from(r.as_str());
+        }
+        d
+    }
+
+    /// Has the instance settled (and been reported)?
+    pub(crate) fn settled(core: &Core) -> bool {
+        core.reported.is_some()
+    }
+
+    /// The outcome as it stands.
+    pub(crate) fn outcome(&self, core: &Core) -> Outcome {
+        let net = &*self.plan.net;
+        let Some(inst) = &core.inst else {
+            return Outcome {
+                instance: self.name.to_string(),
+                status: Status::Running,
+                reason: None,
+                results: Vec::new(),
+                waiting: Vec::new(),
+                trace: None,
+            };
+        };
+        Outcome {
+            instance: self.name.to_string(),
+            status: inst.status.clone(),
+            reason: core.reason.clone(),
+            results: inst
+                .results(net)
+                .into_iter()
+                .map(|(event, toks)| ResultTokens {
+                    event,
+                    payloads: toks.into_iter().map(|t| t.payload).collect(),
+                })
+                .collect(),
+            waiting: if inst.status == Status::Stuck {
+                inst.waiting(net)
+            } else {
+                Vec::new()
+            },
+            trace: core.trace.clone(),
+        }
+    }
+
+    /// A live snapshot.
+    pub(crate) fn snapshot(&self, core: &Core) -> StateSnapshot {
+        let net = &*self.plan.net;
+        let (status, marking, waiting, in_flight, fired) = match &core.inst {
+            Some(i) => (
+                i.status.clone(),
+                i.marking.counts_by_event(net),
+                i.waiting(net),
+                i.in_flight
+                    .iter()
+                    .map(|(f, inf)| InFlightInfo {
+                        firing: *f,
+                        step: net.step(inf.step).name.clone(),
+                        attempt: inf.attempt,
+                    })
+                    .collect(),
+                i.fired,
+            ),
+            None => (Status::Running, Vec::new(), Vec::new(), Vec::new(), 0),
+        };
+        StateSnapshot {
+            instance: self.name.to_string(),
+            tenant: self.tenant.to_string(),
+            plan: self.plan.name.to_string(),
+            status,
+            reason: core.reason.clone(),
+            marking,
+            waiting,
+            in_flight,
+            fired,
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! Executing the effects of firings: calling tools and applying their outcomes.
+//!
+//! A tool's future is polled once, inline, with a no-op waker. Pure and in-memory tools are
+//! ready at once and their outcome is applied in the same loop iteration, with no channel hop
+//! and no task. Only futures that are still pending are kept (in the instance's
+//! `FuturesUnordered`, or spawned on tokio for `write` tools so they run in parallel).
+//! Panics are caught and become `tool_panic` errors; unknown tools, args that fail the
+//! tool's schema and args that cannot be rendered are fatal errors; `timeout_ms` bounds
+//! every attempt.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use futures::FutureExt;
+use futures::future::Either;
+use serde_json::Value;
+use weft_core::instance::Completion;
+use weft_core::token::FiringId;
+use weft_core::{ActionError, Fired};
+use weft_tools::{BoxFuture, Tool, ToolContext, ToolError, ToolServices};
+
+use crate::cell::{Active, Cell, Core, PendingFut, Ready};
+use crate::clock::Clock;
+use crate::outcome::TraceEntry;
+use crate::plans::StepRt;
+
+/// The error for a caught panic.
+pub(crate) fn panic_error(p: Box<dyn Any + Send>) -> ActionError {
+    let msg = p
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a tool panicked".to_string());
+    ActionError::new("tool_panic", format!("the tool panicked: {msg}"))
+}
+
+/// Bounds a pending tool future: catches panics and applies the per-attempt timeout.
+async fn guarded(
+    fut: BoxFuture<'static, Result<Value, ToolError>>,
+    timeout_ms: Option<u64>,
+    clock: Arc<dyn Clock>,
+) -> Result<Value, ActionError> {
+    let run = AssertUnwindSafe(fut).catch_unwind().map(|r| match r {
+        Ok(r) => r.map_err(ActionError::from),
+        Err(p) => Err(panic_error(p)),
+    });
+    match timeout_ms {
+        None => run.await,
+        Some(ms) => {
+            let sleep = clock.sleep(ms);
+            match futures::future::select(Box::pin(run), sleep).await {
+                Either::Left((r, _)) => r,
+                Either::Right(_) => Err(timeout_error(ms)),
+            }
+        }
+    }
+}
+
+fn timeout_error(ms: u64) -> ActionError {
+    ActionError::new(
+        "timeout",
+        format!("the action did not finish within {ms} ms"),
+    )
+}
+
+/// Aborts a spawned task when the instance drops it (stop, failure).
+struct AbortOnDrop(tokio::task::JoinHandle<Result<Value, ActionError>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Future for AbortOnDrop {
+    type Output = Result<Value, ActionError>;
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0.poll_unpin(cx).map(|r| match r {
+            Ok(r) => r,
+            Err(e) if e.is_panic() => Err(panic_error(e.into_panic())),
+            Err(e) => Err(ActionError::new("cancelled", e.to_string())),
+        })
+    }
+}
+
+impl Cell {
+    fn context(
+        self: &Arc<Self>,
+        srt: &StepRt,
+        key: Arc<str>,
+        attempt: u32,
+        inputs: Vec<(String, Arc<Value>)>,
+    ) -> ToolContext {
+        ToolContext {
+            tenant: Arc::clone(&self.tenant),
+            instance: Arc::clone(&self.name),
+            plan: Arc::clone(&self.plan.name),
+            step: Arc::clone(&srt.name),
+            idempotency_key: key,
+            attempt,
+            deadline: srt
+                .timeout_ms
+                .map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms)),
+            inputs: Arc::new(inputs),
+            services: Arc::clone(self) as Arc<dyn ToolServices>,
+        }
+    }
+
+    fn inputs(&self, core: &Core, firing: FiringId) -> Vec<(String, Arc<Value>)> {
+        let net = &*self.plan.net;
+        core.inst
+            .as_ref()
+            .and_then(|i| i.in_flight.get(&firing))
+            .map(|inf| {
+                inf.tokens
+                    .iter()
+                    .map(|t| (net.event(t.event).name.clone(), Arc::clone(&t.payload)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Runs the effect of a firing.
+    pub(crate) fn dispatch(
+        self: &Arc<Self>,
+        core: &mut Core,
+        f: Fired,
+        ready: &mut VecDeque<Ready>,
+    ) {
+        let srt = &self.plan.steps[f.step as usize];
+        if core.trace.is_some() {
+            self.trace_start(core, &f);
+        }
+        self.publish(
+            "plan.step.started",
+            || serde_json::json!({"step": &*srt.name, "firing": f.firing, "action": srt.action}),
+        );
+        let args = match f.args {
+            Ok(a) => a,
+            Err(m) => {
+                ready.push_back((
+                    f.firing,
+                    Err(ActionError::fatal(
+                        "args_invalid",
+                        format!("the args of step `{}` could not be rendered: {m}", srt.name),
+                    )),
+                ));
+                return;
+            }
+        };
+        let Some(tool) = srt.tool.clone() else {
+            ready.push_back((
+                f.firing,
+                Err(ActionError::fatal(
+                    "unknown_tool",
+                    format!(
+                        "step `{}`: no tool named `{}` is registered",
+                        srt.name, srt.action
+                    ),
+                )),
+            ));
+            return;
+        };
+        if let Some(v) = &srt.validator
+            && let Err(e) = v.validate(&args)
+        {
+            ready.push_back((
+                f.firing,
+                Err(ActionError::fatal(
+                    "args_invalid",
+                    format!(
+                        "the args of step `{}` do not match the schema of `{}`: {e} (at `{}`)",
+                        srt.name,
+                        srt.action,
+                        e.instance_path()
+                    ),
+                )),
+            ));
+            return;
+        }
+        let inputs = self.inputs(core, f.firing);
+        let ctx = self.context(srt, Arc::from(f.idempotency_key), 1, inputs);
+        self.call(
+            core,
+            f.firing,
+            tool,
+            ctx,
+            args,
+            srt.timeout_ms,
+            srt.spawn,
+            ready,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        self: &Arc<Self>,
+        core: &mut Core,
+        firing: FiringId,
+        tool: Arc<dyn Tool>,
+        ctx: ToolContext,
+        args: Value,
+        timeout_ms: Option<u64>,
+        spawn: bool,
+        ready: &mut VecDeque<Ready>,
+    ) {
+        let mut fut = match catch_unwind(AssertUnwindSafe(|| tool.call(ctx, args))) {
+            Ok(f) => f,
+            Err(p) => {
+                ready.push_back((firing, Err(panic_error(p))));
+                return;
+            }
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx))) {
+            Ok(Poll::Ready(r)) => ready.push_back((firing, r.map_err(ActionError::from))),
+            Ok(Poll::Pending) => {
+                let g = guarded(fut, timeout_ms, Arc::clone(&self.engine.clock));
+                self.push_pending(core, firing, g, spawn);
+            }
+            Err(p) => ready.push_back((firing, Err(panic_error(p)))),
+        }
+    }
+
+    fn push_pending(
+        self: &Arc<Self>,
+        core: &mut Core,
+        firing: FiringId,
+        fut: impl Future<Output = Result<Value, ActionError>> + Send + 'static,
+        spawn: bool,
+    ) {
+        let handle = if spawn { self.engine.runtime() } else { None };
+        let fut: PendingFut = match handle {
+            Some(h) => Box::pin(AbortOnDrop(h.spawn(fut)).map(move |r| (firing, r))),
+            None => Box::pin(fut.map(move |r| (firing, r))),
+        };
+        let active = core
+            .active
+            .get_or_insert_with(|| Box::new(Active::default()));
+        active.pending.push(fut);
+        if let Some(w) = &active.waker {
+            w.wake_by_ref();
+        }
+    }
+
+    /// Applies an action's outcome.
+    pub(crate) fn complete(
+        self: &Arc<Self>,
+        core: &mut Core,
+        firing: FiringId,
+        result: Result<Value, ActionError>,
+        now: i64,
+        ready: &mut VecDeque<Ready>,
+    ) {
+        let net = &*self.plan.net;
+        let Some(inst) = core.inst.as_mut() else {
+            return;
+        };
+        let Some(step) = inst.in_flight.get(&firing).map(|f| f.step) else {
+            return;
+        };
+        let traced = core.trace.is_some().then(|| result.clone());
+        let err = if self.engine.bus.wants() {
+            result.as_ref().err().cloned()
+        } else {
+            None
+        };
+        let c = inst.complete(net, firing, result, now);
+        if let (Some(t), Some(out)) = (core.trace.as_mut(), traced)
+            && let Some(e) = t.iter_mut().find(|e| e.firing == firing)
+        {
+            e.outcome = Some(out);
+            e.finished_ms = Some(now);
+            match &c {
+                Completion::Emitted(ids) => e.emitted = ids.clone(),
+                Completion::ErrorToken { token, .. } => e.emitted = vec![*token],
+                Completion::Retry { attempt, .. } => e.attempts = *attempt,
+                _ => {}
+            }
+        }
+        let sname = &self.plan.steps[step as usize].name;
+        match c {
+            Completion::Retry { attempt, delay_ms } => {
+                self.publish("plan.step.error", || {
+                    serde_json::json!({"step": &**sname, "firing": firing, "error": err, "retry": attempt})
+                });
+                self.retry(core, firing, attempt, delay_ms, ready);
+            }
+            Completion::Emitted(ids) => self.publish("plan.step.finished", || {
+                serde_json::json!({"step": &**sname, "firing": firing, "emitted": ids})
+            }),
+            Completion::Unknown => {}
+            other => self.publish("plan.step.error", || {
+                let handled = match other {
+                    Completion::ErrorToken { .. } => "error_token",
+                    Completion::Dropped => "dropped",
+                    Completion::Repair(_) => "repair",
+                    _ => "abort",
+                };
+                serde_json::json!({"step": &**sname, "firing": firing, "error": err, "handled": handled})
+            }),
+        }
+    }
+
+    /// Runs another attempt of a firing after `delay_ms`, with the same idempotency key.
+    fn retry(
+        self: &Arc<Self>,
+        core: &mut Core,
+        firing: FiringId,
+        attempt: u32,
+        delay_ms: u64,
+        ready: &mut VecDeque<Ready>,
+    ) {
+        let Some((step, args)) = core
+            .inst
+            .as_ref()
+            .and_then(|i| i.in_flight.get(&firing))
+            .map(|inf| (inf.step, inf.args.clone()))
+        else {
+            return;
+        };
+        let plan = Arc::clone(&self.plan);
+        let srt = &plan.steps[step as usize];
+        let Some(tool) = srt.tool.clone() else {
+            return;
+        };
+        // Same format as `weft_core::Instance::fire`, so retries keep the key.
+        let key: Arc<str> = Arc::from(format!("{}/{}/{}", self.name, srt.name, firing));
+        let inputs = self.inputs(core, firing);
+        let ctx = self.context(srt, key, attempt, inputs);
+        if delay_ms == 0 {
+            self.call(
+                core,
+                firing,
+                tool,
+                ctx,
+                args,
+                srt.timeout_ms,
+                srt.spawn,
+                ready,
+            );
+            return;
+        }
+        let clock = Arc::clone(&self.engine.clock);
+        let timeout = srt.timeout_ms;
+        let fut = async move {
+            clock.sleep(delay_ms).await;
+            match catch_unwind(AssertUnwindSafe(|| tool.call(ctx, args))) {
+                Ok(f) => guarded(f, timeout, clock).await,
+                Err(p) => Err(panic_error(p)),
+            }
+        };
+        self.push_pending(core, firing, fut, srt.spawn);
+    }
+
+    fn trace_start(&self, core: &mut Core, f: &Fired) {
+        let net = &*self.plan.net;
+        let now = self.engine.clock.now_ms();
+        let binding = core
+            .inst
+            .as_ref()
+            .and_then(|i| i.in_flight.get(&f.firing))
+            .map(|inf| {
+                inf.tokens
+                    .iter()
+                    .map(|t| {
+                        (
+                            t.id,
+                            net.event(t.event).name.clone(),
+                            Arc::clone(&t.payload),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(t) = core.trace.as_mut() {
+            t.push(TraceEntry {
+                firing: f.firing,
+                step: net.step(f.step).name.clone(),
+                binding,
+                args: f.args.clone(),
+                attempts: 1,
+                outcome: None,
+                emitted: Vec::new(),
+                started_ms: now,
+                finished_ms: None,
+            });
+        }
+    }
+
+    /// Publishes a lifecycle event if anyone listens; `data` is only built then.
+    pub(crate) fn publish(&self, ty: &str, data: impl FnOnce() -> Value) {
+        let bus = &self.engine.bus;
+        if !bus.wants() {
+            return;
+        }
+        bus.publish(self.engine.cloud_event(
+            ty,
+            &self.tenant,
+            Some(&self.name),
+            &self.plan.name,
+            data(),
+        ));
+    }
+}

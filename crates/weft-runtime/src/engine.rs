@@ -1,0 +1,544 @@
+//! The engine service (STYLE §9): [`EngineOptions`] → [`Engine::new`] → a cheap-clone
+//! [`Engine`] handle. It owns the registered plans, the table of live instances, the routing
+//! index from (tenant, event name) to the instances waiting on it, the timer service and the
+//! bus, and hands out [`InstanceHandle`]s.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+use weft_core::{EventKind, Limits, Plan};
+use weft_tools::Registry;
+
+use crate::Error;
+use crate::bus::{Bus, CloudEvent, Filter, InProcessBus, Subscription};
+use crate::cell::{Cell, lock};
+use crate::clock::{Clock, SystemClock, rfc3339};
+use crate::journal::{Input, Journal};
+use crate::outcome::{Outcome, StateSnapshot};
+use crate::plans::CompiledPlan;
+use crate::timers::{TimerEntry, TimerKind, Timers};
+
+/// Computes the next due time (epoch ms) of a cron expression after `after_ms`.
+pub type CronNext = Arc<dyn Fn(&str, i64) -> Option<i64> + Send + Sync>;
+
+/// How to build an engine.
+#[derive(Clone)]
+pub struct EngineOptions {
+    /// Tools steps can call (also the catalog plans are validated against).
+    pub registry: Arc<Registry>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Where lifecycle events go.
+    pub bus: Arc<dyn Bus>,
+    /// Receives every instance input (none by default).
+    pub journal: Option<Arc<dyn Journal>>,
+    /// Plan loading limits.
+    pub limits: Limits,
+    /// Validate actions and literal args against the registry at registration (default on;
+    /// off resolves tools at run time, where an unknown one is an `unknown_tool` error).
+    pub check_tools: bool,
+    /// Reactive instances firing more than this many steps within one second are paused.
+    pub max_firings_per_sec: Option<u64>,
+    /// Reactive instances with no input for this long are stopped.
+    pub idle_expiry_ms: Option<u64>,
+    /// Next-occurrence function for repeating (`cron`) timers; without it they fire once.
+    pub cron: Option<CronNext>,
+    /// Record a trace of firings for every instance.
+    pub trace: bool,
+    /// Runtime for instance and timer tasks (default: the runtime `Engine::new` runs in).
+    pub runtime: Option<tokio::runtime::Handle>,
+}
+
+impl std::fmt::Debug for EngineOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineOptions")
+            .field("check_tools", &self.check_tools)
+            .field("max_firings_per_sec", &self.max_firings_per_sec)
+            .field("idle_expiry_ms", &self.idle_expiry_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        let mut registry = Registry::new();
+        weft_tools::builtin::register_pure(&mut registry);
+        EngineOptions {
+            registry: Arc::new(registry),
+            clock: Arc::new(SystemClock),
+            bus: Arc::new(InProcessBus::default()),
+            journal: None,
+            limits: Limits::default(),
+            check_tools: true,
+            max_firings_per_sec: Some(10_000),
+            idle_expiry_ms: None,
+            cron: None,
+            trace: false,
+            runtime: None,
+        }
+    }
+}
+
+/// Per-start options.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// Record a trace of firings (for `weft run`).
+    pub trace: bool,
+}
+
+const SHARDS: usize = 16;
+
+type Routes = HashMap<Arc<str>, HashMap<Arc<str>, HashSet<u64>>>;
+
+/// State shared by the engine handle, instances and the timer task.
+pub(crate) struct Shared {
+    pub registry: Arc<Registry>,
+    pub clock: Arc<dyn Clock>,
+    pub bus: Arc<dyn Bus>,
+    pub journal: Option<Arc<dyn Journal>>,
+    pub limits: Limits,
+    pub check_tools: bool,
+    pub max_firings_per_sec: Option<u64>,
+    pub idle_expiry_ms: Option<u64>,
+    pub cron: Option<CronNext>,
+    pub trace: bool,
+    runtime: Option<tokio::runtime::Handle>,
+    plans: RwLock<HashMap<String, Arc<CompiledPlan>>>,
+    validators: Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>,
+    table: Vec<Mutex<HashMap<u64, Arc<Cell>>>>,
+    routes: Mutex<Routes>,
+    next_id: AtomicU64,
+    event_seq: AtomicU64,
+    pub timers: Timers,
+}
+
+impl Shared {
+    pub(crate) fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.runtime.clone())
+    }
+
+    fn shard(&self, id: u64) -> &Mutex<HashMap<u64, Arc<Cell>>> {
+        &self.table[(id as usize) % SHARDS]
+    }
+
+    pub(crate) fn cell(&self, id: u64) -> Option<Arc<Cell>> {
+        lock(self.shard(id)).get(&id).cloned()
+    }
+
+    /// Adds a live instance to the table and the routing index.
+    pub(crate) fn register_cell(self: &Arc<Self>, cell: &Arc<Cell>) {
+        lock(self.shard(cell.id)).insert(cell.id, Arc::clone(cell));
+        {
+            let mut routes = lock(&self.routes);
+            let by_event = routes.entry(Arc::clone(&cell.tenant)).or_default();
+            for e in cell
+                .plan
+                .net
+                .events
+                .iter()
+                .filter(|e| e.kind == EventKind::Input)
+            {
+                match by_event.get_mut(e.name.as_str()) {
+                    Some(set) => {
+                        set.insert(cell.id);
+                    }
+                    None => {
+                        by_event.insert(Arc::from(e.name.as_str()), HashSet::from([cell.id]));
+                    }
+                }
+            }
+        }
+        if let Some(ms) = self.idle_expiry_ms
+            && cell.plan.net.graph_type == weft_core::GraphType::Reactive
+        {
+            self.schedule_expiry(cell, self.clock.now_ms().saturating_add(ms as i64));
+        }
+    }
+
+    /// Removes an ended instance from the table and the routing index.
+    pub(crate) fn unregister(&self, cell: &Cell) {
+        lock(self.shard(cell.id)).remove(&cell.id);
+        let mut routes = lock(&self.routes);
+        if let Some(by_event) = routes.get_mut(&*cell.tenant) {
+            for e in cell
+                .plan
+                .net
+                .events
+                .iter()
+                .filter(|e| e.kind == EventKind::Input)
+            {
+                if let Some(set) = by_event.get_mut(e.name.as_str()) {
+                    set.remove(&cell.id);
+                    if set.is_empty() {
+                        by_event.remove(e.name.as_str());
+                    }
+                }
+            }
+            if by_event.is_empty() {
+                routes.remove(&*cell.tenant);
+            }
+        }
+    }
+
+    pub(crate) fn schedule_expiry(self: &Arc<Self>, cell: &Arc<Cell>, due: i64) {
+        let entry = TimerEntry {
+            id: self.timers.next_id(),
+            cell: Arc::downgrade(cell),
+            kind: TimerKind::Expire,
+        };
+        if let Err(e) = self.timers.add(self, due, entry) {
+            tracing::warn!(weft.instance = %cell.name, error = %e, message = "Idle expiry not scheduled");
+        }
+    }
+
+    pub(crate) fn cloud_event(
+        &self,
+        ty: &str,
+        tenant: &str,
+        instance: Option<&str>,
+        plan: &str,
+        data: Value,
+    ) -> CloudEvent {
+        let seq = self.event_seq.fetch_add(1, Ordering::Relaxed);
+        CloudEvent {
+            specversion: "1.0".to_string(),
+            id: format!("{}-{seq}", instance.unwrap_or("engine")),
+            source: format!("weft://{tenant}/{plan}/{}", instance.unwrap_or("")),
+            ty: ty.to_string(),
+            time: rfc3339(self.clock.now_ms()),
+            datacontenttype: "application/json".to_string(),
+            data,
+            tenant: tenant.to_string(),
+            instance: instance.map(str::to_string),
+            correlation: instance.map(str::to_string),
+        }
+    }
+}
+
+/// The engine: a cheap-clone handle.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+fn parse_id(instance: &str) -> Option<u64> {
+    instance.strip_prefix('i')?.parse().ok()
+}
+
+impl Engine {
+    /// Builds an engine. Call inside a tokio runtime, or give one in the options, if any tool
+    /// is asynchronous or timers are used.
+    pub fn new(opts: EngineOptions) -> Engine {
+        let runtime = opts
+            .runtime
+            .or_else(|| tokio::runtime::Handle::try_current().ok());
+        Engine {
+            inner: Arc::new(Shared {
+                registry: opts.registry,
+                clock: opts.clock,
+                bus: opts.bus,
+                journal: opts.journal,
+                limits: opts.limits,
+                check_tools: opts.check_tools,
+                max_firings_per_sec: opts.max_firings_per_sec,
+                idle_expiry_ms: opts.idle_expiry_ms,
+                cron: opts.cron,
+                trace: opts.trace,
+                runtime,
+                plans: RwLock::new(HashMap::new()),
+                validators: Mutex::new(HashMap::new()),
+                table: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+                routes: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(0),
+                event_seq: AtomicU64::new(0),
+                timers: Timers::default(),
+            }),
+        }
+    }
+
+    pub(crate) fn from_shared(inner: Arc<Shared>) -> Engine {
+        Engine { inner }
+    }
+
+    /// Validates and compiles a plan without registering it.
+    pub fn compile(&self, plan: Plan) -> Result<Arc<CompiledPlan>, Error> {
+        let i = &self.inner;
+        let mut validators = lock(&i.validators);
+        CompiledPlan::compile(plan, &i.registry, &mut validators, i.check_tools, &i.limits)
+            .map(Arc::new)
+    }
+
+    /// Loads, validates and compiles a plan document given as a JSON value.
+    pub fn compile_value(&self, doc: Value) -> Result<Arc<CompiledPlan>, Error> {
+        let plan = weft_core::load::plan_from_value(doc, &self.inner.limits)
+            .map_err(|e| Error::Load(e.to_string()))?;
+        self.compile(plan)
+    }
+
+    /// Validates, compiles and registers a plan under its name (replacing an older one;
+    /// running instances keep the version they started with).
+    pub fn register(&self, plan: Plan) -> Result<Arc<CompiledPlan>, Error> {
+        let c = self.compile(plan)?;
+        let mut plans = self.inner.plans.write().unwrap_or_else(|e| e.into_inner());
+        plans.insert(c.name.to_string(), Arc::clone(&c));
+        Ok(c)
+    }
+
+    /// [`Engine::register`] for a JSON document.
+    pub fn register_json(&self, bytes: &[u8]) -> Result<Arc<CompiledPlan>, Error> {
+        let plan = weft_core::parse_plan(bytes, &self.inner.limits)
+            .map_err(|e| Error::Load(e.to_string()))?;
+        self.register(plan)
+    }
+
+    /// The registered plan called `name`.
+    pub fn plan(&self, name: &str) -> Option<Arc<CompiledPlan>> {
+        self.inner
+            .plans
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Starts an instance of the registered plan `plan` for `tenant`. The instance runs in
+    /// the caller until it waits for something (a pending action, an event, a timer).
+    pub fn start(&self, tenant: &str, plan: &str, input: Value) -> Result<InstanceHandle, Error> {
+        let p = self
+            .plan(plan)
+            .ok_or_else(|| Error::UnknownPlan(plan.to_string()))?;
+        Ok(self.start_with(tenant, &p, input, StartOptions::default()))
+    }
+
+    /// Starts an instance of a compiled plan.
+    pub fn start_with(
+        &self,
+        tenant: &str,
+        plan: &Arc<CompiledPlan>,
+        input: Value,
+        opts: StartOptions,
+    ) -> InstanceHandle {
+        let i = &self.inner;
+        let id = i.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let cell = Cell::new(
+            id,
+            Arc::from(tenant),
+            Arc::clone(plan),
+            Arc::clone(i),
+            opts.trace || i.trace,
+        );
+        let now = i.clock.now_ms();
+        cell.submit(Input::Start {
+            plan: Arc::clone(&plan.name),
+            input,
+            now,
+        });
+        InstanceHandle { cell }
+    }
+
+    fn live(&self, tenant: Option<&str>, instance: &str) -> Result<Arc<Cell>, Error> {
+        parse_id(instance)
+            .and_then(|id| self.inner.cell(id))
+            .filter(|c| tenant.is_none_or(|t| &*c.tenant == t))
+            .ok_or_else(|| Error::UnknownInstance(instance.to_string()))
+    }
+
+    /// Routes an external event: to `instance` if given, else to every live instance of
+    /// `tenant` whose plan declares `event` as an input. Returns how many received it.
+    pub fn ingest(
+        &self,
+        tenant: &str,
+        event: &str,
+        payload: Value,
+        correlation: Option<&str>,
+        instance: Option<&str>,
+    ) -> Result<usize, Error> {
+        let now = self.inner.clock.now_ms();
+        let targets: Vec<Arc<Cell>> = match instance {
+            Some(id) => {
+                let cell = self.live(Some(tenant), id)?;
+                let accepted = cell
+                    .plan
+                    .net
+                    .event_id(event)
+                    .is_some_and(|e| cell.plan.net.event(e).kind == EventKind::Input);
+                if !accepted {
+                    return Err(Error::EventNotAccepted {
+                        instance: id.to_string(),
+                        event: event.to_string(),
+                        plan: cell.plan.name.to_string(),
+                    });
+                }
+                vec![cell]
+            }
+            None => {
+                let ids: Vec<u64> = lock(&self.inner.routes)
+                    .get(tenant)
+                    .and_then(|m| m.get(event))
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default();
+                let mut cells: Vec<Arc<Cell>> = ids
+                    .into_iter()
+                    .filter_map(|id| self.inner.cell(id))
+                    .collect();
+                cells.sort_by_key(|c| c.id);
+                cells
+            }
+        };
+        let n = targets.len();
+        let mut payload = Some(payload);
+        for (k, cell) in targets.into_iter().enumerate() {
+            let Some(ev) = cell.plan.net.event_id(event) else {
+                continue;
+            };
+            let p = if k + 1 == n {
+                payload.take().unwrap_or(Value::Null)
+            } else {
+                payload.clone().unwrap_or(Value::Null)
+            };
+            cell.submit(Input::Token {
+                event: ev,
+                payload: p,
+                correlation: correlation.map(str::to_string),
+                now,
+            });
+        }
+        Ok(n)
+    }
+
+    /// Stops a live instance.
+    pub fn stop(&self, instance: &str) -> Result<(), Error> {
+        let cell = self.live(None, instance)?;
+        cell.submit(Input::Stop {
+            reason: "stopped by request".to_string(),
+        });
+        Ok(())
+    }
+
+    /// Resumes a paused instance.
+    pub fn resume(&self, instance: &str) -> Result<(), Error> {
+        self.live(None, instance)?.submit(Input::Resume);
+        Ok(())
+    }
+
+    /// The live state of an instance.
+    pub fn state(&self, instance: &str) -> Result<StateSnapshot, Error> {
+        let cell = self.live(None, instance)?;
+        let g = lock(&cell.core);
+        Ok(cell.snapshot(&g))
+    }
+
+    /// A handle to a live instance.
+    pub fn handle(&self, instance: &str) -> Option<InstanceHandle> {
+        self.live(None, instance)
+            .ok()
+            .map(|cell| InstanceHandle { cell })
+    }
+
+    /// Subscribes to lifecycle events.
+    pub fn subscribe(&self, filter: Filter) -> Subscription {
+        self.inner.bus.subscribe(filter)
+    }
+
+    /// How many instances are live (running, waiting, stuck or paused).
+    pub fn live_instances(&self) -> usize {
+        self.inner.table.iter().map(|s| lock(s).len()).sum()
+    }
+
+    /// How many timers are scheduled.
+    pub fn pending_timers(&self) -> usize {
+        self.inner.timers.len()
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+}
+
+/// A started instance.
+#[derive(Clone)]
+pub struct InstanceHandle {
+    cell: Arc<Cell>,
+}
+
+impl std::fmt::Debug for InstanceHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstanceHandle")
+            .field("id", &self.cell.name)
+            .finish()
+    }
+}
+
+impl InstanceHandle {
+    /// Instance id.
+    pub fn id(&self) -> &str {
+        &self.cell.name
+    }
+
+    /// Tenant.
+    pub fn tenant(&self) -> &str {
+        &self.cell.tenant
+    }
+
+    /// The outcome, if the instance has settled (completed, stuck, failed, paused, stopped).
+    pub fn outcome_now(&self) -> Option<Outcome> {
+        let g = lock(&self.cell.core);
+        Cell::settled(&g).then(|| self.cell.outcome(&g))
+    }
+
+    /// Waits until the instance settles and returns its outcome.
+    pub async fn wait(&self) -> Outcome {
+        let rx = {
+            let mut g = lock(&self.cell.core);
+            if Cell::settled(&g) {
+                return self.cell.outcome(&g);
+            }
+            let (tx, rx) = oneshot::channel();
+            g.waiters.push(tx);
+            rx
+        };
+        match rx.await {
+            Ok(o) => o,
+            Err(_) => {
+                let g = lock(&self.cell.core);
+                self.cell.outcome(&g)
+            }
+        }
+    }
+
+    /// A copy of the core state machine (marking, in-flight firings, status): for snapshots
+    /// and replay checks.
+    pub fn core_instance(&self) -> Option<weft_core::Instance> {
+        lock(&self.cell.core).inst.clone()
+    }
+
+    /// The plan the instance runs.
+    pub fn plan(&self) -> &Arc<CompiledPlan> {
+        &self.cell.plan
+    }
+
+    /// The live state.
+    pub fn state(&self) -> StateSnapshot {
+        let g = lock(&self.cell.core);
+        self.cell.snapshot(&g)
+    }
+
+    /// Stops the instance.
+    pub fn stop(&self) {
+        self.cell.submit(Input::Stop {
+            reason: "stopped by request".to_string(),
+        });
+    }
+}

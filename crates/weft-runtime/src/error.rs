@@ -1,0 +1,69 @@
+//! The crate's error type: everything the engine's public API can refuse, with stable codes
+//! so front ends (CLI, HTTP) can map them without parsing messages.
+
+use weft_core::Finding;
+
+/// Why an engine call was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The plan has validation errors.
+    #[error("plan `{plan}` is invalid: {}", summary(.findings))]
+    InvalidPlan {
+        /// Plan name.
+        plan: String,
+        /// The error findings.
+        findings: Vec<Finding>,
+    },
+    /// A plan document could not be loaded.
+    #[error("plan could not be loaded: {0}")]
+    Load(String),
+    /// No plan registered under this name.
+    #[error("no plan named `{0}` is registered")]
+    UnknownPlan(String),
+    /// No live instance with this id (for this tenant).
+    #[error("no live instance `{0}`")]
+    UnknownInstance(String),
+    /// The instance's plan does not declare this event as `kind: input`.
+    #[error(
+        "instance `{instance}` does not accept event `{event}` (not an input event of plan `{plan}`)"
+    )]
+    EventNotAccepted {
+        /// Instance.
+        instance: String,
+        /// Event name.
+        event: String,
+        /// Plan name.
+        plan: String,
+    },
+    /// The instance has ended and takes no more input.
+    #[error("instance `{instance}` is {status} and takes no more input")]
+    Ended {
+        /// Instance.
+        instance: String,
+        /// Its status name.
+        status: &'static str,
+    },
+}
+
+impl Error {
+    /// Stable code for machines.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::InvalidPlan { .. } => "invalid_plan",
+            Error::Load(_) => "plan_load",
+            Error::UnknownPlan(_) => "unknown_plan",
+            Error::UnknownInstance(_) => "unknown_instance",
+            Error::EventNotAccepted { .. } => "event_not_accepted",
+            Error::Ended { .. } => "instance_ended",
+        }
+    }
+}
+
+fn summary(findings: &[Finding]) -> String {
+    findings
+        .iter()
+        .take(3)
+        .map(|f| format!("{} {} at `{}`: {}", f.code, f.name, f.pointer, f.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}

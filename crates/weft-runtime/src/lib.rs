@@ -1,0 +1,32 @@
+//! weft-runtime: the execution engine.
+//!
+//! It runs plan instances on top of the pure firing rule in `weft_core::Instance`: each
+//! instance has one sequential loop that owns its marking ([`cell`]), tools are called
+//! through the `weft_tools::Tool` trait ([`dispatch`]), events come in through [`Engine::ingest`]
+//! and lifecycle events go out on a [`bus::Bus`]. Storage, bus and tools are reached only
+//! through traits; every instance input passes a [`journal::Journal`] hook so the durability
+//! layer can persist and replay it.
+//!
+//! Architecture invariant: the runtime never changes a marking except by applying a
+//! [`journal::Input`] to a `weft_core::Instance`; all time comes from [`clock::Clock`].
+
+pub mod bench;
+pub mod bus;
+mod cell;
+pub mod clock;
+mod dispatch;
+mod engine;
+mod error;
+pub mod journal;
+mod outcome;
+mod plans;
+mod services;
+mod timers;
+
+pub use bus::{Bus, CloudEvent, Delivery, Filter, InProcessBus, Subscription};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use engine::{CronNext, Engine, EngineOptions, InstanceHandle, StartOptions};
+pub use error::Error;
+pub use journal::{Input, Journal, MemoryJournal};
+pub use outcome::{InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
+pub use plans::CompiledPlan;

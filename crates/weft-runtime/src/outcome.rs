@@ -1,0 +1,119 @@
+//! What callers read back from an instance: its [`Outcome`] when it settles, a live
+//! [`StateSnapshot`] at any time, and the optional per-firing [`TraceEntry`] list that
+//! `weft run` prints as a readable trace.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+use weft_core::instance::Waiting;
+use weft_core::token::{FiringId, TokenId};
+use weft_core::{ActionError, Status};
+
+/// The tokens left on one output event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResultTokens {
+    /// Event name.
+    pub event: String,
+    /// Payloads, oldest first.
+    pub payloads: Vec<Arc<Value>>,
+}
+
+/// How an instance ended (or where it settled: stuck, paused).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    /// Instance id.
+    pub instance: String,
+    /// Final status.
+    pub status: Status,
+    /// Why it stopped, for `stopped` (request, idle expiry).
+    pub reason: Option<String>,
+    /// Tokens on output events.
+    pub results: Vec<ResultTokens>,
+    /// For `stuck`: which step waits for what.
+    pub waiting: Vec<Waiting>,
+    /// Firings, when tracing was on.
+    pub trace: Option<Vec<TraceEntry>>,
+}
+
+impl Outcome {
+    /// Results as one JSON object: `{event: payload}` for one token, `{event: [payloads]}`
+    /// for several (the shape `plan.run` hands to a parent).
+    pub fn results_json(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        for r in &self.results {
+            let v = if r.payloads.len() == 1 {
+                (*r.payloads[0]).clone()
+            } else {
+                Value::Array(r.payloads.iter().map(|p| (**p).clone()).collect())
+            };
+            m.insert(r.event.clone(), v);
+        }
+        Value::Object(m)
+    }
+
+    /// The first payload on `event`.
+    pub fn result(&self, event: &str) -> Option<&Arc<Value>> {
+        self.results
+            .iter()
+            .find(|r| r.event == event)
+            .and_then(|r| r.payloads.first())
+    }
+}
+
+/// A firing whose action has not finished.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InFlightInfo {
+    /// Firing number.
+    pub firing: FiringId,
+    /// Step name.
+    pub step: String,
+    /// Current attempt.
+    pub attempt: u32,
+}
+
+/// The live state of an instance.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StateSnapshot {
+    /// Instance id.
+    pub instance: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Plan name.
+    pub plan: String,
+    /// Status.
+    pub status: Status,
+    /// Stop reason, if stopped.
+    pub reason: Option<String>,
+    /// Token count per event.
+    pub marking: Vec<(String, usize)>,
+    /// Steps that hold some inputs but cannot fire, and what they lack.
+    pub waiting: Vec<Waiting>,
+    /// Actions in flight.
+    pub in_flight: Vec<InFlightInfo>,
+    /// Firings so far.
+    pub fired: u64,
+}
+
+/// One firing, for the readable trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TraceEntry {
+    /// Firing number.
+    pub firing: FiringId,
+    /// Step name.
+    pub step: String,
+    /// The binding: `(token id, event, payload)` per input.
+    pub binding: Vec<(TokenId, String, Arc<Value>)>,
+    /// Rendered args (or why they could not be rendered).
+    pub args: Result<Value, String>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The last outcome.
+    pub outcome: Option<Result<Value, ActionError>>,
+    /// Token ids emitted (including an error token).
+    pub emitted: Vec<TokenId>,
+    /// Clock time the firing started.
+    pub started_ms: i64,
+    /// Clock time of the outcome.
+    pub finished_ms: Option<i64>,
+}

@@ -1,0 +1,115 @@
+//! Registered plans: a validated plan compiled once into an `Arc<Net>` plus what the runtime
+//! needs per step (the resolved tool, the args validator, the timeout), so the hot path never
+//! looks anything up by name.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use weft_core::catalog::ToolCatalog;
+use weft_core::{Effect, EventKind, Limits, Net, Plan, validate};
+use weft_tools::{Registry, Tool};
+
+use crate::Error;
+
+/// Runtime view of one step.
+pub(crate) struct StepRt {
+    pub name: Arc<str>,
+    pub action: String,
+    pub tool: Option<Arc<dyn Tool>>,
+    /// Validator for rendered args; `None` when the args are literal (checked statically) or
+    /// the schema accepts everything.
+    pub validator: Option<Arc<jsonschema::Validator>>,
+    pub timeout_ms: Option<u64>,
+    pub spawn: bool,
+}
+
+/// A plan ready to run.
+pub struct CompiledPlan {
+    /// Plan name.
+    pub name: Arc<str>,
+    /// The plan as registered.
+    pub plan: Arc<Plan>,
+    /// The compiled net.
+    pub net: Arc<Net>,
+    pub(crate) steps: Vec<StepRt>,
+}
+
+impl std::fmt::Debug for CompiledPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledPlan")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CompiledPlan {
+    /// Validates `plan` (against `registry` when `check_tools`) and compiles it.
+    pub(crate) fn compile(
+        plan: Plan,
+        registry: &Registry,
+        validators: &mut HashMap<String, Option<Arc<jsonschema::Validator>>>,
+        check_tools: bool,
+        limits: &Limits,
+    ) -> Result<CompiledPlan, Error> {
+        let catalog: Option<&dyn ToolCatalog> = check_tools.then_some(registry as &dyn ToolCatalog);
+        let v = validate(&plan, catalog, limits);
+        let net = match v.net {
+            Some(net) if !v.has_errors() => net,
+            _ => {
+                return Err(Error::InvalidPlan {
+                    plan: plan.plan_name.clone(),
+                    findings: v.findings.into_iter().filter(|f| f.is_error()).collect(),
+                });
+            }
+        };
+        let steps = net
+            .steps
+            .iter()
+            .map(|s| {
+                let tool = registry.get(&s.action).cloned();
+                let validator = match &tool {
+                    Some(t) if !s.args.is_literal() || !check_tools => validators
+                        .entry(s.action.clone())
+                        .or_insert_with(|| {
+                            let schema = &t.spec().args_schema;
+                            let trivial = schema.as_object().is_some_and(|o| o.is_empty())
+                                || schema == &serde_json::Value::Bool(true);
+                            if trivial {
+                                None
+                            } else {
+                                jsonschema::validator_for(schema).ok().map(Arc::new)
+                            }
+                        })
+                        .clone(),
+                    _ => None,
+                };
+                let spawn = tool
+                    .as_ref()
+                    .is_some_and(|t| t.spec().effect == Effect::Write);
+                StepRt {
+                    name: Arc::from(s.name.as_str()),
+                    action: s.action.clone(),
+                    tool,
+                    validator,
+                    timeout_ms: s.timeout_ms,
+                    spawn,
+                }
+            })
+            .collect();
+        Ok(CompiledPlan {
+            name: Arc::from(plan.plan_name.as_str()),
+            plan: Arc::new(plan),
+            net: Arc::new(net),
+            steps,
+        })
+    }
+
+    /// The input events of this plan (`kind: input`, including initial events).
+    pub fn input_events(&self) -> impl Iterator<Item = &str> {
+        self.net
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::Input)
+            .map(|e| e.name.as_str())
+    }
+}

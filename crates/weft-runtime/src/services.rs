@@ -1,0 +1,147 @@
+//! What the engine offers tools ([`ToolServices`]): the clock, timers, the instance's
+//! key-value context and child instances (`plan.run`). Each instance's [`Cell`] is the
+//! services object for its own tool calls, so no lookup by id is needed.
+//!
+//! Architecture invariant: nothing here takes the instance's loop lock (tools run while the
+//! loop holds it); the key-value context and the timer count live outside it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::Value;
+use weft_core::Status;
+use weft_tools::{BoxFuture, ChildPlan, TimerRequest, ToolContext, ToolError, ToolServices};
+
+use crate::cell::{Cell, lock};
+use crate::engine::{Engine, StartOptions};
+use crate::journal::Input;
+use crate::timers::{TimerEntry, TimerKind};
+
+impl ToolServices for Cell {
+    fn now_ms(&self) -> i64 {
+        self.engine.clock.now_ms()
+    }
+
+    fn set_timer(&self, _ctx: &ToolContext, timer: TimerRequest) -> Result<String, ToolError> {
+        let Some(event) = self.plan.net.event_id(&timer.event) else {
+            return Err(ToolError::fatal(
+                "unknown_event",
+                format!("plan `{}` has no event `{}`", self.plan.name, timer.event),
+            ));
+        };
+        let Some(cell) = self.me.upgrade() else {
+            return Err(ToolError::fatal("instance_ended", "the instance has ended"));
+        };
+        let id = self.engine.timers.next_id();
+        self.timers.fetch_add(1, Ordering::AcqRel);
+        let entry = TimerEntry {
+            id,
+            cell: Arc::downgrade(&cell),
+            kind: TimerKind::Event {
+                event,
+                data: timer.data,
+                cron: timer.cron,
+                remaining: timer.count,
+            },
+        };
+        if let Err(e) = self.engine.timers.add(&self.engine, timer.due_ms, entry) {
+            self.timers.fetch_sub(1, Ordering::AcqRel);
+            return Err(ToolError::fatal("timer_unavailable", e));
+        }
+        Ok(format!("t{id}"))
+    }
+
+    fn context_get(&self, _ctx: &ToolContext, key: &str) -> Option<Value> {
+        lock(&self.kv).as_ref().and_then(|m| m.get(key).cloned())
+    }
+
+    fn context_put(&self, _ctx: &ToolContext, key: &str, value: Value) -> Result<(), ToolError> {
+        lock(&self.kv)
+            .get_or_insert_with(Default::default)
+            .insert(key.to_string(), value);
+        Ok(())
+    }
+
+    fn run_child(
+        &self,
+        _ctx: &ToolContext,
+        plan: ChildPlan,
+        input: Value,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let engine = Engine::from_shared(Arc::clone(&self.engine));
+        let tenant = Arc::clone(&self.tenant);
+        Box::pin(async move {
+            let compiled = match plan {
+                ChildPlan::Named { name, .. } => engine.plan(&name).ok_or_else(|| {
+                    ToolError::fatal(
+                        "unknown_plan",
+                        format!("no plan named `{name}` is registered"),
+                    )
+                })?,
+                ChildPlan::Inline(doc) => engine
+                    .compile_value(doc)
+                    .map_err(|e| ToolError::fatal("invalid_plan", e.to_string()))?,
+            };
+            let h = engine.start_with(&tenant, &compiled, input, StartOptions::default());
+            let o = h.wait().await;
+            match o.status {
+                Status::Completed => Ok(o.results_json()),
+                Status::Stuck => Err(ToolError::fatal(
+                    "child_stuck",
+                    format!(
+                        "child instance {} of `{}` is stuck: {}",
+                        o.instance,
+                        compiled.name,
+                        serde_json::to_string(&o.waiting).unwrap_or_default()
+                    ),
+                )),
+                other => Err(ToolError::fatal(
+                    "child_failed",
+                    format!(
+                        "child instance {} of `{}` ended {}{}",
+                        o.instance,
+                        compiled.name,
+                        other.name(),
+                        match &other {
+                            Status::Failed { reason } | Status::Paused { reason } =>
+                                format!(": {reason}"),
+                            _ => String::new(),
+                        }
+                    ),
+                )),
+            }
+        })
+    }
+}
+
+impl Cell {
+    /// Is the instance still able to take input?
+    pub(crate) fn is_live(&self) -> bool {
+        match self.core.try_lock() {
+            Ok(g) => g.inst.as_ref().is_some_and(|i| !i.status.is_terminal()),
+            Err(_) => true,
+        }
+    }
+
+    /// Idle-expiry check (from the timer service).
+    pub(crate) fn check_idle(self: &Arc<Self>, now: i64) {
+        let Some(expiry) = self.engine.idle_expiry_ms else {
+            return;
+        };
+        let last = {
+            let g = lock(&self.core);
+            match &g.inst {
+                Some(i) if !i.status.is_terminal() => g.last_activity,
+                _ => return,
+            }
+        };
+        let due = last.saturating_add(expiry as i64);
+        if due <= now {
+            self.submit(Input::Stop {
+                reason: format!("idle for {expiry} ms (idle expiry)"),
+            });
+        } else {
+            self.engine.schedule_expiry(self, due);
+        }
+    }
+}
