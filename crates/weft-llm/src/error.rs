@@ -43,6 +43,11 @@ pub enum Error {
         /// Start of the body.
         body: String,
     },
+    /// The model produced a tool call the server itself could not parse (llama.cpp answers
+    /// HTTP 500 "Failed to parse tool call arguments"); the critic loop treats it as a bad
+    /// candidate rather than an outage.
+    #[error("the server could not parse the model's tool call: {0}")]
+    MalformedToolCall(String),
     /// The response could not be understood.
     #[error("LLM response could not be decoded: {0}")]
     Decode(String),

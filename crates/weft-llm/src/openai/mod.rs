@@ -127,6 +127,13 @@ impl OpenAiProvider {
                 };
             }
         };
+        if status.is_server_error()
+            && String::from_utf8_lossy(&bytes).contains("Failed to parse tool call")
+        {
+            // Not an outage: the model wrote a broken call; retrying with seed and temperature
+            // fixed would give the same answer.
+            return Attempt::Fail(Error::MalformedToolCall(wire::snippet(&bytes)));
+        }
         if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
             let last = Error::Unavailable {
                 status: status.as_u16(),
