@@ -17,8 +17,11 @@ use weft_llm::{
 
 fn provider() -> Option<OpenAiProvider> {
     let Ok(url) = std::env::var("WEFT_TEST_LLM_URL") else {
-        eprintln!(
-            "SKIPPED: WEFT_TEST_LLM_URL is not set (start a server with `bash scripts/llm-server.sh start`)"
+        // Written to the stderr handle, not `eprintln!`, so libtest does not capture it.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED real-server tier: WEFT_TEST_LLM_URL is not set (export WEFT_TEST_LLM_URL=$(bash scripts/llm-server.sh start))"
         );
         return None;
     };
