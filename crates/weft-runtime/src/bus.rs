@@ -8,6 +8,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::Stream;
 use futures::StreamExt;
@@ -125,13 +126,27 @@ pub trait Bus: Send + Sync {
 #[derive(Debug, Clone)]
 pub struct InProcessBus {
     tx: broadcast::Sender<Arc<CloudEvent>>,
+    /// Live subscriptions: one relaxed load on the hot path (`receiver_count` takes a lock).
+    subscribers: Arc<AtomicUsize>,
+}
+
+/// Decrements the subscriber count when a subscription is dropped.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl InProcessBus {
     /// A bus that buffers up to `capacity` events per slow subscriber.
     pub fn new(capacity: usize) -> Self {
         let (tx, _) = broadcast::channel(capacity.max(1));
-        InProcessBus { tx }
+        InProcessBus {
+            tx,
+            subscribers: Arc::new(AtomicUsize::new(0)),
+        }
     }
 }
 
@@ -147,15 +162,18 @@ impl Bus for InProcessBus {
     }
     fn subscribe(&self, filter: Filter) -> Subscription {
         let rx = self.tx.subscribe();
-        let stream = futures::stream::unfold((rx, filter), |(mut rx, filter)| async move {
+        self.subscribers.fetch_add(1, Ordering::Relaxed);
+        let counted = Counted(Arc::clone(&self.subscribers));
+        let state = (rx, filter, counted);
+        let stream = futures::stream::unfold(state, |(mut rx, filter, counted)| async move {
             loop {
                 match rx.recv().await {
                     Ok(ev) if filter.matches(&ev) => {
-                        return Some((Delivery::Event(ev), (rx, filter)));
+                        return Some((Delivery::Event(ev), (rx, filter, counted)));
                     }
                     Ok(_) => continue,
                     Err(broadcast::error::RecvError::Lagged(n)) => {
-                        return Some((Delivery::Lagged(n), (rx, filter)));
+                        return Some((Delivery::Lagged(n), (rx, filter, counted)));
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,
                 }
@@ -164,6 +182,6 @@ impl Bus for InProcessBus {
         Subscription::new(Box::pin(stream))
     }
     fn wants(&self) -> bool {
-        self.tx.receiver_count() > 0
+        self.subscribers.load(Ordering::Relaxed) > 0
     }
 }

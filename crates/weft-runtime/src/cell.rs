@@ -163,9 +163,14 @@ impl Cell {
             self.check_rate(core);
         }
         self.apply(core, input, &mut ready);
+        // One clock reading per batch: outcomes that were ready at once share it.
+        let now = if ready.is_empty() {
+            0
+        } else {
+            self.engine.clock.now_ms()
+        };
         while let Some((firing, result)) = ready.pop_front() {
             self.check_rate(core);
-            let now = self.engine.clock.now_ms();
             self.apply(
                 core,
                 Input::Outcome {
