@@ -8,6 +8,10 @@
 use serde_json::{Value, json};
 use weft_core::{Limits, StaticCatalog, parse_plan, validate};
 
+/// The same allocator as the `weft` binary, so the figures match what users get.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     divan::main();
 }

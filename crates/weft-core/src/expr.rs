@@ -54,11 +54,114 @@ fn env() -> &'static Arc<cel::Env> {
     ENV.get_or_init(|| Arc::new(cel::Env::stdlib()))
 }
 
+/// Deepest expression nesting the parser accepts (protects the stack from `((((…`).
+const MAX_DEPTH: u16 = 64;
+
+/// Longest expression source accepted by [`Expr::compile`] whatever the configured limits.
+const MAX_SOURCE: usize = 64 * 1024;
+
+/// Depth of an expression tree, computed without recursion (evaluation recurses, so deep
+/// trees must be refused before they are ever evaluated).
+fn ast_depth(root: &cel::IdedExpr) -> usize {
+    use cel::common::ast::{EntryExpr, Expr as E};
+    let mut max = 0;
+    let mut stack: Vec<(&cel::IdedExpr, usize)> = vec![(root, 1)];
+    while let Some((e, d)) = stack.pop() {
+        max = max.max(d);
+        if d > MAX_DEPTH as usize {
+            break;
+        }
+        match &e.expr {
+            E::Call(c) => {
+                if let Some(t) = &c.target {
+                    stack.push((t, d + 1));
+                }
+                stack.extend(c.args.iter().map(|a| (a, d + 1)));
+            }
+            E::Comprehension(c) => {
+                for x in [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ] {
+                    stack.push((x, d + 1));
+                }
+            }
+            E::List(l) => stack.extend(l.elements.iter().map(|x| (x, d + 1))),
+            E::Map(m) => {
+                for en in &m.entries {
+                    if let EntryExpr::MapEntry(me) = &en.expr {
+                        stack.push((&me.key, d + 1));
+                        stack.push((&me.value, d + 1));
+                    }
+                }
+            }
+            E::Struct(st) => {
+                for en in &st.entries {
+                    if let EntryExpr::StructField(f) = &en.expr {
+                        stack.push((&f.value, d + 1));
+                    }
+                }
+            }
+            E::Select(sel) => stack.push((&sel.operand, d + 1)),
+            _ => {}
+        }
+    }
+    max
+}
+
+/// Drops an expression tree without recursion (a refused tree may be thousands deep).
+fn dismantle(root: cel::IdedExpr) {
+    use cel::common::ast::{EntryExpr, Expr as E};
+    let mut stack = vec![root];
+    while let Some(mut e) = stack.pop() {
+        match &mut e.expr {
+            E::Call(c) => {
+                if let Some(t) = c.target.take() {
+                    stack.push(*t);
+                }
+                stack.append(&mut c.args);
+            }
+            E::Comprehension(c) => {
+                for x in [
+                    &mut c.iter_range,
+                    &mut c.accu_init,
+                    &mut c.loop_cond,
+                    &mut c.loop_step,
+                    &mut c.result,
+                ] {
+                    stack.push(std::mem::take(x));
+                }
+            }
+            E::List(l) => stack.append(&mut l.elements),
+            E::Map(m) => {
+                for en in &mut m.entries {
+                    if let EntryExpr::MapEntry(me) = &mut en.expr {
+                        stack.push(std::mem::take(&mut me.key));
+                        stack.push(std::mem::take(&mut me.value));
+                    }
+                }
+            }
+            E::Struct(st) => {
+                for en in &mut st.entries {
+                    if let EntryExpr::StructField(f) = &mut en.expr {
+                        stack.push(std::mem::take(&mut f.value));
+                    }
+                }
+            }
+            E::Select(sel) => stack.push(std::mem::take(&mut *sel.operand)),
+            _ => {}
+        }
+    }
+}
+
 /// A compiled CEL expression.
 #[derive(Clone)]
 pub struct Expr {
     source: Arc<str>,
-    program: Arc<cel::Program>,
+    program: Arc<cel::IdedExpr>,
     /// Variables the expression mentions, so evaluation binds only those.
     uses: Uses,
 }
@@ -127,14 +230,27 @@ impl Expr {
             .strip_prefix("${")
             .and_then(|s| s.strip_suffix('}'))
             .unwrap_or(trimmed);
+        if body.len() > MAX_SOURCE {
+            return Err(CompileError {
+                message: format!(
+                    "expression is {} bytes, over the hard limit of {MAX_SOURCE}",
+                    body.len()
+                ),
+            });
+        }
         if body.trim().is_empty() {
             return Err(CompileError {
                 message: "expression is empty".into(),
             });
         }
-        // The CEL parser is a generated ANTLR parser; guard against any panic inside it so
-        // that hostile input can never take the process down.
-        let parsed = std::panic::catch_unwind(|| env().compile(body));
+        // The `cel` crate's hand-written Pratt parser: the same AST (macros expanded) as its
+        // ANTLR parser at a fraction of the cost (validation compiles every expression of a
+        // plan). A panic inside it is caught so hostile input can never take the process down.
+        let parsed = std::panic::catch_unwind(|| {
+            cel::parser::PrattParser::new()
+                .max_recursion_depth(MAX_DEPTH)
+                .parse(body)
+        });
         let program = match parsed {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
@@ -152,6 +268,12 @@ impl Expr {
                 });
             }
         };
+        if ast_depth(&program) > MAX_DEPTH as usize {
+            dismantle(program);
+            return Err(CompileError {
+                message: format!("expression nests deeper than {MAX_DEPTH} levels"),
+            });
+        }
         let refs = program.references();
         let uses = Uses {
             inputs: refs.has_variable("inputs"),
@@ -196,7 +318,7 @@ impl Expr {
 
     /// The parsed expression tree (for static analysis such as equality-guard indexing).
     pub fn ast(&self) -> &cel::common::ast::Expr {
-        &self.program.expression().expr
+        &self.program.expr
     }
 
     /// Evaluates the expression to JSON.
@@ -255,7 +377,9 @@ impl Expr {
                 .map_err(|e| EvalError::new(format!("{e:?}")))?;
         }
         let program = &self.program;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| program.execute(&ctx))) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cel::Value::resolve(program, &ctx)
+        })) {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(EvalError::new(e.to_string())),
             Err(_) => Err(EvalError::new("expression evaluation failed unexpectedly")),
@@ -325,7 +449,21 @@ impl Template {
     /// Compiles every `${…}` inside `value`.
     pub fn compile(value: &Value) -> Result<Template, Vec<TemplateError>> {
         let mut errors = Vec::new();
-        let t = compile_value(value, "", &mut errors);
+        let t = compile_value(value, "", &mut errors, &mut |src| Expr::compile(src));
+        if errors.is_empty() {
+            Ok(t)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Like [`Template::compile`], compiling each expression with `compile` (e.g. a cache).
+    pub fn compile_with(
+        value: &Value,
+        compile: &mut dyn FnMut(&str) -> Result<Expr, CompileError>,
+    ) -> Result<Template, Vec<TemplateError>> {
+        let mut errors = Vec::new();
+        let t = compile_value(value, "", &mut errors, compile);
         if errors.is_empty() {
             Ok(t)
         } else {
@@ -406,14 +544,22 @@ impl Template {
     }
 }
 
-fn compile_value(value: &Value, pointer: &str, errors: &mut Vec<TemplateError>) -> Template {
+/// Compiles one expression; lets callers cache compilations by source.
+type Compiler<'c> = dyn FnMut(&str) -> Result<Expr, CompileError> + 'c;
+
+fn compile_value(
+    value: &Value,
+    pointer: &str,
+    errors: &mut Vec<TemplateError>,
+    compile: &mut Compiler<'_>,
+) -> Template {
     match value {
-        Value::String(s) if s.contains("${") => compile_string(s, pointer, errors),
+        Value::String(s) if s.contains("${") => compile_string(s, pointer, errors, compile),
         Value::Array(items) => {
             let ts: Vec<Template> = items
                 .iter()
                 .enumerate()
-                .map(|(i, v)| compile_value(v, &format!("{pointer}/{i}"), errors))
+                .map(|(i, v)| compile_value(v, &format!("{pointer}/{i}"), errors, compile))
                 .collect();
             if ts.iter().all(Template::is_literal) {
                 Template::Literal(value.clone())
@@ -426,7 +572,7 @@ fn compile_value(value: &Value, pointer: &str, errors: &mut Vec<TemplateError>) 
                 .iter()
                 .map(|(k, v)| {
                     let p = format!("{pointer}/{}", crate::load::escape_pointer(k));
-                    (k.clone(), compile_value(v, &p, errors))
+                    (k.clone(), compile_value(v, &p, errors, compile))
                 })
                 .collect();
             if ts.iter().all(|(_, t)| t.is_literal()) {
@@ -441,7 +587,12 @@ fn compile_value(value: &Value, pointer: &str, errors: &mut Vec<TemplateError>) 
 
 /// Splits a string into text and `${…}` parts. Braces inside an expression are balanced, and
 /// quoted strings inside it are skipped, so `${ {"a": 1}.a }` works. `$${` is a literal `${`.
-fn compile_string(s: &str, pointer: &str, errors: &mut Vec<TemplateError>) -> Template {
+fn compile_string(
+    s: &str,
+    pointer: &str,
+    errors: &mut Vec<TemplateError>,
+    compile: &mut Compiler<'_>,
+) -> Template {
     let mut parts = Vec::new();
     let mut text = String::new();
     let bytes = s.as_bytes();
@@ -459,7 +610,7 @@ fn compile_string(s: &str, pointer: &str, errors: &mut Vec<TemplateError>) -> Te
                     if !text.is_empty() {
                         parts.push(Part::Text(std::mem::take(&mut text)));
                     }
-                    match Expr::compile(src) {
+                    match compile(src) {
                         Ok(e) => parts.push(Part::Expr(e)),
                         Err(error) => errors.push(TemplateError {
                             pointer: pointer.to_string(),
@@ -640,5 +791,82 @@ mod tests {
         assert!(!is_bindable_name("in"));
         assert!(!is_bindable_name(""));
         assert!(!is_bindable_name("1a"));
+    }
+}
+
+#[cfg(test)]
+mod parser_equivalence {
+    //! The Pratt parser must give the same results as the reference (ANTLR) parser.
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pratt_and_reference_parsers_agree() {
+        let corpus = [
+            "a.x + 1 == 3",
+            "a.x * 2 > 3 && !(b.y == 'q') || a.x in [1, 2, 3]",
+            "size(a.items) >= 2 ? a.items[1] : 'none'",
+            "inputs['a'].x - -4 % 3",
+            "has(a.x) && a.items.exists(i, i > 1)",
+            "a.items.map(i, i * 10)",
+            "a.items.filter(i, i % 2 == 0).size()",
+            "{'k': a.x, 'n': [1u, 2.5, null, true]}",
+            "string(a.x) + \"-\" + 'str\\'s'",
+            "a.s.startsWith('he') && a.s.contains('ll')",
+            "int(a.f) / 2",
+            "a.items.all(i, i > 0) == true",
+        ];
+        let a = json!({"x": 2, "items": [1, 2, 3, 4], "s": "hello", "f": 7.9});
+        let b = json!({"y": "p"});
+        let inputs = [("a", &a), ("b", &b)];
+        for src in corpus {
+            let mut e = Expr::compile(src).unwrap_or_else(|e| panic!("{src}: {e}"));
+            e.bind_names(["a", "b"]);
+            let scope = Scope {
+                inputs: &inputs,
+                result: None,
+                instance: "i",
+                plan: "p",
+                fresh: "f",
+            };
+            let ours = e.eval(&scope);
+            let reference = env().compile(src).expect("reference parses");
+            let mut ctx = cel::Context::with_env(Arc::clone(env()));
+            ctx.add_variable_from_value("a", to_cel(&a));
+            ctx.add_variable_from_value("b", to_cel(&b));
+            let map: std::collections::HashMap<cel::objects::Key, cel::Value> = inputs
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        cel::objects::Key::String(Arc::new((*n).to_string())),
+                        to_cel(v),
+                    )
+                })
+                .collect();
+            ctx.add_variable_from_value(
+                "inputs",
+                cel::Value::Map(cel::objects::Map { map: Arc::new(map) }),
+            );
+            let theirs = reference.execute(&ctx).map(|v| v.json().expect("json"));
+            assert_eq!(ours.ok(), theirs.ok(), "{src}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        // Parentheses alone make no tree nodes.
+        let src = format!("{}1{}", "(".repeat(10_000), ")".repeat(10_000));
+        assert!(Expr::compile(&src).is_ok());
+        for src in [
+            format!("{}1{}", "[".repeat(5_000), "]".repeat(5_000)),
+            format!("a{}", ".b".repeat(20_000)),
+            format!("{}1{}", "f(".repeat(3_000), ")".repeat(3_000)),
+        ] {
+            assert!(Expr::compile(&src).is_err(), "{}", &src[..20]);
+        }
+        assert!(Expr::compile(&format!("a{}", ".b".repeat(40))).is_ok());
+        // Repeated unary operators fold (`--x` is `x`): accepted or refused, never a crash.
+        let _ = Expr::compile(&format!("{}1", "-".repeat(20_000)));
+        let _ = Expr::compile(&("!".repeat(60_000) + "true"));
     }
 }

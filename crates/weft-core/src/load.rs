@@ -209,28 +209,12 @@ pub fn parse_plan(bytes: &[u8], limits: &Limits) -> Result<Plan, LoadError> {
             column,
         });
     }
-    let mut de = serde_json::Deserializer::from_str(text);
-    let plan: Plan = match serde_path_to_error::deserialize(&mut de) {
+    // Fast path: plain serde. Only when it fails is the document read again with path
+    // tracking, to locate the error as a JSON pointer.
+    let plan: Plan = match serde_json::from_str(text) {
         Ok(p) => p,
-        Err(e) => {
-            let pointer = path_to_pointer(e.path());
-            let inner = e.into_inner();
-            return Err(LoadError::Syntax {
-                message: strip_position(&inner.to_string()),
-                line: inner.line(),
-                column: inner.column(),
-                pointer,
-            });
-        }
+        Err(_) => return Err(locate_error(text)),
     };
-    if let Err(inner) = de.end() {
-        return Err(LoadError::Syntax {
-            message: strip_position(&inner.to_string()),
-            line: inner.line(),
-            column: inner.column(),
-            pointer: String::new(),
-        });
-    }
     if plan.steps.len() > limits.max_steps {
         return Err(LoadError::TooMany {
             what: "steps",
@@ -246,6 +230,45 @@ pub fn parse_plan(bytes: &[u8], limits: &Limits) -> Result<Plan, LoadError> {
         });
     }
     Ok(plan)
+}
+
+/// Reads a document that failed to parse again, this time tracking the path, and turns the
+/// error into a [`LoadError::Syntax`] with line, column and JSON pointer.
+fn locate_error(text: &str) -> LoadError {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let inner = match serde_path_to_error::deserialize::<_, Plan>(&mut de) {
+        Err(e) => {
+            let pointer = path_to_pointer(e.path());
+            let inner = e.into_inner();
+            return LoadError::Syntax {
+                message: strip_position(&inner.to_string()),
+                line: inner.line(),
+                column: inner.column(),
+                pointer,
+            };
+        }
+        Ok(_) => match de.end() {
+            Err(inner) => inner,
+            // Unreachable in practice (the fast path failed); report the fast path's error.
+            Ok(()) => match serde_json::from_str::<Plan>(text) {
+                Err(e) => e,
+                Ok(_) => {
+                    return LoadError::Syntax {
+                        message: "unreadable plan".into(),
+                        line: 1,
+                        column: 1,
+                        pointer: String::new(),
+                    };
+                }
+            },
+        },
+    };
+    LoadError::Syntax {
+        message: strip_position(&inner.to_string()),
+        line: inner.line(),
+        column: inner.column(),
+        pointer: String::new(),
+    }
 }
 
 /// Parses a plan from an already-decoded JSON value (e.g. an LLM tool call's arguments).

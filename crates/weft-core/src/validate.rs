@@ -100,8 +100,38 @@ impl Ctx<'_> {
     }
 
     fn template(&mut self, value: &Value, pointer: &str, what: &str) -> Option<Template> {
-        match Template::compile(value) {
-            Ok(t) => Some(t),
+        let cache = &mut self.exprs;
+        let mut compile = |src: &str| -> Result<Expr, crate::expr::CompileError> {
+            cache
+                .entry(src.to_string())
+                .or_insert_with(|| Expr::compile(src).map_err(|e| e.message))
+                .clone()
+                .map_err(|message| crate::expr::CompileError { message })
+        };
+        match Template::compile_with(value, &mut compile) {
+            Ok(t) => {
+                let limit = self.limits.max_expr_len;
+                let mut too_long = Vec::new();
+                t.for_each_expr(&mut |e| {
+                    if e.source().len() > limit {
+                        too_long.push(e.source().len());
+                    }
+                });
+                for len in too_long {
+                    self.push(
+                        Finding::new(
+                            Code::InvalidExpression,
+                            Severity::Error,
+                            pointer.to_string(),
+                            format!(
+                                "a template in {what} is {len} bytes, over the limit of {limit}"
+                            ),
+                        )
+                        .hint("shorten the expression or move the logic into a tool"),
+                    );
+                }
+                Some(t)
+            }
             Err(errs) => {
                 for e in errs {
                     self.push(
