@@ -13,6 +13,25 @@
 //! is a string parsed by [`Location::parse`]; the binary, which links every backend, matches
 //! on it and calls the backend's `open`.
 //!
+//! ## How the runtime is meant to use it
+//! - **Journal**: one `append` per instance-loop turn with every record that turn produced
+//!   (`instance.started` with plan version and input, `token.added`, `step.fired` with its
+//!   binding, `action.dispatched` with its idempotency key, `action.completed`/`failed`,
+//!   `tokens.emitted`, `timer.set`/`fired`, `repair.applied`, `instance.stopped`); the kinds
+//!   and bodies are the runtime's, the store only orders, chains and keeps them. Dispatch an
+//!   action only after the append that records `action.dispatched` resolved.
+//! - **Recovery**: page through [`Store::non_terminal_instances`]; for each, take
+//!   [`Store::latest_snapshot`], `read` from `snapshot.seq + 1` and fold; an
+//!   `action.dispatched` without a result is re-dispatched with the same key (or gets
+//!   `outcome_unknown`); [`Store::get_effect`] tells what an idempotent tool already did.
+//!   With several processes, take [`Store::acquire_lease`] first and keep renewing it.
+//! - **Timers**: `put_timer` in the same turn as the `timer.set` record; a poller calls
+//!   [`Store::due_timers`], fires, journals `timer.fired`, then `delete_timer`.
+//! - **Checkpoints / time travel**: a checkpoint is a (seq, hash) of the chain
+//!   (`cp-<hash>`); `read` up to any seq and fold to inspect a past marking.
+//! - **Compaction** (reactive instances): `put_snapshot` at the head, then
+//!   `truncate_before(snapshot.seq + 1)`; `verify` then starts from that anchor.
+//!
 //! Architecture invariant: a future returned by [`Store::append`] resolves only after the
 //! records are durably committed (fsync'd), so nothing that depends on a record can happen
 //! before the record would survive a crash.
