@@ -39,6 +39,21 @@ const RESERVED: &[&str] = &[
     "plan",
 ];
 
+/// Type identifiers CEL predefines (`type(x) == int`); never undeclared references.
+const CEL_TYPE_NAMES: &[&str] = &[
+    "int",
+    "uint",
+    "double",
+    "bool",
+    "string",
+    "bytes",
+    "list",
+    "map",
+    "null_type",
+    "type",
+    "dyn",
+];
+
 /// Is `name` usable as a CEL variable for an event's payload?
 pub fn is_bindable_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -299,6 +314,66 @@ impl Expr {
             .filter(|n| is_bindable_name(n) && refs.has_variable(n))
             .map(str::to_string)
             .collect();
+    }
+
+    /// Top-level names the expression reads (identifiers not bound by a comprehension such
+    /// as `items.all(i, i > 0)`), in first-seen order.
+    pub fn free_variables(&self) -> Vec<String> {
+        use cel::common::ast::{EntryExpr, Expr as E};
+        let mut seen = Vec::new();
+        let mut bound: Vec<&str> = Vec::new();
+        let mut stack: Vec<&cel::IdedExpr> = vec![&self.program];
+        while let Some(e) = stack.pop() {
+            match &e.expr {
+                E::Ident(n) if !seen.contains(n) => {
+                    seen.push(n.clone());
+                }
+                E::Call(c) => {
+                    if let Some(t) = &c.target {
+                        stack.push(t);
+                    }
+                    stack.extend(c.args.iter());
+                }
+                E::Comprehension(c) => {
+                    bound.push(&c.iter_var);
+                    if let Some(v) = &c.iter_var2 {
+                        bound.push(v);
+                    }
+                    bound.push(&c.accu_var);
+                    stack.extend([
+                        &c.iter_range,
+                        &c.accu_init,
+                        &c.loop_cond,
+                        &c.loop_step,
+                        &c.result,
+                    ]);
+                }
+                E::List(l) => stack.extend(l.elements.iter()),
+                E::Map(m) => {
+                    for en in &m.entries {
+                        if let EntryExpr::MapEntry(me) = &en.expr {
+                            stack.push(&me.key);
+                            stack.push(&me.value);
+                        }
+                    }
+                }
+                E::Struct(st) => {
+                    for en in &st.entries {
+                        if let EntryExpr::StructField(f) = &en.expr {
+                            stack.push(&f.value);
+                        }
+                    }
+                }
+                E::Select(sel) => stack.push(&sel.operand),
+                _ => {}
+            }
+        }
+        seen.retain(|n| {
+            !bound.contains(&n.as_str())
+                && !n.starts_with('@')
+                && !CEL_TYPE_NAMES.contains(&n.as_str())
+        });
+        seen
     }
 
     /// Does the expression mention the variable `name`?

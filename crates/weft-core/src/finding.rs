@@ -65,6 +65,8 @@ pub enum Code {
     InvalidPolicy,
     /// V016: a plan with no steps.
     EmptyPlan,
+    /// V017: an expression refers to a name that is not one of the step's inputs.
+    UnknownReference,
     /// A001: a reachable marking in which nothing can fire and the plan has not completed.
     Deadlock,
     /// A002: a step that no reachable marking enables.
@@ -101,6 +103,7 @@ impl Code {
             Code::InvalidSchema => "V014",
             Code::InvalidPolicy => "V015",
             Code::EmptyPlan => "V016",
+            Code::UnknownReference => "V017",
             Code::Deadlock => "A001",
             Code::DeadStep => "A002",
             Code::Unbounded => "A003",
@@ -130,6 +133,7 @@ impl Code {
             Code::InvalidSchema => "invalid-schema",
             Code::InvalidPolicy => "invalid-policy",
             Code::EmptyPlan => "empty-plan",
+            Code::UnknownReference => "unknown-reference",
             Code::Deadlock => "deadlock",
             Code::DeadStep => "dead-step",
             Code::Unbounded => "unbounded",

@@ -476,6 +476,14 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
         let failed_event = event_id(&format!("{sname}.failed"));
 
         let names: Vec<&str> = step.on.iter().map(String::as_str).collect();
+        check_references(
+            &mut ctx,
+            sname,
+            &names,
+            guard.as_ref(),
+            args.as_ref(),
+            &emits,
+        );
         if let Some(g) = guard.as_mut() {
             g.bind_names(names.iter().copied());
         }
@@ -523,6 +531,92 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
         Some(net)
     };
     Validation { findings, net }
+}
+
+/// Every name an expression reads must be one of the step's inputs (or `inputs`,
+/// `instance`, `plan`, and `result` in emits). A misspelt or missing input would otherwise
+/// make a guard silently never hold, or fail every firing at run time.
+fn check_references(
+    ctx: &mut Ctx<'_>,
+    sname: &str,
+    inputs: &[&str],
+    guard: Option<&Expr>,
+    args: Option<&Template>,
+    emits: &[EmitNode],
+) {
+    let report = |ctx: &mut Ctx<'_>, e: &Expr, pointer: String, what: &str, result_ok: bool| {
+        for name in e.free_variables() {
+            let known = matches!(name.as_str(), "inputs" | "instance" | "plan")
+                || (result_ok && name == "result")
+                || inputs.contains(&name.as_str());
+            if known {
+                continue;
+            }
+            let (message, hint) = if name == "result" {
+                (
+                    format!("{what} of step `{sname}` uses `result`, which only exists once the action has run"),
+                    "use `result` in `emits` (`when` / `data`); guards and args see the input events".to_string(),
+                )
+            } else {
+                let listed = inputs
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                (
+                    format!(
+                        "{what} of step `{sname}` refers to `{name}`, which is not one of its inputs ({listed})"
+                    ),
+                    format!(
+                        "add `{name}` to the step's `on`, or read an input; an event whose name is not an identifier is `inputs[\"name\"]`"
+                    ),
+                )
+            };
+            ctx.push(
+                Finding::new(
+                    Code::UnknownReference,
+                    Severity::Error,
+                    pointer.clone(),
+                    message,
+                )
+                .hint(hint),
+            );
+        }
+    };
+    if let Some(g) = guard {
+        report(ctx, g, step_ptr(sname, "guard"), "the guard", false);
+    }
+    if let Some(a) = args {
+        let mut exprs = Vec::new();
+        a.for_each_expr(&mut |e| exprs.push(e.clone()));
+        for e in exprs {
+            report(ctx, &e, step_ptr(sname, "args"), "the args", false);
+        }
+    }
+    for (i, em) in emits.iter().enumerate() {
+        if let Some(w) = &em.when {
+            report(
+                ctx,
+                w,
+                step_ptr(sname, &format!("emits/{i}/when")),
+                "a `when`",
+                true,
+            );
+        }
+        if let Some(d) = &em.data {
+            let mut exprs = Vec::new();
+            d.for_each_expr(&mut |e| exprs.push(e.clone()));
+            for e in exprs {
+                report(
+                    ctx,
+                    &e,
+                    step_ptr(sname, &format!("emits/{i}/data")),
+                    "the emit data",
+                    true,
+                );
+            }
+        }
+    }
 }
 
 fn sort(findings: &mut [Finding]) {

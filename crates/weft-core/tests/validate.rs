@@ -208,3 +208,31 @@ fn net_is_compiled_with_ids() {
     assert_eq!(net.event(x).consumers, vec![net.step_id("b").expect("b")]);
     assert!(net.event(net.event_id("done").expect("done")).is_output);
 }
+
+#[test]
+fn expressions_may_only_read_inputs() {
+    let f = check(
+        json!({"plan_name":"p","graph_type":"acyclic","events":{"start":{},"a":{},"done":{}},
+        "steps":{"s1":{"on":["start"],"action":"echo","emits":["a"]},
+                 "s2":{"on":["a"],"action":"echo","guard":"start.ok && a.items.all(i, i > 0) && type(a.n) == int",
+                       "args":{"x":"${result.y}","ok":"${a.n + size(inputs) + size(instance)}"},
+                       "emits":[{"event":"done","when":"result.y > 0","data":{"v":"${strat.v}"}}]}}}),
+    );
+    assert_eq!(
+        f,
+        vec![
+            "V017 error /steps/s2/guard",
+            "V017 error /steps/s2/args",
+            "V017 error /steps/s2/emits/0/data",
+        ]
+    );
+    let m = messages(
+        json!({"plan_name":"p","graph_type":"acyclic","events":{"start":{},"a":{},"done":{}},
+        "steps":{"s1":{"on":["start"],"action":"echo","emits":["a"]},
+                 "s2":{"on":["a"],"action":"echo","guard":"start.ok","emits":["done"]}}}),
+    );
+    assert_eq!(
+        m,
+        vec!["the guard of step `s2` refers to `start`, which is not one of its inputs (`a`)"]
+    );
+}
