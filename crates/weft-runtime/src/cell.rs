@@ -303,7 +303,7 @@ impl Cell {
 
     /// After a batch of inputs: settle, report a settled status once, keep the engine's
     /// table and routing index in step, and start the task if actions are pending.
-    fn after(self: &Arc<Self>, core: &mut Core) {
+    pub(crate) fn after(self: &Arc<Self>, core: &mut Core) {
         let net = &*self.plan.net;
         let Some(inst) = core.inst.as_mut() else {
             return;

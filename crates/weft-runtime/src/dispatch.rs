@@ -306,7 +306,7 @@ impl Cell {
     }
 
     /// Runs another attempt of a firing after `delay_ms`, with the same idempotency key.
-    fn retry(
+    pub(crate) fn retry(
         self: &Arc<Self>,
         core: &mut Core,
         firing: FiringId,

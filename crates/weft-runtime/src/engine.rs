@@ -110,7 +110,7 @@ pub(crate) struct Shared {
     validators: Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>,
     table: Vec<Mutex<HashMap<u64, Arc<Cell>>>>,
     routes: Mutex<Routes>,
-    next_id: AtomicU64,
+    pub(crate) next_id: AtomicU64,
     event_seq: AtomicU64,
     pub timers: Timers,
 }
@@ -269,6 +269,11 @@ impl Engine {
 
     pub(crate) fn from_shared(inner: Arc<Shared>) -> Engine {
         Engine { inner }
+    }
+
+    /// The shared state (for `recover.rs`).
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner
     }
 
     /// Validates and compiles a plan without registering it.
@@ -470,7 +475,7 @@ impl Engine {
 /// A started instance.
 #[derive(Clone)]
 pub struct InstanceHandle {
-    cell: Arc<Cell>,
+    pub(crate) cell: Arc<Cell>,
 }
 
 impl std::fmt::Debug for InstanceHandle {

@@ -20,6 +20,7 @@ mod error;
 pub mod journal;
 mod outcome;
 mod plans;
+mod recover;
 mod services;
 mod timers;
 
@@ -30,3 +31,4 @@ pub use error::Error;
 pub use journal::{Input, Journal, MemoryJournal};
 pub use outcome::{InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
 pub use plans::CompiledPlan;
+pub use recover::Redispatch;

@@ -1,0 +1,389 @@
+//! [`Durable`]: an [`Engine`] whose instances are journaled to a [`Store`], recovered after
+//! a restart and resumable from checkpoints.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::Value;
+use weft_core::Status;
+use weft_runtime::{CompiledPlan, Engine, EngineOptions, InstanceHandle, Outcome, Redispatch};
+use weft_store::{InstanceRecord, InstanceStatus, NewRecord, Page, Store, now_ms};
+use weft_tools::Registry;
+
+use crate::error::DurableError;
+use crate::history::{self, PlanCache, read_range};
+use crate::journal::{Gate, PlanEntry, StoreJournal};
+use crate::record::{Entry, Folded};
+
+/// Pseudo-journal that reserves blocks of instance ids, so a restarted process never hands
+/// out an id a previous one used.
+const IDS_JOURNAL: &str = "weft.ids";
+/// Ids reserved per process start.
+const ID_BLOCK: u64 = 1 << 32;
+
+/// Durability settings.
+#[derive(Debug, Clone)]
+pub struct DurableConfig {
+    /// Snapshot + compact a reactive instance's journal every this many records (`None`:
+    /// never). Default 1,000.
+    pub snapshot_every: Option<u64>,
+    /// Instances rebuilt concurrently by [`Durable::recover`]. Default 64.
+    pub recovery_concurrency: usize,
+}
+
+impl Default for DurableConfig {
+    fn default() -> Self {
+        DurableConfig {
+            snapshot_every: Some(1_000),
+            recovery_concurrency: 64,
+        }
+    }
+}
+
+/// What [`Durable::recover`] did.
+#[derive(Debug, Default, Serialize)]
+pub struct RecoveryReport {
+    /// Non-terminal instances found in the store.
+    pub found: usize,
+    /// Instances made live again.
+    pub restored: usize,
+    /// Instances whose journal showed them finished (only their status was updated).
+    pub finished: usize,
+    /// In-flight actions dispatched again with the same key.
+    pub redispatched: usize,
+    /// In-flight actions completed with `outcome_unknown`.
+    pub unknown: usize,
+    /// Instances that could not be restored, with the error.
+    pub errors: Vec<(String, String)>,
+    /// Handles of the restored instances.
+    #[serde(skip)]
+    pub handles: Vec<InstanceHandle>,
+}
+
+/// A durable engine.
+#[derive(Clone)]
+pub struct Durable {
+    engine: Engine,
+    journal: Arc<StoreJournal>,
+    store: Arc<dyn Store>,
+    plans: Arc<PlanCache>,
+    config: DurableConfig,
+}
+
+impl std::fmt::Debug for Durable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Durable")
+            .field("backend", &self.store.backend())
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn store_status(s: &Status) -> InstanceStatus {
+    match s {
+        Status::Running => InstanceStatus::Running,
+        Status::Completed => InstanceStatus::Completed,
+        Status::Stuck => InstanceStatus::Stuck,
+        Status::Failed { .. } => InstanceStatus::Failed,
+        Status::Paused { .. } => InstanceStatus::Paused,
+        Status::Stopped => InstanceStatus::Stopped,
+    }
+}
+
+fn reason_of(s: &Status) -> Option<String> {
+    match s {
+        Status::Failed { reason } | Status::Paused { reason } => Some(reason.clone()),
+        _ => None,
+    }
+}
+
+impl Durable {
+    /// Builds a durable engine over `store`: every tool of `opts.registry` is wrapped in a
+    /// dispatch gate and `opts.journal` is replaced by the store journal. Reserves a block
+    /// of instance ids. Call inside a tokio runtime. Does not recover anything: call
+    /// [`Durable::recover`] after registering plans (or at once: recovery compiles the
+    /// stored plan versions itself).
+    pub async fn open(
+        store: Arc<dyn Store>,
+        mut opts: EngineOptions,
+        config: DurableConfig,
+    ) -> Result<Durable, DurableError> {
+        let rt = opts
+            .runtime
+            .clone()
+            .or_else(|| tokio::runtime::Handle::try_current().ok())
+            .ok_or_else(|| DurableError::Unavailable {
+                message: "the durable engine needs a tokio runtime".into(),
+            })?;
+        let journal = Arc::new(StoreJournal::new(
+            Arc::clone(&store),
+            rt,
+            config.snapshot_every,
+        ));
+        let mut reg = Registry::new();
+        for t in opts.registry.iter() {
+            reg.register(Arc::new(Gate::new(Arc::clone(t), Arc::clone(&journal))));
+        }
+        opts.registry = Arc::new(reg);
+        opts.journal = Some(journal.clone() as Arc<dyn weft_runtime::Journal>);
+        let engine = Engine::new(opts);
+        // Reserve a block of ids: the head record of the ids journal says where the last
+        // process's block ended.
+        let next = match store.head(IDS_JOURNAL).await? {
+            None => 0,
+            Some((seq, _)) => {
+                let r = store.read(IDS_JOURNAL, seq, 1).await?;
+                r.first()
+                    .and_then(|r| r.json::<Value>().ok())
+                    .and_then(|v| v.get("next").and_then(Value::as_u64))
+                    .unwrap_or(0)
+            }
+        };
+        let end = next.saturating_add(ID_BLOCK);
+        store
+            .append(
+                IDS_JOURNAL,
+                vec![NewRecord::json(
+                    "ids.reserved",
+                    &serde_json::json!({"from": next, "next": end}),
+                    now_ms(),
+                )?],
+            )
+            .await?;
+        engine.reserve_ids(next);
+        Ok(Durable {
+            engine,
+            journal,
+            store,
+            plans: Arc::new(PlanCache::default()),
+            config,
+        })
+    }
+
+    /// The engine (for ingest, subscribe, state, …).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The journal (for its counters).
+    pub fn journal(&self) -> &Arc<StoreJournal> {
+        &self.journal
+    }
+
+    /// Validates, stores (a new version unless the latest stored one is identical) and
+    /// registers a plan document for `tenant`.
+    pub async fn register(
+        &self,
+        tenant: &str,
+        doc: Value,
+    ) -> Result<Arc<CompiledPlan>, DurableError> {
+        let compiled = self.engine.compile_value(doc.clone())?;
+        let name = compiled.name.to_string();
+        let version = match self.store.get_plan(tenant, &name, None).await? {
+            Some(p) if p.document == doc => p.info.version,
+            _ => self.store.put_plan(tenant, &name, doc, now_ms()).await?,
+        };
+        let registered = self.engine.register((*compiled.plan).clone())?;
+        self.journal.add_plan(Arc::clone(&registered), version);
+        Ok(registered)
+    }
+
+    /// Starts an instance of a registered plan. Its first effect is dispatched only after
+    /// its start is durable.
+    pub fn start(
+        &self,
+        tenant: &str,
+        plan: &str,
+        input: Value,
+    ) -> Result<InstanceHandle, DurableError> {
+        Ok(self.engine.start(tenant, plan, input)?)
+    }
+
+    /// Waits until the instance settles, then until its journal is durable, and returns
+    /// its outcome; the instance record's status is updated in the background (recovery
+    /// repairs it if the process dies first).
+    pub async fn wait(&self, h: &InstanceHandle) -> Result<Outcome, DurableError> {
+        let o = h.wait().await;
+        self.journal.barrier(h.id()).await?;
+        let status = store_status(&o.status);
+        let reason = o.reason.clone().or_else(|| reason_of(&o.status));
+        if status.is_terminal() {
+            self.journal.forget(h.id());
+        }
+        let j = Arc::clone(&self.journal);
+        let id = h.id().to_string();
+        tokio::spawn(async move {
+            if let Err(e) = j.set_status(&id, status, reason).await {
+                tracing::warn!(weft.instance = %id, error = %e, message = "Instance status not updated");
+            }
+        });
+        Ok(o)
+    }
+
+    /// Rebuilds every non-terminal instance of the store (snapshot + journal tail) and
+    /// continues it (see `weft_runtime::Engine::restore` for in-flight actions).
+    pub async fn recover(&self) -> Result<RecoveryReport, DurableError> {
+        let mut report = RecoveryReport::default();
+        let mut page = Page::first(10_000);
+        loop {
+            let recs = self.store.non_terminal_instances(page.clone()).await?;
+            let Some(last) = recs.last() else { break };
+            page.after = Some(last.id.clone());
+            let full = recs.len() == 10_000;
+            report.found += recs.len();
+            let results: Vec<_> = futures::stream::iter(recs.into_iter().map(|rec| {
+                let me = self.clone();
+                async move {
+                    let id = rec.id.clone();
+                    (id, me.restore_one(rec, None).await)
+                }
+            }))
+            .buffer_unordered(self.config.recovery_concurrency.max(1))
+            .collect()
+            .await;
+            for (id, r) in results {
+                match r {
+                    Ok(Some((h, actions))) => {
+                        report.restored += 1;
+                        for a in actions {
+                            match a {
+                                Redispatch::Again { .. } => report.redispatched += 1,
+                                Redispatch::Unknown { .. } => report.unknown += 1,
+                            }
+                        }
+                        report.handles.push(h);
+                    }
+                    Ok(None) => report.finished += 1,
+                    Err(e) => report.errors.push((id, e.to_string())),
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Rebuilds one instance and makes it live; `None` if it turned out finished.
+    async fn restore_one(
+        &self,
+        rec: InstanceRecord,
+        upto: Option<u64>,
+    ) -> Result<Option<(InstanceHandle, Vec<Redispatch>)>, DurableError> {
+        let plan = self
+            .plans
+            .get(self.store.as_ref(), &self.engine, &rec)
+            .await?;
+        let folded =
+            history::rebuild(self.store.as_ref(), &plan, &rec.id, upto, |_, _, _| {}).await?;
+        let Some(inst) = folded.instance.clone() else {
+            // Started but the start never became durable: nothing ran; drop it.
+            self.journal
+                .set_status(
+                    &rec.id,
+                    InstanceStatus::Failed,
+                    Some("its start was never durable".into()),
+                )
+                .await?;
+            return Ok(None);
+        };
+        if inst.status.is_terminal() {
+            self.journal
+                .set_status(&rec.id, store_status(&inst.status), reason_of(&inst.status))
+                .await?;
+            return Ok(None);
+        }
+        let version = rec.plan_version;
+        self.journal.adopt(
+            &rec.id,
+            PlanEntry {
+                plan: Arc::clone(&plan),
+                version,
+            },
+            Some(folded.clone()),
+        );
+        let dispatched: BTreeSet<_> = folded.dispatched.clone();
+        let r = self.engine.restore(&rec.tenant, &plan, inst, &dispatched)?;
+        Ok(Some(r))
+    }
+
+    /// Makes `instance` live again. Without `from`, from its journal head (a paused instance
+    /// is also resumed). With `from = cp-…` naming an earlier point, the journal up to that
+    /// point is copied to a new instance (`weft resume --from` forks; the original journal
+    /// is never rewritten) and that one continues. Returns the live handle.
+    pub async fn resume(
+        &self,
+        instance: &str,
+        from: Option<&str>,
+    ) -> Result<InstanceHandle, DurableError> {
+        let rec = history::instance_record(self.store.as_ref(), instance).await?;
+        let head = self.store.last_seq(instance).await?;
+        let at = match from {
+            Some(cp) => history::checkpoint_seq(self.store.as_ref(), instance, cp).await?,
+            None => head,
+        };
+        if at == head {
+            if let Some(h) = self.engine.handle(instance) {
+                self.engine.resume(instance)?;
+                return Ok(h);
+            }
+            let restored = self.restore_one(rec, None).await?;
+            let Some((h, _)) = restored else {
+                return Err(DurableError::NotFound {
+                    what: format!("{instance} has finished; nothing to resume"),
+                });
+            };
+            if matches!(h.state().status, Status::Paused { .. }) {
+                self.engine.resume(instance)?;
+            }
+            return Ok(h);
+        }
+        // Fork: copy records 1..=at under a new id.
+        let (base, _) = self.store.chain_base(instance).await?;
+        if base > 0 {
+            return Err(DurableError::NotFound {
+                what: format!(
+                    "the journal of {instance} was compacted up to seq {base}; it can only be resumed from its head"
+                ),
+            });
+        }
+        let records = read_range(self.store.as_ref(), instance, 1, Some(at)).await?;
+        let new_id = self.engine.allocate_id();
+        let mut copy = Vec::with_capacity(records.len());
+        for r in &records {
+            // Entries are re-encoded unchanged; only the chain is new.
+            let e = Entry::from_record(r)?;
+            copy.push(e.to_record(r.at_ms));
+        }
+        let mut new_rec = rec.clone();
+        new_rec.id = new_id.clone();
+        new_rec.status = InstanceStatus::Running;
+        new_rec.parent = Some(instance.to_string());
+        new_rec.created_at_ms = now_ms();
+        new_rec.updated_at_ms = new_rec.created_at_ms;
+        self.store.create_instance(new_rec.clone()).await?;
+        self.store.append(&new_id, copy).await?;
+        let restored = self.restore_one(new_rec, None).await?;
+        restored
+            .map(|(h, _)| h)
+            .ok_or_else(|| DurableError::NotFound {
+                what: format!("{instance} at {} has finished; nothing to resume", at),
+            })
+    }
+
+    /// The folded state of an instance from the store (for tests: replay equality).
+    pub async fn folded(&self, instance: &str) -> Result<Folded, DurableError> {
+        let rec = history::instance_record(self.store.as_ref(), instance).await?;
+        let plan = self
+            .plans
+            .get(self.store.as_ref(), &self.engine, &rec)
+            .await?;
+        history::rebuild(self.store.as_ref(), &plan, instance, None, |_, _, _| {}).await
+    }
+}

@@ -1,0 +1,457 @@
+//! Journal records: how each runtime [`Input`] is written (kind + JSON body) and read back,
+//! and the fold that rebuilds an instance from them with the pure core.
+//!
+//! Kinds (the body of each is a JSON object):
+//! - `instance.started` `{v, tenant, plan, plan_version, input, now}` (`v` is the record
+//!   schema version; a journal with a newer `v` is refused with `journal_too_new`);
+//! - `token.added` `{event, payload, correlation, now}`;
+//! - `timer.fired` `{timer_id, event, payload, now, lateness_ms}`;
+//! - `action.result` `{firing, result, now}` / `action.error` `{firing, error, now}`;
+//! - `instance.paused` `{reason}`, `instance.resumed` `{}`, `instance.stopped` `{reason}`;
+//! - `action.dispatched` `{firing, step, key, attempt, idempotent}`: derived, written by the
+//!   dispatch gate just before a tool is called; the fold ignores it for the marking but
+//!   recovery needs it (a dispatched action without a result may have taken effect).
+//!
+//! Events are written by name, so a record stays readable without the compiled net.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use weft_core::token::FiringId;
+use weft_core::{ActionError, Instance, Net};
+use weft_runtime::Input;
+use weft_store::{NewRecord, Record};
+
+use crate::error::DurableError;
+
+/// Version of the record bodies this build writes and reads.
+pub const RECORD_VERSION: u32 = 1;
+
+/// A decoded journal record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Entry {
+    /// `instance.started`.
+    Started {
+        /// Record schema version.
+        v: u32,
+        /// Tenant.
+        tenant: String,
+        /// Plan name.
+        plan: String,
+        /// Stored plan version.
+        plan_version: u32,
+        /// Instance input.
+        input: Value,
+        /// Clock time.
+        now: i64,
+    },
+    /// `token.added`.
+    Token {
+        /// Event name.
+        event: String,
+        /// Payload.
+        payload: Value,
+        /// Correlation.
+        correlation: Option<String>,
+        /// Clock time.
+        now: i64,
+    },
+    /// `timer.fired`.
+    Timer {
+        /// Timer id.
+        timer_id: u64,
+        /// Event name.
+        event: String,
+        /// Payload.
+        payload: Value,
+        /// Clock time.
+        now: i64,
+        /// How late it fired, when known.
+        lateness_ms: Option<i64>,
+    },
+    /// `action.result` / `action.error`.
+    Outcome {
+        /// Firing.
+        firing: FiringId,
+        /// The result or the error.
+        result: Result<Value, ActionError>,
+        /// Clock time.
+        now: i64,
+    },
+    /// `instance.paused`.
+    Paused {
+        /// Why.
+        reason: String,
+    },
+    /// `instance.resumed`.
+    Resumed,
+    /// `instance.stopped`.
+    Stopped {
+        /// Why.
+        reason: String,
+    },
+    /// `action.dispatched` (derived).
+    Dispatched {
+        /// Firing.
+        firing: FiringId,
+        /// Step name.
+        step: String,
+        /// Idempotency key.
+        key: String,
+        /// Attempt.
+        attempt: u32,
+        /// Whether the tool is idempotent.
+        idempotent: bool,
+    },
+}
+
+#[derive(Serialize, Deserialize)]
+struct OutcomeOk {
+    firing: FiringId,
+    result: Value,
+    now: i64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct OutcomeErr {
+    firing: FiringId,
+    error: ActionError,
+    now: i64,
+}
+
+fn event_name(net: &Net, id: weft_core::EventId) -> String {
+    net.events
+        .get(id as usize)
+        .map_or_else(|| format!("#{id}"), |e| e.name.clone())
+}
+
+impl Entry {
+    /// The record kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Entry::Started { .. } => "instance.started",
+            Entry::Token { .. } => "token.added",
+            Entry::Timer { .. } => "timer.fired",
+            Entry::Outcome { result: Ok(_), .. } => "action.result",
+            Entry::Outcome { result: Err(_), .. } => "action.error",
+            Entry::Paused { .. } => "instance.paused",
+            Entry::Resumed => "instance.resumed",
+            Entry::Stopped { .. } => "instance.stopped",
+            Entry::Dispatched { .. } => "action.dispatched",
+        }
+    }
+
+    /// The entry for a runtime input (`tenant`, `plan_version` only matter for `Start`).
+    pub fn from_input(net: &Net, tenant: &str, plan_version: u32, input: &Input) -> Entry {
+        match input {
+            Input::Start { plan, input, now } => Entry::Started {
+                v: RECORD_VERSION,
+                tenant: tenant.to_string(),
+                plan: plan.to_string(),
+                plan_version,
+                input: input.clone(),
+                now: *now,
+            },
+            Input::Token {
+                event,
+                payload,
+                correlation,
+                now,
+            } => Entry::Token {
+                event: event_name(net, *event),
+                payload: payload.clone(),
+                correlation: correlation.clone(),
+                now: *now,
+            },
+            Input::Timer {
+                id,
+                event,
+                payload,
+                now,
+            } => Entry::Timer {
+                timer_id: *id,
+                event: event_name(net, *event),
+                payload: payload.clone(),
+                now: *now,
+                lateness_ms: None,
+            },
+            Input::Outcome {
+                firing,
+                result,
+                now,
+            } => Entry::Outcome {
+                firing: *firing,
+                result: result.clone(),
+                now: *now,
+            },
+            Input::Pause { reason } => Entry::Paused {
+                reason: reason.clone(),
+            },
+            Input::Resume => Entry::Resumed,
+            Input::Stop { reason } => Entry::Stopped {
+                reason: reason.clone(),
+            },
+        }
+    }
+
+    /// Encodes as a store record.
+    pub fn to_record(&self, at_ms: i64) -> NewRecord {
+        let body = match self {
+            Entry::Outcome {
+                firing,
+                result: Ok(v),
+                now,
+            } => {
+                serde_json::to_vec(&serde_json::json!({"firing": firing, "result": v, "now": now}))
+            }
+            Entry::Outcome {
+                firing,
+                result: Err(e),
+                now,
+            } => serde_json::to_vec(&serde_json::json!({"firing": firing, "error": e, "now": now})),
+            other => serde_json::to_vec(other).map(|mut b| {
+                // Drop the internal tag: the record kind already says it.
+                if let Ok(Value::Object(mut m)) = serde_json::from_slice::<Value>(&b) {
+                    m.remove("kind");
+                    b = serde_json::to_vec(&m).unwrap_or_default();
+                }
+                b
+            }),
+        };
+        NewRecord {
+            kind: self.kind().to_string(),
+            body: body.unwrap_or_default(),
+            at_ms,
+        }
+    }
+
+    /// Decodes a stored record.
+    pub fn from_record(r: &Record) -> Result<Entry, DurableError> {
+        let bad = |e: serde_json::Error| DurableError::Journal {
+            message: format!("record seq {} (`{}`) is invalid: {e}", r.seq, r.kind),
+        };
+        let mut body: Value = serde_json::from_slice(&r.body).map_err(bad)?;
+        let entry = match r.kind.as_str() {
+            "action.result" => {
+                let o: OutcomeOk = serde_json::from_value(body).map_err(bad)?;
+                Entry::Outcome {
+                    firing: o.firing,
+                    result: Ok(o.result),
+                    now: o.now,
+                }
+            }
+            "action.error" => {
+                let o: OutcomeErr = serde_json::from_value(body).map_err(bad)?;
+                Entry::Outcome {
+                    firing: o.firing,
+                    result: Err(o.error),
+                    now: o.now,
+                }
+            }
+            kind => {
+                let tag = match kind {
+                    "instance.started" => "started",
+                    "token.added" => "token",
+                    "timer.fired" => "timer",
+                    "instance.paused" => "paused",
+                    "instance.resumed" => "resumed",
+                    "instance.stopped" => "stopped",
+                    "action.dispatched" => "dispatched",
+                    other => {
+                        return Err(DurableError::Journal {
+                            message: format!(
+                                "record seq {} has the unknown kind `{other}` (written by a newer weft?)",
+                                r.seq
+                            ),
+                        });
+                    }
+                };
+                if let Value::Object(m) = &mut body {
+                    m.insert("kind".into(), Value::from(tag));
+                } else if tag == "resumed" {
+                    body = serde_json::json!({"kind": tag});
+                }
+                serde_json::from_value(body).map_err(bad)?
+            }
+        };
+        if let Entry::Started { v, .. } = &entry
+            && *v > RECORD_VERSION
+        {
+            return Err(DurableError::TooNew {
+                found: *v,
+                supported: RECORD_VERSION,
+            });
+        }
+        Ok(entry)
+    }
+
+    /// The runtime input, if this entry is one (`None` for derived records).
+    pub fn to_input(&self, net: &Net) -> Result<Option<Input>, DurableError> {
+        let ev = |name: &str| {
+            net.event_id(name).ok_or_else(|| DurableError::Journal {
+                message: format!("the plan has no event `{name}` named in the journal"),
+            })
+        };
+        Ok(Some(match self {
+            Entry::Started {
+                plan, input, now, ..
+            } => Input::Start {
+                plan: plan.as_str().into(),
+                input: input.clone(),
+                now: *now,
+            },
+            Entry::Token {
+                event,
+                payload,
+                correlation,
+                now,
+            } => Input::Token {
+                event: ev(event)?,
+                payload: payload.clone(),
+                correlation: correlation.clone(),
+                now: *now,
+            },
+            Entry::Timer {
+                timer_id,
+                event,
+                payload,
+                now,
+                ..
+            } => Input::Timer {
+                id: *timer_id,
+                event: ev(event)?,
+                payload: payload.clone(),
+                now: *now,
+            },
+            Entry::Outcome {
+                firing,
+                result,
+                now,
+            } => Input::Outcome {
+                firing: *firing,
+                result: result.clone(),
+                now: *now,
+            },
+            Entry::Paused { reason } => Input::Pause {
+                reason: reason.clone(),
+            },
+            Entry::Resumed => Input::Resume,
+            Entry::Stopped { reason } => Input::Stop {
+                reason: reason.clone(),
+            },
+            Entry::Dispatched { .. } => return Ok(None),
+        }))
+    }
+}
+
+/// The state the fold carries: the core instance plus which in-flight firings were
+/// recorded as dispatched (what recovery needs). Also what a snapshot stores.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Folded {
+    /// The instance (`None` before `instance.started`).
+    pub instance: Option<Instance>,
+    /// In-flight firings whose dispatch was recorded.
+    pub dispatched: BTreeSet<FiringId>,
+    /// Last record folded.
+    pub seq: u64,
+}
+
+impl Folded {
+    /// Nothing folded yet.
+    pub fn empty() -> Self {
+        Folded {
+            instance: None,
+            dispatched: BTreeSet::new(),
+            seq: 0,
+        }
+    }
+
+    /// Decodes a snapshot body (re-indexing the marking).
+    pub fn from_snapshot(net: &Net, bytes: &[u8]) -> Result<Folded, DurableError> {
+        let mut f: Folded = serde_json::from_slice(bytes).map_err(|e| DurableError::Journal {
+            message: format!("snapshot is invalid: {e}"),
+        })?;
+        if let Some(i) = f.instance.as_mut() {
+            i.marking.reindex(net);
+        }
+        Ok(f)
+    }
+
+    /// Applies one input exactly as the runtime loop does (`weft_runtime::journal::replay`
+    /// for a single step): apply, then fire everything enabled.
+    pub fn apply_input(&mut self, net: &Net, id: &str, input: &Input) {
+        match input {
+            Input::Start { input, now, .. } => {
+                self.instance = Some(Instance::start(net, id, input.clone(), *now));
+            }
+            other => {
+                let Some(i) = self.instance.as_mut() else {
+                    return;
+                };
+                match other {
+                    Input::Token {
+                        event,
+                        payload,
+                        correlation,
+                        now,
+                    } => {
+                        let _ =
+                            i.add_token(net, *event, payload.clone(), correlation.as_deref(), *now);
+                    }
+                    Input::Timer {
+                        event,
+                        payload,
+                        now,
+                        ..
+                    } => {
+                        let _ = i.add_token(net, *event, payload.clone(), None, *now);
+                    }
+                    Input::Outcome {
+                        firing,
+                        result,
+                        now,
+                    } => {
+                        self.dispatched.remove(firing);
+                        let _ = i.complete(net, *firing, result.clone(), *now);
+                    }
+                    Input::Pause { reason } => i.pause(reason.clone()),
+                    Input::Resume => i.resume(net),
+                    Input::Stop { .. } => i.stop(),
+                    Input::Start { .. } => {}
+                }
+            }
+        }
+        if let Some(i) = self.instance.as_mut()
+            && !matches!(input, Input::Pause { .. } | Input::Stop { .. })
+        {
+            while i.next(net).is_some() {}
+        }
+    }
+
+    /// Folds one stored entry.
+    pub fn apply_entry(&mut self, net: &Net, id: &str, e: &Entry) -> Result<(), DurableError> {
+        if let Entry::Dispatched { firing, .. } = e {
+            if self
+                .instance
+                .as_ref()
+                .is_some_and(|i| i.in_flight.contains_key(firing))
+            {
+                self.dispatched.insert(*firing);
+            }
+            return Ok(());
+        }
+        if let Some(input) = e.to_input(net)? {
+            self.apply_input(net, id, &input);
+        }
+        Ok(())
+    }
+
+    /// Settles the status (as the live loop does after a batch).
+    pub fn settle(&mut self, net: &Net) {
+        if let Some(i) = self.instance.as_mut() {
+            i.settle(net);
+        }
+    }
+}

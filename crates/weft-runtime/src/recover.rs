@@ -1,0 +1,140 @@
+//! Restoring an instance rebuilt from its journal (crash recovery, `weft resume`): the
+//! durability layer folds the journal with the pure core and hands the resulting
+//! `weft_core::Instance` to [`Engine::restore`], which makes it live again under the same id
+//! and decides what happens to actions that were in flight when the process stopped.
+//!
+//! Rule (DESIGN "Durability"): an action whose dispatch was never recorded durably cannot
+//! have run, so it is dispatched again; one that was recorded as dispatched is dispatched
+//! again with the same idempotency key only if its tool is idempotent; otherwise the step
+//! gets an error outcome `outcome_unknown` (never a silent duplicate). The outcome goes
+//! through the journal like any other input.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use weft_core::token::FiringId;
+use weft_core::{ActionError, Instance};
+
+use crate::Error;
+use crate::cell::{Cell, Ready, lock};
+use crate::engine::{Engine, InstanceHandle};
+use crate::journal::Input;
+use crate::plans::CompiledPlan;
+
+/// What [`Engine::restore`] did with an in-flight action.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Redispatch {
+    /// Called again with the same idempotency key.
+    Again {
+        /// The firing.
+        firing: FiringId,
+        /// The step.
+        step: String,
+    },
+    /// Completed with the error `outcome_unknown`.
+    Unknown {
+        /// The firing.
+        firing: FiringId,
+        /// The step.
+        step: String,
+    },
+}
+
+impl Engine {
+    /// Makes sure new instance ids are numbered from at least `next` (ids already used by a
+    /// store must never be handed out again).
+    pub fn reserve_ids(&self, next: u64) {
+        self.shared().next_id.fetch_max(next, Ordering::Relaxed);
+    }
+
+    /// Takes a fresh instance id (`i<n>`) without starting anything (for forks).
+    pub fn allocate_id(&self) -> String {
+        format!(
+            "i{}",
+            self.shared().next_id.fetch_add(1, Ordering::Relaxed) + 1
+        )
+    }
+
+    /// Makes a rebuilt instance live again under its id (`i<n>`), then deals with its
+    /// in-flight actions: `dispatched` holds the firings whose dispatch was recorded durably.
+    /// Returns the handle and what was done per in-flight action.
+    pub fn restore(
+        &self,
+        tenant: &str,
+        plan: &Arc<CompiledPlan>,
+        instance: Instance,
+        dispatched: &BTreeSet<FiringId>,
+    ) -> Result<(InstanceHandle, Vec<Redispatch>), Error> {
+        let id: u64 = instance
+            .id
+            .strip_prefix('i')
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| Error::UnknownInstance(instance.id.to_string()))?;
+        let shared = self.shared();
+        if shared.cell(id).is_some() {
+            return Err(Error::UnknownInstance(format!(
+                "{} is already live",
+                instance.id
+            )));
+        }
+        shared.next_id.fetch_max(id, Ordering::Relaxed);
+        let cell = Cell::new(
+            id,
+            Arc::from(tenant),
+            Arc::clone(plan),
+            Arc::clone(shared),
+            shared.trace,
+        );
+        let mut actions = Vec::new();
+        {
+            let mut g = lock(&cell.core);
+            let now = shared.clock.now_ms();
+            g.last_activity = now;
+            let in_flight: Vec<(FiringId, u32, bool, String)> = instance
+                .in_flight
+                .iter()
+                .map(|(f, inf)| {
+                    let srt = &plan.steps[inf.step as usize];
+                    let idem = srt.tool.as_ref().is_some_and(|t| t.spec().idempotent);
+                    (*f, inf.attempt, idem, srt.name.to_string())
+                })
+                .collect();
+            g.inst = Some(instance);
+            let mut ready: VecDeque<Ready> = VecDeque::new();
+            for (firing, attempt, idempotent, step) in in_flight {
+                if !dispatched.contains(&firing) || idempotent {
+                    cell.retry(&mut g, firing, attempt, 0, &mut ready);
+                    actions.push(Redispatch::Again { firing, step });
+                } else {
+                    ready.push_back((
+                        firing,
+                        Err(ActionError::fatal(
+                            "outcome_unknown",
+                            format!(
+                                "step `{step}` was dispatched before a restart and its tool is not idempotent; whether it took effect is unknown"
+                            ),
+                        )),
+                    ));
+                    actions.push(Redispatch::Unknown { firing, step });
+                }
+            }
+            while let Some((firing, result)) = ready.pop_front() {
+                let now = shared.clock.now_ms();
+                cell.apply(
+                    &mut g,
+                    Input::Outcome {
+                        firing,
+                        result,
+                        now,
+                    },
+                    &mut ready,
+                );
+            }
+            cell.after(&mut g);
+            cell.release(g);
+        }
+        Ok((InstanceHandle { cell }, actions))
+    }
+}
