@@ -9,7 +9,7 @@
 mod reactive;
 pub mod sys;
 pub mod tool;
-mod workloads;
+pub mod workloads;
 
 use std::io::Write;
 

@@ -13,7 +13,7 @@ use crate::{CompiledPlan, Engine, EngineOptions, StartOptions};
 const REPS: usize = 5;
 
 /// An engine with the pure built-ins and `bench.add`, no journal, no subscribers.
-pub(crate) fn engine() -> Engine {
+pub fn engine() -> Engine {
     let mut registry = Registry::new();
     weft_tools::builtin::register_pure(&mut registry);
     registry.register(super::tool::tool());
@@ -28,7 +28,7 @@ fn add_step(on: &[String], key: &str, value: i64, emit: &str) -> Value {
 }
 
 /// `s1 → … → sN`.
-pub(crate) fn chain_plan(name: &str, n: usize) -> Value {
+pub fn chain_plan(name: &str, n: usize) -> Value {
     let mut events = Map::new();
     let mut steps = Map::new();
     events.insert("start".into(), json!({}));
@@ -60,7 +60,7 @@ pub(crate) fn chain_plan(name: &str, n: usize) -> Value {
 }
 
 /// `start` → `b0…b9` → `join`.
-pub(crate) fn fanout_plan() -> Value {
+pub fn fanout_plan() -> Value {
     let mut events = Map::new();
     let mut steps = Map::new();
     events.insert("start".into(), json!({}));
