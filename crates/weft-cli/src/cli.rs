@@ -6,15 +6,16 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use weft_core::Limits;
 
-use crate::cmd::{analyze, graph, schema, tools, validate};
+use crate::cmd::{analyze, graph, run, schema, tools, validate};
 
 /// weft: check, analyse and export AI plans (colored Petri nets) before they run.
 #[derive(Debug, Parser)]
 #[command(
     name = "weft",
     version,
-    after_help = "Exit codes: 0 = no errors (warnings allowed), 1 = the plan has errors \
-                  (including load errors: malformed JSON, limits), 2 = usage or I/O failure.\n\
+    after_help = "Exit codes: 0 = no errors (warnings allowed; `run`: completed), 1 = the plan \
+                  has errors (including load errors: malformed JSON, limits) or the run did not \
+                  complete, 2 = usage or I/O failure.\n\
                   Colour: off when NO_COLOR is set or stdout is not a terminal (see --color)."
 )]
 pub struct Cli {
@@ -40,6 +41,9 @@ pub enum Command {
     Schema(schema::Args),
     /// List the built-in tools with their effect class and idempotency.
     Tools(tools::Args),
+    /// Run one instance of a plan in-process (built-in tools, email to ./.weft/outbox/) and
+    /// print its outcome, result tokens and a trace of every firing.
+    Run(run::Args),
 }
 
 /// When to colour human output.

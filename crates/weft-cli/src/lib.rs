@@ -13,6 +13,7 @@
 pub mod cli;
 pub mod cmd;
 pub mod input;
+pub mod llm;
 pub mod output;
 
 use std::io::Write;

@@ -3,6 +3,7 @@
 
 pub mod analyze;
 pub mod graph;
+pub mod run;
 pub mod schema;
 pub mod tools;
 pub mod validate;
@@ -63,5 +64,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
         Command::Graph(args) => graph::run(&args, &ctx, out),
         Command::Schema(args) => schema::run(&args, &ctx, out),
         Command::Tools(args) => tools::run(&args, &ctx, out),
+        Command::Run(args) => run::run(&args, &ctx, out),
     }
 }
