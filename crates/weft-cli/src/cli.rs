@@ -6,7 +6,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use weft_core::Limits;
 
-use crate::cmd::{analyze, graph, run, schema, tools, validate};
+use crate::cmd::{analyze, bench, graph, run, schema, tools, validate};
 
 /// weft: check, analyse and export AI plans (colored Petri nets) before they run.
 #[derive(Debug, Parser)]
@@ -44,6 +44,8 @@ pub enum Command {
     /// Run one instance of a plan in-process (built-in tools, email to ./.weft/outbox/) and
     /// print its outcome, result tokens and a trace of every firing.
     Run(run::Args),
+    /// Run the benchmark workloads of BENCHMARKS.md (JSON lines on stdout, progress on stderr).
+    Bench(bench::Args),
 }
 
 /// When to colour human output.

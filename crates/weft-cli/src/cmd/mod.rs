@@ -2,6 +2,7 @@
 //! the given writer and returns a [`Status`]. Errors (`anyhow`) mean usage or I/O failure.
 
 pub mod analyze;
+pub mod bench;
 pub mod graph;
 pub mod run;
 pub mod schema;
@@ -65,5 +66,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
         Command::Schema(args) => schema::run(&args, &ctx, out),
         Command::Tools(args) => tools::run(&args, &ctx, out),
         Command::Run(args) => run::run(&args, &ctx, out),
+        Command::Bench(args) => bench::run(&args, &ctx, out),
     }
 }
