@@ -6,7 +6,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use weft_core::Limits;
 
-use crate::cmd::{analyze, bench, graph, run, schema, tools, validate};
+use crate::cmd::{analyze, bench, explain, graph, plan, run, schema, tools, validate};
 
 /// weft: check, analyse and export AI plans (colored Petri nets) before they run.
 #[derive(Debug, Parser)]
@@ -46,6 +46,10 @@ pub enum Command {
     Run(run::Args),
     /// Run the benchmark workloads of BENCHMARKS.md (JSON lines on stdout, progress on stderr).
     Bench(bench::Args),
+    /// Ask a model for a plan; the critic loop validates and analyses every candidate.
+    Plan(plan::Args),
+    /// Explain a plan in plain language (template by default, the model with --llm).
+    Explain(explain::Args),
 }
 
 /// When to colour human output.

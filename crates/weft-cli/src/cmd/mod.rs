@@ -3,7 +3,9 @@
 
 pub mod analyze;
 pub mod bench;
+pub mod explain;
 pub mod graph;
+pub mod plan;
 pub mod run;
 pub mod schema;
 pub mod tools;
@@ -67,5 +69,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
         Command::Tools(args) => tools::run(&args, &ctx, out),
         Command::Run(args) => run::run(&args, &ctx, out),
         Command::Bench(args) => bench::run(&args, &ctx, out),
+        Command::Plan(args) => plan::run(&args, &ctx, out),
+        Command::Explain(args) => explain::run(&args, &ctx, out),
     }
 }

@@ -1,0 +1,170 @@
+//! `weft plan "INSTRUCTION"`: ask a model for a plan through weft-llm's verified planner
+//! (the critic loop validates and analyses every candidate and sends the findings back) and
+//! print the accepted plan, or write it with `-o`.
+//!
+//! The model is the OpenAI-compatible provider configured from `WEFT_LLM_*`, or a scripted
+//! provider file with `--script` (offline demo and tests). Exit codes: 0 = a plan was
+//! accepted; 1 = the attempts ran out (the last findings are listed) or the model failed;
+//! 2 = usage or I/O, including no provider configured.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use serde_json::json;
+use weft_core::ToolSpec;
+use weft_llm::{Llm, PlanOptions};
+
+use super::{Ctx, Status};
+use crate::output::{self, Palette};
+use crate::{input, llm};
+
+/// Arguments of `weft plan`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// What the plan should do, in plain language.
+    #[arg(value_name = "INSTRUCTION")]
+    pub instruction: String,
+    /// A static tool description file (`{"tools": [...]}`) adding to the built-in tools the
+    /// model may use.
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<PathBuf>,
+    /// Write the plan to this file instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Use a scripted provider file (JSON array or JSONL of expected exchanges) instead of
+    /// the WEFT_LLM_* server.
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
+    /// Candidates the critic loop may ask for.
+    #[arg(long, value_name = "N", default_value_t = PlanOptions::default().max_attempts, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts: u32,
+    /// Also run the semantic review pass (its concerns are printed as warnings).
+    #[arg(long)]
+    pub review: bool,
+    /// Print one JSON document `{plan, attempts, critic_rounds, warnings, findings}`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `weft plan`.
+pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
+    let provider = match &args.script {
+        Some(path) => llm::scripted(path)?,
+        None => llm::from_env()?.ok_or_else(|| anyhow::anyhow!("{}", llm::NOT_CONFIGURED))?,
+    };
+    let catalog = input::catalog(args.tools.as_deref())?;
+    let tools: Vec<ToolSpec> = catalog.iter().cloned().collect();
+    let opts = PlanOptions {
+        max_attempts: args.max_attempts,
+        semantic_review: args.review,
+        limits: ctx.limits,
+        ..PlanOptions::default()
+    };
+    let llm = Llm::new(provider);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = rt.block_on(weft_llm::plan(&llm, &args.instruction, &tools, &opts));
+    let p = &ctx.palette;
+    let outcome = match result {
+        Ok(o) => o,
+        Err(e @ weft_llm::Error::PlanningFailed { .. }) => {
+            if args.json {
+                let findings = match &e {
+                    weft_llm::Error::PlanningFailed { findings, .. } => findings.clone(),
+                    _ => Vec::new(),
+                };
+                output::json(
+                    out,
+                    &json!({"plan": null, "error": e.to_string(), "findings": findings}),
+                )?;
+            } else {
+                let mut err = std::io::stderr().lock();
+                writeln!(
+                    err,
+                    "{}: {e}",
+                    Palette::for_stderr().paint("error", Palette::error())
+                )?;
+            }
+            return Ok(Status::PlanErrors);
+        }
+        Err(
+            e @ (weft_llm::Error::Config(_)
+            | weft_llm::Error::File { .. }
+            | weft_llm::Error::InvalidInput(_)),
+        ) => {
+            anyhow::bail!("{e}")
+        }
+        Err(e) => {
+            let mut err = std::io::stderr().lock();
+            writeln!(
+                err,
+                "{}: the model failed: {e}",
+                Palette::for_stderr().paint("error", Palette::error())
+            )?;
+            return Ok(Status::PlanErrors);
+        }
+    };
+    let plan_text = serde_json::to_string_pretty(&outcome.plan)?;
+    if let Some(path) = &args.output {
+        std::fs::write(path, format!("{plan_text}\n"))
+            .with_context(|| format!("cannot write `{}`", path.display()))?;
+    }
+    if args.json {
+        output::json(
+            out,
+            &json!({
+                "plan": outcome.plan,
+                "attempts": outcome.attempts,
+                "critic_rounds": outcome.critic_rounds(),
+                "from_cache": outcome.from_cache,
+                "warnings": outcome.warnings,
+                "findings": outcome.findings,
+                "feedback": outcome.rounds.iter().map(|r| &r.feedback).collect::<Vec<_>>(),
+            }),
+        )?;
+        return Ok(Status::Clean);
+    }
+    if args.output.is_none() {
+        writeln!(out, "{plan_text}")?;
+    }
+    // The summary goes to stderr when the plan itself is on stdout, so `> plan.json` works.
+    let mut err_lock;
+    let summary: &mut dyn Write = if args.output.is_none() {
+        err_lock = std::io::stderr().lock();
+        &mut err_lock
+    } else {
+        out
+    };
+    let sp = if args.output.is_none() {
+        Palette::for_stderr()
+    } else {
+        *p
+    };
+    let target = args
+        .output
+        .as_ref()
+        .map(|o| format!(" → {}", o.display()))
+        .unwrap_or_default();
+    writeln!(
+        summary,
+        "{}: plan `{}` accepted after {} ({}){target}",
+        sp.paint("planned", Palette::good()),
+        outcome.plan.plan_name,
+        output::plural(
+            usize::try_from(outcome.attempts).unwrap_or(usize::MAX),
+            "attempt"
+        ),
+        output::plural(outcome.critic_rounds(), "critic round"),
+    )?;
+    for w in &outcome.warnings {
+        writeln!(
+            summary,
+            "{}: {w}",
+            sp.paint("warning", Palette::severity(weft_core::Severity::Warning))
+        )?;
+    }
+    Ok(Status::Clean)
+}
