@@ -74,12 +74,55 @@ impl Status {
 pub struct InFlight {
     /// The step.
     pub step: StepId,
-    /// The consumed binding.
+    /// The consumed binding (empty once handed to the action with
+    /// [`Instance::detach_inputs`]).
     pub tokens: Vec<Token>,
     /// 1 for the first attempt.
     pub attempt: u32,
-    /// The rendered args (kept for retries).
+    /// The rendered args, kept for steps with a retry policy (`null` otherwise:
+    /// [`Instance::args`] renders them again from `tokens`, with the same result).
     pub args: Value,
+    /// The binding's correlation, once `tokens` were handed to the action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation: Option<Arc<str>>,
+}
+
+/// The key a firing's action gets for deduplication: `<instance>/<step>/<firing>`, the same
+/// across retries and recovery.
+pub fn idempotency_key(instance: &str, step: &str, firing: FiringId) -> String {
+    let mut k = String::with_capacity(instance.len() + step.len() + 22);
+    k.push_str(instance);
+    k.push('/');
+    k.push_str(step);
+    k.push('/');
+    push_u64(&mut k, firing);
+    k
+}
+
+/// The channel id `fresh()` returns in a firing: `<instance>.<firing>`.
+fn fresh_id(instance: &str, firing: FiringId) -> String {
+    let mut k = String::with_capacity(instance.len() + 21);
+    k.push_str(instance);
+    k.push('.');
+    push_u64(&mut k, firing);
+    k
+}
+
+/// Appends `n` in decimal (without the formatting machinery: this runs once per firing).
+fn push_u64(s: &mut String, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &b in &buf[i..] {
+        s.push(b as char);
+    }
 }
 
 /// The effect of a firing: call `action` with `args`.
@@ -431,7 +474,11 @@ impl Instance {
         let firing = self.next_firing;
         self.next_firing += 1;
         self.fired += 1;
-        let fresh = format!("{}.{}", self.id, firing);
+        let fresh = if net.args_use_fresh(step) {
+            fresh_id(&self.id, firing)
+        } else {
+            String::new()
+        };
         let args = {
             let inputs: Vec<(&str, &Value)> = tokens
                 .iter()
@@ -447,13 +494,18 @@ impl Instance {
             s.args.render(&scope).map_err(|e| e.message)
         };
         let consumed = tokens.iter().map(|t| t.id).collect();
+        let kept_args = match (&s.retry, &args) {
+            (Some(_), Ok(a)) => a.clone(),
+            _ => Value::Null,
+        };
         self.in_flight.insert(
             firing,
             InFlight {
                 step,
                 tokens,
                 attempt: 1,
-                args: args.clone().unwrap_or(Value::Null),
+                args: kept_args,
+                correlation: None,
             },
         );
         // More bindings may exist for the same step.
@@ -462,9 +514,57 @@ impl Instance {
             firing,
             step,
             args,
-            idempotency_key: format!("{}/{}/{}", self.id, s.name, firing),
+            idempotency_key: idempotency_key(&self.id, &s.name, firing),
             consumed,
         }
+    }
+
+    /// The args of an in-flight firing (for a retry or a re-dispatch after recovery): the
+    /// kept copy, or rendered again from the consumed tokens (rendering is deterministic, so
+    /// this equals what [`Instance::fire`] returned).
+    pub fn args(&self, net: &Net, firing: FiringId) -> Option<Result<Value, String>> {
+        let inf = self.in_flight.get(&firing)?;
+        let s = net.step(inf.step);
+        if s.retry.is_some() && !inf.args.is_null() {
+            return Some(Ok(inf.args.clone()));
+        }
+        let fresh = if net.args_use_fresh(inf.step) {
+            fresh_id(&self.id, firing)
+        } else {
+            String::new()
+        };
+        let inputs: Vec<(&str, &Value)> = inf
+            .tokens
+            .iter()
+            .map(|t| (net.event(t.event).name.as_str(), &*t.payload))
+            .collect();
+        let scope = Scope {
+            inputs: &inputs,
+            result: None,
+            instance: &self.id,
+            plan: &net.plan_name,
+            fresh: &fresh,
+        };
+        Some(s.args.render(&scope).map_err(|e| e.message))
+    }
+
+    /// Hands the consumed tokens of an in-flight firing to its action, when completing the
+    /// firing will not read them ([`Net::keeps_inputs`] is false: plain emits, no error
+    /// token, no retry); their correlation stays. Lets an action that is the only holder of
+    /// a payload take it over instead of copying it. `None` (and nothing changes) when the
+    /// tokens are still needed or the firing is not in flight.
+    pub fn detach_inputs(&mut self, net: &Net, firing: FiringId) -> Option<Vec<Token>> {
+        let inf = self.in_flight.get_mut(&firing)?;
+        if net.keeps_inputs(inf.step) || inf.correlation.is_some() {
+            return None;
+        }
+        let corr = inf
+            .tokens
+            .first()
+            .map(|t| Arc::clone(&t.correlation))
+            .unwrap_or_else(|| Arc::clone(&self.root));
+        inf.correlation = Some(corr);
+        Some(std::mem::take(&mut inf.tokens))
     }
 
     /// The next firing, if any step is enabled: searches dirty steps for a binding and fires
@@ -534,11 +634,7 @@ impl Instance {
         };
         let step = inf.step;
         let s = net.step(step);
-        let correlation = inf
-            .tokens
-            .first()
-            .map(|t| Arc::clone(&t.correlation))
-            .unwrap_or_else(|| Arc::clone(&self.root));
+        let correlation = Self::correlation_of(inf, &self.root);
         // Fast path: plain emits need no expression scope.
         let mut outs: Vec<(EventId, Arc<Value>)> = Vec::with_capacity(s.emits.len());
         let result = Arc::new(result);
@@ -595,6 +691,18 @@ impl Instance {
         Ok(ids)
     }
 
+    /// The correlation the outputs of an in-flight firing get: its binding's.
+    fn correlation_of(inf: &InFlight, root: &Arc<str>) -> Arc<str> {
+        match &inf.correlation {
+            Some(c) => Arc::clone(c),
+            None => inf
+                .tokens
+                .first()
+                .map(|t| Arc::clone(&t.correlation))
+                .unwrap_or_else(|| Arc::clone(root)),
+        }
+    }
+
     /// Applies the failure policy after retries are exhausted.
     fn fail(&mut self, net: &Net, firing: FiringId, err: ActionError, now: i64) -> Completion {
         let Some(inf) = self.in_flight.remove(&firing) else {
@@ -620,11 +728,7 @@ impl Instance {
                 "attempts": inf.attempt,
                 "inputs": inputs,
             });
-            let corr = inf
-                .tokens
-                .first()
-                .map(|t| Arc::clone(&t.correlation))
-                .unwrap_or_else(|| Arc::clone(&self.root));
+            let corr = Self::correlation_of(&inf, &self.root);
             let token = self.put(
                 net,
                 event,

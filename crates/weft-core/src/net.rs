@@ -140,6 +140,11 @@ pub struct Net {
     pub eq_constraints: Vec<Vec<EqConstraint>>,
     event_ids: HashMap<String, EventId>,
     step_ids: HashMap<String, StepId>,
+    /// Per step: whether its args template calls `fresh()`.
+    args_fresh: Vec<bool>,
+    /// Per step: whether anything reads the consumed tokens after the action ran
+    /// (conditional or shaped emits, an error-token target, a retry policy).
+    keeps_inputs: Vec<bool>,
 }
 
 impl Net {
@@ -161,6 +166,24 @@ impl Net {
     /// The step with this id.
     pub fn step(&self, id: StepId) -> &StepNode {
         &self.steps[id as usize]
+    }
+
+    /// Does the step's args template call `fresh()`? (Firing skips building the channel id
+    /// otherwise.)
+    pub fn args_use_fresh(&self, step: StepId) -> bool {
+        self.args_fresh.get(step as usize).copied().unwrap_or(true)
+    }
+
+    /// Does completing a firing of `step` read its consumed tokens (beyond their
+    /// correlation)? True when an emit has `when` or `data`, when a failure can become an
+    /// error token (a `<step>.failed` listener or `on_fail: {emit: …}`), or when the step
+    /// retries. When false, the runtime may hand the tokens to the action
+    /// ([`crate::Instance::detach_inputs`]).
+    pub fn keeps_inputs(&self, step: StepId) -> bool {
+        self.keeps_inputs
+            .get(step as usize)
+            .copied()
+            .unwrap_or(true)
     }
 
     /// Builds the net. Callers must only pass plans that validated without errors; names that
@@ -227,7 +250,27 @@ impl Net {
             }
         }
         let (slots, input_slots, event_slots, eq_constraints) = layout(&events, &steps);
+        let args_fresh = steps
+            .iter()
+            .map(|s| {
+                let mut f = false;
+                s.args.for_each_expr(&mut |e| f |= e.uses_fresh());
+                f
+            })
+            .collect();
+        let keeps_inputs = steps
+            .iter()
+            .map(|s| {
+                s.retry.is_some()
+                    || matches!(s.on_fail, FailPolicy::Emit(_))
+                    || s.failed_event
+                        .is_some_and(|e| !events[e as usize].consumers.is_empty())
+                    || s.emits.iter().any(|e| e.when.is_some() || e.data.is_some())
+            })
+            .collect();
         Net {
+            args_fresh,
+            keeps_inputs,
             slots,
             input_slots,
             event_slots,

@@ -17,8 +17,9 @@ use std::task::{Context, Poll, Waker};
 use futures::FutureExt;
 use futures::future::Either;
 use serde_json::Value;
-use weft_core::instance::Completion;
+use weft_core::instance::{Completion, idempotency_key};
 use weft_core::token::FiringId;
+use weft_core::token::Token;
 use weft_core::{ActionError, Fired};
 use weft_tools::{BoxFuture, Tool, ToolContext, ToolError, ToolServices};
 
@@ -92,7 +93,7 @@ impl Cell {
         srt: &StepRt,
         key: Arc<str>,
         attempt: u32,
-        inputs: Vec<(String, Arc<Value>)>,
+        inputs: Vec<(Arc<str>, Arc<Value>)>,
     ) -> ToolContext {
         ToolContext {
             tenant: Arc::clone(&self.tenant),
@@ -109,18 +110,28 @@ impl Cell {
         }
     }
 
-    fn inputs(&self, core: &Core, firing: FiringId) -> Vec<(String, Arc<Value>)> {
-        let net = &*self.plan.net;
+    /// The tool's view of a firing's inputs (shared with the in-flight record).
+    fn inputs(&self, srt: &StepRt, core: &Core, firing: FiringId) -> Vec<(Arc<str>, Arc<Value>)> {
         core.inst
             .as_ref()
             .and_then(|i| i.in_flight.get(&firing))
             .map(|inf| {
                 inf.tokens
                     .iter()
-                    .map(|t| (net.event(t.event).name.clone(), Arc::clone(&t.payload)))
+                    .enumerate()
+                    .map(|(k, t)| (self.input_name(srt, k, t), Arc::clone(&t.payload)))
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The event name of the `k`-th consumed token (the step's `k`-th input).
+    fn input_name(&self, srt: &StepRt, k: usize, t: &Token) -> Arc<str> {
+        let name = &self.plan.net.event(t.event).name;
+        match srt.inputs.get(k) {
+            Some(n) if **n == **name => Arc::clone(n),
+            _ => Arc::from(name.as_str()),
+        }
     }
 
     /// Runs the effect of a firing.
@@ -181,8 +192,34 @@ impl Cell {
             ));
             return;
         }
-        let inputs = self.inputs(core, f.firing);
-        let ctx = self.context(srt, Arc::from(f.idempotency_key), 1, inputs);
+        let key = Arc::from(f.idempotency_key);
+        if srt.immediate {
+            // Finishes at once: the outcome is applied before anything else can look at the
+            // instance, so the consumed tokens can go to the tool when nothing reads them
+            // afterwards (a payload only the tool holds is then taken over, not copied).
+            let net = &*self.plan.net;
+            let inputs = match core
+                .inst
+                .as_mut()
+                .and_then(|i| i.detach_inputs(net, f.firing))
+            {
+                Some(tokens) => tokens
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, t)| (self.input_name(srt, k, &t), t.payload))
+                    .collect(),
+                None => self.inputs(srt, core, f.firing),
+            };
+            let ctx = self.context(srt, key, 1, inputs);
+            let r = match catch_unwind(AssertUnwindSafe(|| tool.call_now(ctx, args))) {
+                Ok(r) => r.map_err(ActionError::from),
+                Err(p) => Err(panic_error(p)),
+            };
+            ready.push_back((f.firing, r));
+            return;
+        }
+        let inputs = self.inputs(srt, core, f.firing);
+        let ctx = self.context(srt, key, 1, inputs);
         self.call(
             core,
             f.firing,
@@ -314,22 +351,33 @@ impl Cell {
         delay_ms: u64,
         ready: &mut VecDeque<Ready>,
     ) {
-        let Some((step, args)) = core
-            .inst
-            .as_ref()
-            .and_then(|i| i.in_flight.get(&firing))
-            .map(|inf| (inf.step, inf.args.clone()))
-        else {
+        let plan = Arc::clone(&self.plan);
+        let Some((step, args)) = core.inst.as_ref().and_then(|i| {
+            let step = i.in_flight.get(&firing)?.step;
+            Some((step, i.args(&plan.net, firing)?))
+        }) else {
             return;
         };
-        let plan = Arc::clone(&self.plan);
         let srt = &plan.steps[step as usize];
         let Some(tool) = srt.tool.clone() else {
             return;
         };
-        // Same format as `weft_core::Instance::fire`, so retries keep the key.
-        let key: Arc<str> = Arc::from(format!("{}/{}/{}", self.name, srt.name, firing));
-        let inputs = self.inputs(core, firing);
+        let args = match args {
+            Ok(a) => a,
+            Err(m) => {
+                ready.push_back((
+                    firing,
+                    Err(ActionError::fatal(
+                        "args_invalid",
+                        format!("the args of step `{}` could not be rendered: {m}", srt.name),
+                    )),
+                ));
+                return;
+            }
+        };
+        // Same key as `weft_core::Instance::fire`, so retries keep it.
+        let key: Arc<str> = Arc::from(idempotency_key(&self.name, &srt.name, firing));
+        let inputs = self.inputs(srt, core, firing);
         let ctx = self.context(srt, key, attempt, inputs);
         if delay_ms == 0 {
             self.call(

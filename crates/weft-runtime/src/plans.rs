@@ -21,6 +21,11 @@ pub(crate) struct StepRt {
     pub validator: Option<Arc<jsonschema::Validator>>,
     pub timeout_ms: Option<u64>,
     pub spawn: bool,
+    /// The tool finishes at once ([`Tool::is_immediate`]) and no timeout applies: called
+    /// with [`Tool::call_now`], no future.
+    pub immediate: bool,
+    /// The event name of each input (in `on` order), shared by every tool context.
+    pub inputs: Vec<Arc<str>>,
 }
 
 /// A plan ready to run.
@@ -86,7 +91,14 @@ impl CompiledPlan {
                 let spawn = tool
                     .as_ref()
                     .is_some_and(|t| t.spec().effect == Effect::Write);
+                let immediate = tool.as_ref().is_some_and(|t| t.is_immediate());
                 StepRt {
+                    immediate,
+                    inputs: s
+                        .inputs
+                        .iter()
+                        .map(|&e| Arc::from(net.event(e).name.as_str()))
+                        .collect(),
                     name: Arc::from(s.name.as_str()),
                     action: s.action.clone(),
                     tool,

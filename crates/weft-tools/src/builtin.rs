@@ -52,6 +52,49 @@ where
         let r = (self.f)(&ctx, args);
         Box::pin(std::future::ready(r))
     }
+    fn is_immediate(&self) -> bool {
+        true
+    }
+    fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+        (self.f)(&ctx, args)
+    }
+}
+
+/// `noop` as a tool: like [`noop`], but takes the input payload over instead of copying it
+/// when the runtime hands the firing's tokens to the tool.
+struct Noop {
+    spec: ToolSpec,
+}
+
+impl Tool for Noop {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        Box::pin(std::future::ready(noop_owned(ctx, args)))
+    }
+    fn is_immediate(&self) -> bool {
+        true
+    }
+    fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+        noop_owned(ctx, args)
+    }
+}
+
+fn noop_owned(ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+    let mut out = if ctx.inputs.is_empty() {
+        Value::Object(serde_json::Map::new())
+    } else if ctx.inputs.len() == 1 {
+        ctx.into_input_values()
+            .pop()
+            .unwrap_or_else(|| Value::Object(serde_json::Map::new()))
+    } else {
+        (*ctx.inputs[0].1).clone()
+    };
+    if let (Value::Object(o), Value::Object(a)) = (&mut out, args) {
+        o.extend(a);
+    }
+    Ok(out)
 }
 
 /// `noop`: passes its (first) input token's payload through, merged with object args.
@@ -68,7 +111,9 @@ pub fn noop(ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
 
 /// The in-memory built-ins.
 pub fn register_pure(reg: &mut Registry) {
-    reg.register(Arc::new(FnTool::new(builtin_spec("noop"), noop)));
+    reg.register(Arc::new(Noop {
+        spec: builtin_spec("noop"),
+    }));
     reg.register(Arc::new(FnTool::new(
         builtin_spec("echo"),
         |_: &ToolContext, a: Value| Ok(a),

@@ -92,8 +92,10 @@ pub struct ToolContext {
     pub attempt: u32,
     /// When the runtime will give up on this attempt, if the step has a timeout.
     pub deadline: Option<Instant>,
-    /// The input token payloads of the firing, by event name.
-    pub inputs: Arc<Vec<(String, Arc<Value>)>>,
+    /// The input token payloads of the firing, by event name. When the runtime hands a
+    /// firing's tokens over (nothing reads them after the call), the payloads are not shared
+    /// and [`ToolContext::into_input_values`] takes them without copying.
+    pub inputs: Arc<Vec<(Arc<str>, Arc<Value>)>>,
     /// Engine services (timers, child plans, instance context).
     pub services: Arc<dyn ToolServices>,
 }
@@ -199,6 +201,16 @@ impl ToolServices for NoServices {
 }
 
 impl ToolContext {
+    /// The input payloads, owned and in binding order: moved out where this context is
+    /// their only holder, cloned otherwise.
+    pub fn into_input_values(self) -> Vec<Value> {
+        let inputs = Arc::try_unwrap(self.inputs).unwrap_or_else(|shared| (*shared).clone());
+        inputs
+            .into_iter()
+            .map(|(_, p)| Arc::try_unwrap(p).unwrap_or_else(|shared| (*shared).clone()))
+            .collect()
+    }
+
     /// A context for calling a tool outside an engine (tests, `weft tools call`).
     pub fn detached(step: &str) -> ToolContext {
         ToolContext {
@@ -223,4 +235,28 @@ pub trait Tool: Send + Sync {
     /// Runs the tool. Tools whose future is immediately ready (pure, in-memory work) are
     /// called inline by the runtime without spawning a task, so keep them allocation-light.
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>>;
+
+    /// Whether the tool always finishes at once (in-memory work, no waiting). The runtime
+    /// then calls [`Tool::call_now`] instead of [`Tool::call`]: no future, no task, and the
+    /// firing's input tokens may be handed over (see [`ToolContext::into_input_values`]).
+    fn is_immediate(&self) -> bool {
+        false
+    }
+
+    /// Runs an immediate tool synchronously. The default polls [`Tool::call`]'s future once
+    /// and reports a future that is not ready as an error.
+    fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+        let mut fut = self.call(ctx, args);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(r) => r,
+            std::task::Poll::Pending => Err(ToolError::fatal(
+                "not_immediate",
+                format!(
+                    "tool `{}` says it is immediate but did not finish at once",
+                    self.spec().name
+                ),
+            )),
+        }
+    }
 }

@@ -35,37 +35,46 @@ impl Tool for BenchAdd {
         &self.spec
     }
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
-        Box::pin(std::future::ready(add(&ctx, args)))
+        Box::pin(std::future::ready(add(ctx, args)))
+    }
+    fn is_immediate(&self) -> bool {
+        true
+    }
+    fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+        add(ctx, args)
     }
 }
 
-fn add(ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
-    let Value::Object(mut a) = args else {
+/// `{...in, key: value}`. Takes the input objects over when the runtime handed them to the
+/// tool (nothing else holds them), else copies them.
+fn add(ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+    let Value::Object(a) = args else {
         return Err(ToolError::fatal("args_invalid", "args must be an object"));
     };
-    let (Some(Value::String(key)), Some(value)) = (a.remove("key"), a.remove("value")) else {
+    // Take both fields by walking the entries (no hashing, nothing copied).
+    let (mut key, mut value) = (None, None);
+    for (k, v) in a {
+        match k.as_str() {
+            "key" => key = Some(v),
+            "value" => value = Some(v),
+            _ => {}
+        }
+    }
+    let (Some(Value::String(key)), Some(value)) = (key, value) else {
         return Err(ToolError::fatal(
             "args_invalid",
             "args need `key` (string) and `value`",
         ));
     };
-    let mut out = match ctx.inputs.as_slice() {
-        [(_, one)] => match &**one {
-            Value::Object(m) => m.clone(),
-            _ => Map::new(),
-        },
-        many => {
-            let mut m = Map::new();
-            for (_, p) in many {
-                if let Value::Object(o) = &**p {
-                    for (k, v) in o {
-                        m.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-            m
+    let mut out: Option<Map<String, Value>> = None;
+    for p in ctx.into_input_values() {
+        let Value::Object(o) = p else { continue };
+        match &mut out {
+            None => out = Some(o),
+            Some(m) => m.extend(o),
         }
-    };
+    }
+    let mut out = out.unwrap_or_default();
     out.insert(key, value);
     Ok(Value::Object(out))
 }
