@@ -1,7 +1,6 @@
 //! [`Durable`]: an [`Engine`] whose instances are journaled to a [`Store`], recovered after
 //! a restart and resumable from checkpoints.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -29,15 +28,20 @@ pub struct DurableConfig {
     /// Snapshot + compact a reactive instance's journal every this many records (`None`:
     /// never). Default 1,000.
     pub snapshot_every: Option<u64>,
-    /// Instances rebuilt concurrently by [`Durable::recover`]. Default 64.
+    /// Instances rebuilt concurrently by [`Durable::recover`]. Default 8 (the SQLite
+    /// store keeps 8 idle read connections; more would open and close connections).
     pub recovery_concurrency: usize,
+    /// Journal `action.dispatched` for idempotent tools too (default off: recovery does
+    /// not need it for them; see [`StoreJournal::set_record_idempotent_dispatch`]).
+    pub record_idempotent_dispatch: bool,
 }
 
 impl Default for DurableConfig {
     fn default() -> Self {
         DurableConfig {
             snapshot_every: Some(1_000),
-            recovery_concurrency: 64,
+            recovery_concurrency: 8,
+            record_idempotent_dispatch: false,
         }
     }
 }
@@ -121,6 +125,7 @@ impl Durable {
             rt,
             config.snapshot_every,
         ));
+        journal.set_record_idempotent_dispatch(config.record_idempotent_dispatch);
         let mut reg = Registry::new();
         for t in opts.registry.iter() {
             reg.register(Arc::new(Gate::new(Arc::clone(t), Arc::clone(&journal))));
@@ -226,9 +231,11 @@ impl Durable {
         Ok(o)
     }
 
-    /// Rebuilds every non-terminal instance of the store (snapshot + journal tail) and
-    /// continues it (see `weft_runtime::Engine::restore` for in-flight actions).
+    /// Rebuilds every non-terminal instance of the store (snapshot + journal tail, read in
+    /// batches with `Store::load_many`) and continues it (see
+    /// `weft_runtime::Engine::restore` for in-flight actions).
     pub async fn recover(&self) -> Result<RecoveryReport, DurableError> {
+        const BATCH: usize = 500;
         let mut report = RecoveryReport::default();
         let mut page = Page::first(10_000);
         loop {
@@ -237,30 +244,43 @@ impl Durable {
             page.after = Some(last.id.clone());
             let full = recs.len() == 10_000;
             report.found += recs.len();
-            let results: Vec<_> = futures::stream::iter(recs.into_iter().map(|rec| {
-                let me = self.clone();
+            let batches: Vec<Vec<InstanceRecord>> =
+                recs.chunks(BATCH).map(<[InstanceRecord]>::to_vec).collect();
+            let mut loads = futures::stream::iter(batches.into_iter().map(|batch| {
+                let store = Arc::clone(&self.store);
                 async move {
-                    let id = rec.id.clone();
-                    (id, me.restore_one(rec, None).await)
+                    let ids: Vec<String> = batch.iter().map(|r| r.id.clone()).collect();
+                    let loaded = store.load_many(&ids).await;
+                    (batch, loaded)
                 }
             }))
-            .buffer_unordered(self.config.recovery_concurrency.max(1))
-            .collect()
-            .await;
-            for (id, r) in results {
-                match r {
-                    Ok(Some((h, actions))) => {
-                        report.restored += 1;
-                        for a in actions {
-                            match a {
-                                Redispatch::Again { .. } => report.redispatched += 1,
-                                Redispatch::Unknown { .. } => report.unknown += 1,
-                            }
+            .buffered(self.config.recovery_concurrency.max(1));
+            while let Some((batch, loaded)) = loads.next().await {
+                let loaded = match loaded {
+                    Ok(l) => l,
+                    Err(e) => {
+                        for r in batch {
+                            report.errors.push((r.id, e.to_string()));
                         }
-                        report.handles.push(h);
+                        continue;
                     }
-                    Ok(None) => report.finished += 1,
-                    Err(e) => report.errors.push((id, e.to_string())),
+                };
+                for (rec, (snap, records)) in batch.into_iter().zip(loaded) {
+                    let id = rec.id.clone();
+                    match self.restore_loaded(rec, snap, records).await {
+                        Ok(Some((h, actions))) => {
+                            report.restored += 1;
+                            for a in actions {
+                                match a {
+                                    Redispatch::Again { .. } => report.redispatched += 1,
+                                    Redispatch::Unknown { .. } => report.unknown += 1,
+                                }
+                            }
+                            report.handles.push(h);
+                        }
+                        Ok(None) => report.finished += 1,
+                        Err(e) => report.errors.push((id, e.to_string())),
+                    }
                 }
             }
             if !full {
@@ -268,6 +288,20 @@ impl Durable {
             }
         }
         Ok(report)
+    }
+
+    async fn restore_loaded(
+        &self,
+        rec: InstanceRecord,
+        snap: Option<weft_store::Snapshot>,
+        records: Vec<weft_store::Record>,
+    ) -> Result<Option<(InstanceHandle, Vec<Redispatch>)>, DurableError> {
+        let plan = self
+            .plans
+            .get(self.store.as_ref(), &self.engine, &rec)
+            .await?;
+        let folded = history::fold_loaded(&plan, &rec.id, snap.as_ref(), &records, |_, _, _| {})?;
+        self.restore_folded(rec, plan, folded).await
     }
 
     /// Rebuilds one instance and makes it live; `None` if it turned out finished.
@@ -282,7 +316,16 @@ impl Durable {
             .await?;
         let folded =
             history::rebuild(self.store.as_ref(), &plan, &rec.id, upto, |_, _, _| {}).await?;
-        let Some(inst) = folded.instance.clone() else {
+        self.restore_folded(rec, plan, folded).await
+    }
+
+    async fn restore_folded(
+        &self,
+        rec: InstanceRecord,
+        plan: Arc<CompiledPlan>,
+        mut folded: Folded,
+    ) -> Result<Option<(InstanceHandle, Vec<Redispatch>)>, DurableError> {
+        let Some(inst) = folded.instance.take() else {
             // Started but the start never became durable: nothing ran; drop it.
             self.journal
                 .set_status(
@@ -299,16 +342,22 @@ impl Durable {
                 .await?;
             return Ok(None);
         }
-        let version = rec.plan_version;
+        let dispatched = std::mem::take(&mut folded.dispatched);
+        let shadow = (plan.net.graph_type == weft_core::GraphType::Reactive
+            && self.config.snapshot_every.is_some())
+        .then(|| Folded {
+            instance: Some(inst.clone()),
+            dispatched: dispatched.clone(),
+            seq: folded.seq,
+        });
         self.journal.adopt(
             &rec.id,
             PlanEntry {
                 plan: Arc::clone(&plan),
-                version,
+                version: rec.plan_version,
             },
-            Some(folded.clone()),
+            shadow,
         );
-        let dispatched: BTreeSet<_> = folded.dispatched.clone();
         let r = self.engine.restore(&rec.tenant, &plan, inst, &dispatched)?;
         Ok(Some(r))
     }

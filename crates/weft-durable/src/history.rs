@@ -108,32 +108,56 @@ pub(crate) async fn rebuild(
     plan: &CompiledPlan,
     instance: &str,
     upto: Option<u64>,
+    each: impl FnMut(&Record, &Entry, &Folded),
+) -> Result<Folded, DurableError> {
+    let snap = store.latest_snapshot(instance).await?;
+    let snap = snap.filter(|s| upto.is_none_or(|u| u >= s.seq));
+    let from = snap.as_ref().map_or(1, |s| s.seq + 1);
+    let records = read_range(store, instance, from, upto).await?;
+    // Only a compacted journal can start later than expected; ask for its base then.
+    if records.first().is_none_or(|r| r.seq != from) {
+        let (base, _) = store.chain_base(instance).await?;
+        if from <= base {
+            return Err(DurableError::NotFound {
+                what: format!(
+                    "records {from}..={base} of {instance} were compacted away; the earliest point is seq {base}"
+                ),
+            });
+        }
+    }
+    fold_loaded(plan, instance, snap.as_ref(), &records, each)
+}
+
+/// Folds a snapshot and the records after it.
+pub(crate) fn fold_loaded(
+    plan: &CompiledPlan,
+    instance: &str,
+    snap: Option<&weft_store::Snapshot>,
+    records: &[Record],
     mut each: impl FnMut(&Record, &Entry, &Folded),
 ) -> Result<Folded, DurableError> {
     let net = &plan.net;
-    let snap = store.latest_snapshot(instance).await?;
-    let mut folded = match &snap {
-        Some(s) if upto.is_none_or(|u| u >= s.seq) => {
+    let mut folded = match snap {
+        Some(s) => {
             let mut f = Folded::from_snapshot(net, &s.state)?;
             f.seq = s.seq;
             f
         }
-        _ => Folded::empty(),
+        None => Folded::empty(),
     };
-    let (base, _) = store.chain_base(instance).await?;
-    if folded.seq < base {
-        return Err(DurableError::NotFound {
-            what: format!(
-                "records {}..={base} of {instance} were compacted away; the earliest point is seq {base}",
-                folded.seq + 1
-            ),
-        });
-    }
-    for r in read_range(store, instance, folded.seq + 1, upto).await? {
-        let e = Entry::from_record(&r)?;
+    for r in records {
+        if r.seq != folded.seq + 1 {
+            return Err(DurableError::Journal {
+                message: format!(
+                    "the journal of {instance} continues at seq {} after {}",
+                    r.seq, folded.seq
+                ),
+            });
+        }
+        let e = Entry::from_record(r)?;
         folded.apply_entry(net, instance, &e)?;
         folded.seq = r.seq;
-        each(&r, &e, &folded);
+        each(r, &e, &folded);
     }
     folded.settle(net);
     Ok(folded)

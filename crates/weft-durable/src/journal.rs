@@ -93,6 +93,7 @@ pub struct StoreJournal {
     lanes: Vec<Mutex<HashMap<Arc<str>, Arc<Lane>>>>,
     hasher: std::collections::hash_map::RandomState,
     snapshot_every: Option<u64>,
+    dispatch_idempotent: std::sync::atomic::AtomicBool,
     counters: Counters,
 }
 
@@ -119,8 +120,15 @@ impl StoreJournal {
             lanes: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             snapshot_every: snapshot_every.filter(|n| *n > 0),
+            dispatch_idempotent: std::sync::atomic::AtomicBool::new(false),
             counters: Counters::default(),
         }
+    }
+
+    /// Also journal `action.dispatched` for idempotent tools (off by default; makes
+    /// `weft inspect` show their dispatch at the cost of one record per step).
+    pub fn set_record_idempotent_dispatch(&self, on: bool) {
+        self.dispatch_idempotent.store(on, Ordering::Relaxed);
     }
 
     /// The store.
@@ -189,9 +197,15 @@ impl StoreJournal {
         s.since_snapshot += 1;
     }
 
-    /// Records `action.dispatched` for a gate.
+    /// Records `action.dispatched` for a gate. Skipped for idempotent tools unless
+    /// [`StoreJournal::set_record_idempotent_dispatch`] asked for it: recovery dispatches
+    /// an idempotent action again whether or not its dispatch was recorded, so the record
+    /// would only cost a journal row per step.
     fn record_dispatch(&self, ctx: &ToolContext, idempotent: bool) -> Arc<Lane> {
         let lane = self.lane(&ctx.instance);
+        if idempotent && !self.dispatch_idempotent.load(Ordering::Relaxed) {
+            return lane;
+        }
         let firing = ctx
             .idempotency_key
             .rsplit('/')

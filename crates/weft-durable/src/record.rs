@@ -196,33 +196,59 @@ impl Entry {
         }
     }
 
-    /// Encodes as a store record.
+    /// Encodes as a store record (the body without the kind, which the record carries).
     pub fn to_record(&self, at_ms: i64) -> NewRecord {
+        use serde_json::json;
         let body = match self {
+            Entry::Started {
+                v,
+                tenant,
+                plan,
+                plan_version,
+                input,
+                now,
+            } => json!({"v": v, "tenant": tenant, "plan": plan, "plan_version": plan_version,
+                "input": input, "now": now}),
+            Entry::Token {
+                event,
+                payload,
+                correlation,
+                now,
+            } => {
+                json!({"event": event, "payload": payload, "correlation": correlation, "now": now})
+            }
+            Entry::Timer {
+                timer_id,
+                event,
+                payload,
+                now,
+                lateness_ms,
+            } => json!({"timer_id": timer_id, "event": event, "payload": payload, "now": now,
+                "lateness_ms": lateness_ms}),
             Entry::Outcome {
                 firing,
                 result: Ok(v),
                 now,
-            } => {
-                serde_json::to_vec(&serde_json::json!({"firing": firing, "result": v, "now": now}))
-            }
+            } => json!({"firing": firing, "result": v, "now": now}),
             Entry::Outcome {
                 firing,
                 result: Err(e),
                 now,
-            } => serde_json::to_vec(&serde_json::json!({"firing": firing, "error": e, "now": now})),
-            other => serde_json::to_vec(other).map(|mut b| {
-                // Drop the internal tag: the record kind already says it.
-                if let Ok(Value::Object(mut m)) = serde_json::from_slice::<Value>(&b) {
-                    m.remove("kind");
-                    b = serde_json::to_vec(&m).unwrap_or_default();
-                }
-                b
-            }),
+            } => json!({"firing": firing, "error": e, "now": now}),
+            Entry::Paused { reason } | Entry::Stopped { reason } => json!({"reason": reason}),
+            Entry::Resumed => json!({}),
+            Entry::Dispatched {
+                firing,
+                step,
+                key,
+                attempt,
+                idempotent,
+            } => json!({"firing": firing, "step": step, "key": key, "attempt": attempt,
+                "idempotent": idempotent}),
         };
         NewRecord {
             kind: self.kind().to_string(),
-            body: body.unwrap_or_default(),
+            body: serde_json::to_vec(&body).unwrap_or_default(),
             at_ms,
         }
     }

@@ -165,6 +165,27 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn load_many(
+        &self,
+        instances: &[String],
+    ) -> Result<Vec<(Option<Snapshot>, Vec<Record>)>> {
+        // One reader task for the whole batch: recovery of many instances is bound by
+        // round trips, not by SQLite.
+        let ids = instances.to_vec();
+        self.readers
+            .run(move |c| {
+                ids.iter()
+                    .map(|id| {
+                        let snap = journal::latest_snapshot(c, id)?;
+                        let from = snap.as_ref().map_or(1, |s| s.seq + 1);
+                        let recs = journal::read(c, id, from, u32::MAX)?;
+                        Ok((snap, recs))
+                    })
+                    .collect()
+            })
+            .await
+    }
+
     async fn latest_snapshot(&self, instance: &str) -> Result<Option<Snapshot>> {
         let instance = instance.to_string();
         self.readers

@@ -73,6 +73,34 @@ pub trait Store: Send + Sync + 'static {
         v.finish(head).map_err(Error::Chain)
     }
 
+    /// For each instance, its latest snapshot and every kept record after it (from
+    /// `snapshot.seq + 1`, or from seq 1 without a snapshot): what recovery folds. Backends
+    /// override this to answer many instances in one round trip.
+    async fn load_many(
+        &self,
+        instances: &[String],
+    ) -> Result<Vec<(Option<Snapshot>, Vec<Record>)>> {
+        let mut out = Vec::with_capacity(instances.len());
+        for id in instances {
+            let snap = self.latest_snapshot(id).await?;
+            let mut from = snap.as_ref().map_or(1, |s| s.seq + 1);
+            let mut recs = Vec::new();
+            loop {
+                let page = self.read(id, from, VERIFY_PAGE).await?;
+                let full = page.len() == VERIFY_PAGE as usize;
+                if let Some(last) = page.last() {
+                    from = last.seq + 1;
+                }
+                recs.extend(page);
+                if !full {
+                    break;
+                }
+            }
+            out.push((snap, recs));
+        }
+        Ok(out)
+    }
+
     // --- snapshots -----------------------------------------------------------------------
 
     /// Stores a snapshot taken after record `snapshot.seq`. Rejected (`invalid_input`) if
