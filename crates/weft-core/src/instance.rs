@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::expr::Scope;
+use crate::expr::{Scope, Template};
 use crate::marking::{Marking, key_at};
 use crate::net::{EventId, FailPolicy, Net, SlotId, StepId};
 use crate::plan::GraphType;
@@ -462,15 +462,19 @@ impl Instance {
     /// args and records the firing as in flight.
     pub fn fire(&mut self, net: &Net, step: StepId, binding: &[(SlotId, usize)]) -> Fired {
         let s = net.step(step);
-        // Take tokens highest position first per slot so earlier positions stay valid.
-        let mut order: Vec<usize> = (0..binding.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse((binding[i].0, binding[i].1)));
-        let mut taken: Vec<Option<Token>> = vec![None; binding.len()];
-        for i in order {
-            let (slot, pos) = binding[i];
-            taken[i] = self.marking.take(net, slot, pos);
-        }
-        let tokens: Vec<Token> = taken.into_iter().flatten().collect();
+        let tokens: Vec<Token> = if let [(slot, pos)] = *binding {
+            self.marking.take(net, slot, pos).into_iter().collect()
+        } else {
+            // Take tokens highest position first per slot so earlier positions stay valid.
+            let mut order: Vec<usize> = (0..binding.len()).collect();
+            order.sort_by_key(|&i| std::cmp::Reverse((binding[i].0, binding[i].1)));
+            let mut taken: Vec<Option<Token>> = vec![None; binding.len()];
+            for i in order {
+                let (slot, pos) = binding[i];
+                taken[i] = self.marking.take(net, slot, pos);
+            }
+            taken.into_iter().flatten().collect()
+        };
         let firing = self.next_firing;
         self.next_firing += 1;
         self.fired += 1;
@@ -479,7 +483,9 @@ impl Instance {
         } else {
             String::new()
         };
-        let args = {
+        let args = if let Template::Literal(v) = &s.args {
+            Ok(v.clone())
+        } else {
             let inputs: Vec<(&str, &Value)> = tokens
                 .iter()
                 .map(|t| (net.event(t.event).name.as_str(), &*t.payload))
@@ -635,13 +641,29 @@ impl Instance {
         let step = inf.step;
         let s = net.step(step);
         let correlation = Self::correlation_of(inf, &self.root);
-        // Fast path: plain emits need no expression scope.
-        let mut outs: Vec<(EventId, Arc<Value>)> = Vec::with_capacity(s.emits.len());
         let result = Arc::new(result);
+        // Fast path: plain emits need no expression scope and no staging.
         if s.emits.iter().all(|e| e.when.is_none() && e.data.is_none()) {
-            outs.extend(s.emits.iter().map(|e| (e.event, Arc::clone(&result))));
-        } else {
-            let fresh = format!("{}.{}", self.id, firing);
+            self.in_flight.remove(&firing);
+            let ids = s
+                .emits
+                .iter()
+                .map(|e| {
+                    self.put(
+                        net,
+                        e.event,
+                        Arc::clone(&result),
+                        Arc::clone(&correlation),
+                        Origin::Step { step, firing },
+                        now,
+                    )
+                })
+                .collect();
+            return Ok(ids);
+        }
+        let mut outs: Vec<(EventId, Arc<Value>)> = Vec::with_capacity(s.emits.len());
+        {
+            let fresh = fresh_id(&self.id, firing);
             let inputs: Vec<(&str, &Value)> = inf
                 .tokens
                 .iter()
