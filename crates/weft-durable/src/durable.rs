@@ -211,8 +211,8 @@ impl Durable {
     }
 
     /// Waits until the instance settles, then until its journal is durable, and returns
-    /// its outcome; the instance record's status is updated in the background (recovery
-    /// repairs it if the process dies first).
+    /// its outcome; the instance record's status goes with the journal's next batch
+    /// (recovery repairs it if the process dies first).
     pub async fn wait(&self, h: &InstanceHandle) -> Result<Outcome, DurableError> {
         let o = h.wait().await;
         self.journal.barrier(h.id()).await?;
@@ -221,13 +221,7 @@ impl Durable {
         if status.is_terminal() {
             self.journal.forget(h.id());
         }
-        let j = Arc::clone(&self.journal);
-        let id = h.id().to_string();
-        tokio::spawn(async move {
-            if let Err(e) = j.set_status(&id, status, reason).await {
-                tracing::warn!(weft.instance = %id, error = %e, message = "Instance status not updated");
-            }
-        });
+        self.journal.queue_status(h.id(), status, reason);
         Ok(o)
     }
 

@@ -29,6 +29,20 @@ use crate::error::DurableError;
 use crate::record::{Entry, Folded};
 
 const SHARDS: usize = 32;
+/// Committer tasks (batches in flight at once).
+const COMMITTERS: usize = 2;
+/// Most instances per batch.
+const MAX_BATCH_LANES: usize = 4_096;
+
+type Status = (String, InstanceStatus, Option<String>, i64);
+
+/// What the committers take from.
+#[derive(Default)]
+struct Queue {
+    lanes: Vec<(Arc<str>, Arc<Lane>)>,
+    statuses: Vec<Status>,
+    committers: usize,
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -94,6 +108,7 @@ pub struct StoreJournal {
     hasher: std::collections::hash_map::RandomState,
     snapshot_every: Option<u64>,
     dispatch_idempotent: std::sync::atomic::AtomicBool,
+    queue: Mutex<Queue>,
     counters: Counters,
 }
 
@@ -121,6 +136,7 @@ impl StoreJournal {
             hasher: std::collections::hash_map::RandomState::new(),
             snapshot_every: snapshot_every.filter(|n| *n > 0),
             dispatch_idempotent: std::sync::atomic::AtomicBool::new(false),
+            queue: Mutex::new(Queue::default()),
             counters: Counters::default(),
         }
     }
@@ -252,28 +268,62 @@ impl StoreJournal {
             if !s.flushing && !s.buf.is_empty() {
                 s.flushing = true;
                 drop(s);
-                let me = Arc::clone(self);
-                let (n, l) = (Arc::clone(&name), Arc::clone(&lane));
-                self.rt.spawn(async move { me.flush(n, l).await });
+                self.enqueue(Arc::clone(&name), Arc::clone(&lane));
             }
             Poll::Pending
         })
         .await
     }
 
-    /// Appends the lane's buffer until it is empty (one append in flight per lane, so
-    /// records keep their order), then wakes the waiters.
-    async fn flush(self: Arc<Self>, name: Arc<str>, lane: Arc<Lane>) {
+    /// Queues a lane for the next batch and makes sure a committer runs.
+    fn enqueue(self: &Arc<Self>, name: Arc<str>, lane: Arc<Lane>) {
+        let mut q = lock(&self.queue);
+        q.lanes.push((name, lane));
+        self.kick(&mut q);
+    }
+
+    /// Starts a committer unless enough are running (one batch in flight per committer;
+    /// two let one batch be built while the other commits).
+    fn kick(self: &Arc<Self>, q: &mut Queue) {
+        if q.committers < COMMITTERS {
+            q.committers += 1;
+            let me = Arc::clone(self);
+            self.rt.spawn(async move { me.commit_loop().await });
+        }
+    }
+
+    /// Queues an instance status update for the next batch.
+    pub(crate) fn queue_status(
+        self: &Arc<Self>,
+        instance: &str,
+        status: InstanceStatus,
+        reason: Option<String>,
+    ) {
+        let mut q = lock(&self.queue);
+        q.statuses
+            .push((instance.to_string(), status, reason, now_ms()));
+        self.kick(&mut q);
+    }
+
+    /// Takes everything queued, writes it as one batch (`Store::write_batch`: one job, one
+    /// transaction, shared fsync), wakes the lanes' waiters; until the queue is empty.
+    async fn commit_loop(self: Arc<Self>) {
         loop {
-            let (records, create, snap) = {
-                let mut s = lock(&lane.st);
-                if s.buf.is_empty() || s.failed.is_some() {
-                    s.flushing = false;
-                    for w in s.wakers.drain(..) {
-                        w.wake();
-                    }
+            let (lanes, statuses) = {
+                let mut q = lock(&self.queue);
+                if q.lanes.is_empty() && q.statuses.is_empty() {
+                    q.committers -= 1;
                     return;
                 }
+                let n = q.lanes.len().min(MAX_BATCH_LANES);
+                let lanes: Vec<_> = q.lanes.drain(..n).collect();
+                (lanes, std::mem::take(&mut q.statuses))
+            };
+            let mut creates = Vec::new();
+            let mut appends = Vec::with_capacity(lanes.len());
+            let mut taken = Vec::with_capacity(lanes.len());
+            for (name, lane) in &lanes {
+                let mut s = lock(&lane.st);
                 let records = std::mem::take(&mut s.buf);
                 let due = self
                     .snapshot_every
@@ -285,45 +335,54 @@ impl StoreJournal {
                 if snap.is_some() {
                     s.since_snapshot = 0;
                 }
-                (records, s.create.take(), snap)
-            };
-            let n = records.len() as u64;
-            let bytes: u64 = records.iter().map(|r| r.body.len() as u64).sum();
-            let res = match create {
-                Some(rec) => {
-                    let (a, b) = futures::join!(
-                        self.store.create_instance(rec),
-                        self.store.append(&name, records)
-                    );
-                    a.and(b)
+                if let Some(c) = s.create.take() {
+                    creates.push(c);
                 }
-                None => self.store.append(&name, records).await,
-            };
+                let n = records.len() as u64;
+                let bytes: u64 = records.iter().map(|r| r.body.len() as u64).sum();
+                self.counters.records.fetch_add(n, Ordering::Relaxed);
+                self.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+                appends.push((name.to_string(), records));
+                taken.push((n, snap));
+            }
             self.counters.appends.fetch_add(1, Ordering::Relaxed);
-            self.counters.records.fetch_add(n, Ordering::Relaxed);
-            self.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+            let res = self.store.write_batch(creates, appends, statuses).await;
             match res {
-                Ok(app) => {
-                    {
+                Ok(done) => {
+                    for (((name, lane), (n, snap)), app) in lanes.into_iter().zip(taken).zip(done) {
+                        {
+                            let mut s = lock(&lane.st);
+                            s.durable += n;
+                            for w in s.wakers.drain(..) {
+                                w.wake();
+                            }
+                            if s.buf.is_empty() {
+                                s.flushing = false;
+                            } else {
+                                drop(s);
+                                lock(&self.queue)
+                                    .lanes
+                                    .push((Arc::clone(&name), Arc::clone(&lane)));
+                            }
+                        }
+                        if let Some(state) = snap {
+                            let me = Arc::clone(&self);
+                            self.rt.spawn(async move {
+                                me.compact(&name, app.last_seq, app.head, state).await;
+                            });
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, message = "Journal write failed");
+                    for (_, lane) in lanes {
                         let mut s = lock(&lane.st);
-                        s.durable += n;
+                        s.failed = Some(e.to_string());
+                        s.flushing = false;
                         for w in s.wakers.drain(..) {
                             w.wake();
                         }
                     }
-                    if let Some(state) = snap {
-                        self.compact(&name, app.last_seq, app.head, state).await;
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(weft.instance = %name, error = %e, message = "Journal append failed");
-                    let mut s = lock(&lane.st);
-                    s.failed = Some(e.to_string());
-                    s.flushing = false;
-                    for w in s.wakers.drain(..) {
-                        w.wake();
-                    }
-                    return;
                 }
             }
         }

@@ -165,6 +165,47 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn write_batch(
+        &self,
+        creates: Vec<InstanceRecord>,
+        appends: Vec<(String, Vec<NewRecord>)>,
+        statuses: Vec<(String, InstanceStatus, Option<String>, i64)>,
+    ) -> Result<Vec<Appended>> {
+        for (_, recs) in &appends {
+            check_records(recs)?;
+        }
+        // One job (one savepoint) for the whole batch: the writer's cost is per job.
+        self.writer
+            .submit(move |c| {
+                for r in &creates {
+                    state::create_instance(c, r)?;
+                }
+                let mut out = Vec::with_capacity(appends.len());
+                for (instance, recs) in &appends {
+                    if recs.is_empty() {
+                        let (seq, hash) = journal::head_row(c, instance)?
+                            .map_or((0, GENESIS), |(s, h, _, _)| (s, h));
+                        out.push(Appended {
+                            first_seq: seq + 1,
+                            last_seq: seq,
+                            head: hash,
+                        });
+                    } else {
+                        out.push(journal::append(c, instance, recs)?);
+                    }
+                }
+                for (id, st, reason, now) in &statuses {
+                    // A missing instance must not fail everyone else's records.
+                    match state::update_status(c, id, *st, reason.as_deref(), *now) {
+                        Ok(()) | Err(Error::NotFound { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(out)
+            })
+            .await
+    }
+
     async fn load_many(
         &self,
         instances: &[String],

@@ -11,6 +11,31 @@ use crate::types::{
     PlanRecord, PlanStatus, Record, Snapshot, Timer,
 };
 
+/// Polls futures concurrently (a minimal `join_all`, so the trait crate needs no
+/// `futures` dependency), returning their outputs in order.
+async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut futs: Vec<std::pin::Pin<Box<F>>> = futs.map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *o = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+
 /// Records read per round trip by [`Store::verify`].
 const VERIFY_PAGE: u32 = 1_000;
 
@@ -71,6 +96,42 @@ pub trait Store: Send + Sync + 'static {
         }
         let head = self.head(instance).await?;
         v.finish(head).map_err(Error::Chain)
+    }
+
+    /// One write for many instances, in this order: create `creates`, append each of
+    /// `appends` (one instance each, at most once per batch), set each of `statuses`
+    /// (`(id, status, reason, now_ms)`). Returns the appends' results in order. The SQLite
+    /// backend does it all in one job of one transaction (atomic); the default runs the
+    /// parts concurrently (each atomic on its own, sharing group commits). Resolves after
+    /// everything is durable. This is what the runtime's journal flushes.
+    async fn write_batch(
+        &self,
+        creates: Vec<InstanceRecord>,
+        appends: Vec<(String, Vec<NewRecord>)>,
+        statuses: Vec<(String, InstanceStatus, Option<String>, i64)>,
+    ) -> Result<Vec<Appended>> {
+        let c = futures_join_all(creates.into_iter().map(|r| self.create_instance(r))).await;
+        for r in c {
+            r?;
+        }
+        let a = futures_join_all(
+            appends
+                .into_iter()
+                .map(|(i, recs)| async move { self.append(&i, recs).await }),
+        )
+        .await;
+        let s = futures_join_all(
+            statuses
+                .into_iter()
+                .map(|(id, st, reason, now)| async move {
+                    self.update_status(&id, st, reason, now).await
+                }),
+        )
+        .await;
+        for r in s {
+            r?;
+        }
+        a.into_iter().collect()
     }
 
     /// For each instance, its latest snapshot and every kept record after it (from

@@ -236,3 +236,55 @@ pub async fn leases_exclusive_until_expiry(s: Arc<dyn Store>) {
     assert!(s.acquire_lease("i", "p1", 1_000, 2_002).await.unwrap());
     assert!(s.owner_of("other", 0).await.unwrap().is_none());
 }
+
+/// `write_batch` creates, appends (chained like `append`) and sets statuses; the loaded
+/// view (`load_many`) is the snapshot-less journal.
+pub async fn write_batch_creates_appends_and_sets_status(s: Arc<dyn Store>) {
+    let rec = |kind: &str, n: u64| crate::NewRecord {
+        kind: kind.to_string(),
+        body: format!("{{\"n\":{n}}}").into_bytes(),
+        at_ms: n as i64,
+    };
+    let out = s
+        .write_batch(
+            vec![
+                instance("wb1", "t", InstanceStatus::Running),
+                instance("wb2", "t", InstanceStatus::Running),
+            ],
+            vec![
+                ("wb1".into(), vec![rec("a", 1), rec("b", 2)]),
+                ("wb2".into(), vec![rec("a", 3)]),
+            ],
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out.iter()
+            .map(|a| (a.first_seq, a.last_seq))
+            .collect::<Vec<_>>(),
+        vec![(1, 2), (1, 1)]
+    );
+    let out = s
+        .write_batch(
+            vec![],
+            vec![("wb1".into(), vec![rec("c", 4)]), ("wb2".into(), vec![])],
+            vec![("wb2".into(), InstanceStatus::Completed, None, 20)],
+        )
+        .await
+        .unwrap();
+    assert_eq!((out[0].first_seq, out[0].last_seq), (3, 3));
+    assert_eq!((out[1].first_seq, out[1].last_seq), (2, 1));
+    assert_eq!(s.verify("wb1").await.unwrap().records, 3);
+    assert_eq!(
+        s.get_instance("wb2").await.unwrap().unwrap().status,
+        InstanceStatus::Completed
+    );
+    let loaded = s
+        .load_many(&["wb1".to_string(), "wb2".to_string()])
+        .await
+        .unwrap();
+    assert_eq!(loaded[0].0, None);
+    assert_eq!(loaded[0].1, s.read("wb1", 1, 100).await.unwrap());
+    assert_eq!(loaded[1].1.len(), 1);
+}

@@ -102,6 +102,7 @@ macro_rules! conformance_tests {
             timers_due_in_order,
             effects_recorded_once,
             leases_exclusive_until_expiry,
+            write_batch_creates_appends_and_sets_status,
         );
     };
     (@cases $factory:path; $($case:ident),* $(,)?) => {
