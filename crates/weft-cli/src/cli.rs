@@ -6,7 +6,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use weft_core::Limits;
 
-use crate::cmd::{analyze, bench, explain, graph, plan, run, schema, tools, validate};
+use crate::cmd::{analyze, bench, explain, graph, journal, plan, run, schema, tools, validate};
 
 /// weft: check, analyse and export AI plans (colored Petri nets) before they run.
 #[derive(Debug, Parser)]
@@ -50,6 +50,17 @@ pub enum Command {
     Plan(plan::Args),
     /// Explain a plan in plain language (template by default, the model with --llm).
     Explain(explain::Args),
+    /// Show an instance's marking, waiting steps and in-flight actions at any point of its journal.
+    Inspect(journal::InspectArgs),
+    /// Re-fold an instance's journal and check that it reproduces the recorded state.
+    Replay(journal::ReplayArgs),
+    /// Journal maintenance.
+    #[command(subcommand)]
+    Journal(journal::JournalCommand),
+    /// Name an instance's current journal head as a checkpoint `cp-<sha256>`.
+    Checkpoint(journal::CheckpointArgs),
+    /// Continue an instance from its journal (or fork it from a checkpoint) until it settles.
+    Resume(journal::ResumeArgs),
 }
 
 /// When to colour human output.

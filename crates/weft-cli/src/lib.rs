@@ -15,6 +15,7 @@ pub mod cmd;
 pub mod input;
 pub mod llm;
 pub mod output;
+pub mod store;
 
 use std::io::Write;
 use std::process::ExitCode;

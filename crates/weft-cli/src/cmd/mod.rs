@@ -5,6 +5,7 @@ pub mod analyze;
 pub mod bench;
 pub mod explain;
 pub mod graph;
+pub mod journal;
 pub mod plan;
 pub mod run;
 pub mod schema;
@@ -71,5 +72,10 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
         Command::Bench(args) => bench::run(&args, &ctx, out),
         Command::Plan(args) => plan::run(&args, &ctx, out),
         Command::Explain(args) => explain::run(&args, &ctx, out),
+        Command::Inspect(args) => journal::inspect(&args, &ctx, out),
+        Command::Replay(args) => journal::replay(&args, &ctx, out),
+        Command::Journal(cmd) => journal::journal(&cmd, &ctx, out),
+        Command::Checkpoint(args) => journal::checkpoint(&args, &ctx, out),
+        Command::Resume(args) => journal::resume(&args, &ctx, out),
     }
 }

@@ -72,6 +72,11 @@ pub struct Args {
     /// Print one JSON document `{outcome, reason, results, waiting, trace}`.
     #[arg(long)]
     pub json: bool,
+    /// Run durably: journal every step to this store (a SQLite file such as `.weft/weft.db`,
+    /// or a `postgres://` URL) so the instance survives a crash and can be inspected with
+    /// `weft inspect` / `weft replay` / `weft journal verify`.
+    #[arg(long, value_name = "LOCATION")]
+    pub store: Option<String>,
 }
 
 /// A parsed `--event`.
@@ -253,19 +258,49 @@ async fn execute(
     registry.register(Arc::new(weft_llm::LlmCompleteTool::new(
         crate::llm::for_tools()?,
     )));
-    let engine = Engine::new(EngineOptions {
+    let opts = EngineOptions {
         registry: Arc::new(registry),
         trace: true,
         ..EngineOptions::default()
-    });
+    };
+    let durable = match &args.store {
+        Some(loc) => {
+            let store = crate::store::open(Some(loc)).await?;
+            Some(
+                weft_durable::Durable::open(
+                    store,
+                    opts.clone(),
+                    weft_durable::DurableConfig::default(),
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?,
+            )
+        }
+        None => None,
+    };
+    let engine = match &durable {
+        Some(d) => d.engine().clone(),
+        None => Engine::new(opts),
+    };
+    let register = |p: Plan| async {
+        match &durable {
+            Some(d) => {
+                let doc = serde_json::to_value(&p)?;
+                d.register(TENANT, doc)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))
+            }
+            None => engine.register(p).map_err(|e| anyhow::anyhow!("{e}")),
+        }
+    };
     for p in extra {
         let name = p.plan_name.clone();
-        engine
-            .register(p)
+        register(p)
+            .await
             .map_err(|e| anyhow::anyhow!("--with plan `{name}` cannot be registered: {e}"))?;
     }
-    let compiled = engine
-        .register(plan.clone())
+    let compiled = register(plan.clone())
+        .await
         .map_err(|e| anyhow::anyhow!("the plan cannot be registered: {e}"))?;
     let net = &compiled.net;
     for e in &events {
@@ -296,6 +331,17 @@ async fn execute(
         }
     }
     let (outcome, cut) = wait(args, &engine, &handle, plan.graph_type, started).await;
+    if let Some(d) = &durable {
+        // Make the final records (and the instance's status) durable before reporting.
+        d.wait(&handle)
+            .await
+            .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
+        eprintln!(
+            "journal: instance {} in {}",
+            handle.id(),
+            args.store.as_deref().unwrap_or("")
+        );
+    }
     Ok(Ran {
         outcome,
         cut,
