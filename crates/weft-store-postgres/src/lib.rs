@@ -199,6 +199,29 @@ impl Store for PgStore {
         ops::set_plan_status(&self.pool, tenant, name, version, status).await
     }
 
+    async fn write_batch(
+        &self,
+        creates: Vec<InstanceRecord>,
+        appends: Vec<(String, Vec<NewRecord>)>,
+        statuses: Vec<(String, InstanceStatus, Option<String>, i64)>,
+    ) -> Result<Vec<Appended>> {
+        // Three transactions per batch whatever its size: the creates in one statement,
+        // the appends through the writer's group commit, the statuses in one statement.
+        if !creates.is_empty() {
+            ops::create_instances(&self.pool, &creates).await?;
+        }
+        let results = futures::future::join_all(
+            appends
+                .into_iter()
+                .map(|(i, recs)| async move { self.append(&i, recs).await }),
+        )
+        .await;
+        if !statuses.is_empty() {
+            ops::update_statuses(&self.pool, &statuses).await?;
+        }
+        results.into_iter().collect()
+    }
+
     async fn create_instance(&self, record: InstanceRecord) -> Result<()> {
         ops::create_instance(&self.pool, &record).await
     }

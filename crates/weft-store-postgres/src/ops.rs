@@ -374,6 +374,61 @@ pub async fn create_instance(pool: &Pool, r: &InstanceRecord) -> Result<()> {
     Ok(())
 }
 
+/// Creates many instances in one statement (`conflict` if any id exists; then none is
+/// created).
+pub async fn create_instances(pool: &Pool, rs: &[InstanceRecord]) -> Result<()> {
+    let col = |f: &dyn Fn(&InstanceRecord) -> String| rs.iter().map(f).collect::<Vec<String>>();
+    let ids = col(&|r| r.id.clone());
+    let tenants = col(&|r| r.tenant.clone());
+    let plans = col(&|r| r.plan_name.clone());
+    let statuses = col(&|r| r.status.as_str().to_string());
+    let versions: Vec<i64> = rs.iter().map(|r| i64::from(r.plan_version)).collect();
+    let reasons: Vec<Option<String>> = rs.iter().map(|r| r.reason.clone()).collect();
+    let created: Vec<i64> = rs.iter().map(|r| r.created_at_ms).collect();
+    let updated: Vec<i64> = rs.iter().map(|r| r.updated_at_ms).collect();
+    let parents: Vec<Option<String>> = rs.iter().map(|r| r.parent.clone()).collect();
+    let n = execute(
+        pool,
+        &format!(
+            "INSERT INTO instances ({COLS}) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[]) ON CONFLICT (id) DO NOTHING"
+        ),
+        &[
+            &ids, &tenants, &plans, &versions, &statuses, &reasons, &created, &updated, &parents,
+        ],
+    )
+    .await?;
+    if n != rs.len() as u64 {
+        return Err(Error::Conflict {
+            what: format!(
+                "{} of {} instances already existed",
+                rs.len() as u64 - n,
+                rs.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Sets many instances' statuses in one statement (missing ids are skipped).
+pub async fn update_statuses(
+    pool: &Pool,
+    rows: &[(String, InstanceStatus, Option<String>, i64)],
+) -> Result<()> {
+    let ids: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    let sts: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    let reasons: Vec<Option<&str>> = rows.iter().map(|r| r.2.as_deref()).collect();
+    let nows: Vec<i64> = rows.iter().map(|r| r.3).collect();
+    execute(
+        pool,
+        "UPDATE instances AS i SET status = u.status, reason = u.reason, updated_at_ms = u.now
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS u(id, status, reason, now)
+         WHERE i.id = u.id",
+        &[&ids, &sts, &reasons, &nows],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Updates an instance's status.
 pub async fn update_status(
     pool: &Pool,
