@@ -60,8 +60,9 @@ impl Ctx<'_> {
     }
 
     /// Compiles an expression, caching by source so repeated expressions compile once.
-    fn compile(&mut self, src: &str, pointer: String, what: &str) -> Option<Expr> {
+    fn compile(&mut self, src: &str, at: &dyn Fn() -> (String, String)) -> Option<Expr> {
         if src.len() > self.limits.max_expr_len {
+            let (pointer, what) = at();
             self.push(
                 Finding::new(
                     Code::InvalidExpression,
@@ -77,14 +78,18 @@ impl Ctx<'_> {
             );
             return None;
         }
-        let r = self
-            .exprs
-            .entry(src.to_string())
-            .or_insert_with(|| Expr::compile(src).map_err(|e| e.message))
-            .clone();
+        let r = match self.exprs.get(src) {
+            Some(r) => r.clone(),
+            None => {
+                let r = Expr::compile(src).map_err(|e| e.message);
+                self.exprs.insert(src.to_string(), r.clone());
+                r
+            }
+        };
         match r {
             Ok(e) => Some(e),
             Err(msg) => {
+                let (pointer, what) = at();
                 self.push(
                     Finding::new(
                         Code::InvalidExpression,
@@ -99,14 +104,21 @@ impl Ctx<'_> {
         }
     }
 
-    fn template(&mut self, value: &Value, pointer: &str, what: &str) -> Option<Template> {
+    fn template(&mut self, value: &Value, at: &dyn Fn() -> (String, String)) -> Option<Template> {
+        if !has_template(value) {
+            return Some(Template::Literal(value.clone()));
+        }
         let cache = &mut self.exprs;
         let mut compile = |src: &str| -> Result<Expr, crate::expr::CompileError> {
-            cache
-                .entry(src.to_string())
-                .or_insert_with(|| Expr::compile(src).map_err(|e| e.message))
-                .clone()
-                .map_err(|message| crate::expr::CompileError { message })
+            let r = match cache.get(src) {
+                Some(r) => r.clone(),
+                None => {
+                    let r = Expr::compile(src).map_err(|e| e.message);
+                    cache.insert(src.to_string(), r.clone());
+                    r
+                }
+            };
+            r.map_err(|message| crate::expr::CompileError { message })
         };
         match Template::compile_with(value, &mut compile) {
             Ok(t) => {
@@ -118,11 +130,12 @@ impl Ctx<'_> {
                     }
                 });
                 for len in too_long {
+                    let (pointer, what) = at();
                     self.push(
                         Finding::new(
                             Code::InvalidExpression,
                             Severity::Error,
-                            pointer.to_string(),
+                            pointer,
                             format!(
                                 "a template in {what} is {len} bytes, over the limit of {limit}"
                             ),
@@ -133,6 +146,7 @@ impl Ctx<'_> {
                 Some(t)
             }
             Err(errs) => {
+                let (pointer, what) = at();
                 for e in errs {
                     self.push(
                         Finding::new(
@@ -155,7 +169,14 @@ impl Ctx<'_> {
 
     /// A guard or `when` that evaluates without any binding (it mentions no input) must
     /// give a boolean; anything else is a constant mistake such as `1 + 1` or `"yes"`.
-    fn check_constant_bool(&mut self, e: &Expr, pointer: String, what: &str) {
+    fn check_constant_bool(&mut self, e: &Expr, at: &dyn Fn() -> (String, String)) {
+        // Only expressions that read no input can be judged without a binding.
+        if e.free_variables()
+            .iter()
+            .any(|v| !matches!(v.as_str(), "instance" | "plan"))
+        {
+            return;
+        }
         let scope = Scope {
             inputs: &[],
             result: None,
@@ -166,6 +187,7 @@ impl Ctx<'_> {
         if let Ok(other) = e.eval(&scope)
             && !other.is_boolean()
         {
+            let (pointer, what) = at();
             self.push(
                 Finding::new(
                     Code::NotBoolean,
@@ -180,6 +202,16 @@ impl Ctx<'_> {
                 .hint("a guard must evaluate to true or false, e.g. `order.total > 100`"),
             );
         }
+    }
+}
+
+/// Does `v` contain a `${` anywhere (so that it needs compiling as a template)?
+fn has_template(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains("${"),
+        Value::Array(a) => a.iter().any(has_template),
+        Value::Object(m) => m.values().any(has_template),
+        _ => false,
     }
 }
 
@@ -373,31 +405,31 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
                 }
             }
         }
-        let args_ptr = sp("args");
-        let mut args = ctx.template(
-            &step.args,
-            &args_ptr,
-            &format!("the args of step `{sname}`"),
-        );
+        let mut args = ctx.template(&step.args, &|| {
+            (sp("args"), format!("the args of step `{sname}`"))
+        });
 
         // Guard.
         let mut guard = None;
         if let Some(g) = &step.guard
-            && let Some(e) = ctx.compile(g, sp("guard"), &format!("the guard of step `{sname}`"))
+            && let Some(e) =
+                ctx.compile(g, &|| (sp("guard"), format!("the guard of step `{sname}`")))
         {
-            ctx.check_constant_bool(&e, sp("guard"), &format!("the guard of step `{sname}`"));
+            ctx.check_constant_bool(&e, &|| {
+                (sp("guard"), format!("the guard of step `{sname}`"))
+            });
             guard = Some(e);
         }
 
         // Emits.
         let mut emits = Vec::with_capacity(step.emits.len());
         for (i, em) in step.emits.iter().enumerate() {
-            let ep = sp(&format!("emits/{i}"));
+            let ep = || sp(&format!("emits/{i}"));
             let target = event_id(em.event());
             if target.is_none() {
                 ctx.unknown_event(
                     em.event(),
-                    ep.clone(),
+                    ep(),
                     &format!("event emitted by step `{sname}`"),
                 );
             }
@@ -405,20 +437,24 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
             let mut data = None;
             if let Emit::Shaped(s) = em {
                 if let Some(w) = &s.when {
-                    let wp = format!("{ep}/when");
-                    if let Some(e) =
-                        ctx.compile(w, wp.clone(), &format!("the `when` of step `{sname}`"))
-                    {
-                        ctx.check_constant_bool(&e, wp, &format!("the `when` of step `{sname}`"));
+                    let at = || {
+                        (
+                            format!("{}/when", ep()),
+                            format!("the `when` of step `{sname}`"),
+                        )
+                    };
+                    if let Some(e) = ctx.compile(w, &at) {
+                        ctx.check_constant_bool(&e, &at);
                         when = Some(e);
                     }
                 }
                 if let Some(d) = &s.data {
-                    data = ctx.template(
-                        d,
-                        &format!("{ep}/data"),
-                        &format!("the emit data of step `{sname}`"),
-                    );
+                    data = ctx.template(d, &|| {
+                        (
+                            format!("{}/data", ep()),
+                            format!("the emit data of step `{sname}`"),
+                        )
+                    });
                 }
             }
             if let Some(event) = target {
