@@ -1,7 +1,9 @@
 //! `weft bench [WORKLOAD…]`: the workloads of `BENCHMARKS.md` (W1 `chain`, W2 `fanout`, W3
 //! `many`) plus weft's `latency` (external event → tool called) and `idle` (a million idle
-//! reactive instances), run in process by `weft_runtime::bench`. One JSON line per workload on
-//! stdout, progress on stderr. `idle` is slow and memory-hungry, so it runs only when named.
+//! reactive instances), run in process by `weft_runtime::bench`, and W4 (`durable`,
+//! `durable_concurrent`, `durable_recovery`, `durable_compaction`) on the embedded durable
+//! store by `weft_durable::bench`. One JSON line per workload on stdout, progress on stderr.
+//! `idle` and the W4 workloads are slow, so they run only when named.
 
 use std::io::Write;
 
@@ -10,7 +12,8 @@ use super::{Ctx, Status};
 /// Arguments of `weft bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Workloads to run: chain, fanout, many, latency, idle. Default: all but `idle`.
+    /// Workloads to run: chain, fanout, many, latency, idle, durable, durable_concurrent,
+    /// durable_recovery, durable_compaction. Default: chain, fanout, many, latency.
     #[arg(value_name = "WORKLOAD")]
     pub workloads: Vec<String>,
 }
@@ -31,6 +34,15 @@ pub fn run(args: &Args, _ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Statu
     } else {
         args.workloads.clone()
     };
-    weft_runtime::bench::run(&names, out).map_err(|e| anyhow::anyhow!("weft bench: {e}"))?;
+    // Keep the order the user gave, sending each name to the crate that implements it.
+    for name in &names {
+        let one = std::slice::from_ref(name);
+        if weft_durable::bench::DEFAULT.contains(&name.as_str()) {
+            weft_durable::bench::run_w4(one, out)
+        } else {
+            weft_runtime::bench::run(one, out)
+        }
+        .map_err(|e| anyhow::anyhow!("weft bench: {e}"))?;
+    }
     Ok(Status::Clean)
 }
