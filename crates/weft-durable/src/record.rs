@@ -408,52 +408,12 @@ impl Folded {
     /// Applies one input exactly as the runtime loop does (`weft_runtime::journal::replay`
     /// for a single step): apply, then fire everything enabled.
     pub fn apply_input(&mut self, net: &Net, id: &str, input: &Input) {
-        match input {
-            Input::Start { input, now, .. } => {
-                self.instance = Some(Instance::start(net, id, input.clone(), *now));
-            }
-            other => {
-                let Some(i) = self.instance.as_mut() else {
-                    return;
-                };
-                match other {
-                    Input::Token {
-                        event,
-                        payload,
-                        correlation,
-                        now,
-                    } => {
-                        let _ =
-                            i.add_token(net, *event, payload.clone(), correlation.as_deref(), *now);
-                    }
-                    Input::Timer {
-                        event,
-                        payload,
-                        now,
-                        ..
-                    } => {
-                        let _ = i.add_token(net, *event, payload.clone(), None, *now);
-                    }
-                    Input::Outcome {
-                        firing,
-                        result,
-                        now,
-                    } => {
-                        self.dispatched.remove(firing);
-                        let _ = i.complete(net, *firing, result.clone(), *now);
-                    }
-                    Input::Pause { reason } => i.pause(reason.clone()),
-                    Input::Resume => i.resume(net),
-                    Input::Stop { .. } => i.stop(),
-                    Input::Start { .. } => {}
-                }
-            }
-        }
-        if let Some(i) = self.instance.as_mut()
-            && !matches!(input, Input::Pause { .. } | Input::Stop { .. })
+        if let Input::Outcome { firing, .. } = input
+            && self.instance.is_some()
         {
-            while i.next(net).is_some() {}
+            self.dispatched.remove(firing);
         }
+        weft_runtime::journal::apply(net, id, &mut self.instance, input);
     }
 
     /// Folds one stored entry.

@@ -118,54 +118,65 @@ impl Journal for MemoryJournal {
     }
 }
 
-/// Rebuilds an instance from its inputs with the pure core: apply each input, then fire
-/// everything enabled (outcomes come from the journal, never from running tools). This is
-/// exactly the rule the runtime's loop follows, so the result equals the live instance.
+/// Applies one input with the pure core exactly as the runtime's loop does: apply it, then
+/// fire everything enabled (outcomes come from the journal, never from running tools).
+/// Returns false when the input needs an instance and `inst` has none yet. Replay and the
+/// durable fold both go through here, so they cannot drift from each other.
+pub fn apply(net: &Net, id: &str, inst: &mut Option<Instance>, input: &Input) -> bool {
+    match input {
+        Input::Start { input, now, .. } => {
+            *inst = Some(Instance::start(net, id, input.clone(), *now));
+        }
+        other => {
+            let Some(i) = inst.as_mut() else {
+                return false;
+            };
+            match other {
+                Input::Token {
+                    event,
+                    payload,
+                    correlation,
+                    now,
+                } => {
+                    let _ = i.add_token(net, *event, payload.clone(), correlation.as_deref(), *now);
+                }
+                Input::Timer {
+                    event,
+                    payload,
+                    now,
+                    ..
+                } => {
+                    let _ = i.add_token(net, *event, payload.clone(), None, *now);
+                }
+                Input::Outcome {
+                    firing,
+                    result,
+                    now,
+                } => {
+                    let _: Completion = i.complete(net, *firing, result.clone(), *now);
+                }
+                Input::Pause { reason } => i.pause(reason.clone()),
+                Input::Resume => i.resume(net),
+                Input::Stop { .. } => i.stop(),
+                Input::Start { .. } => {}
+            }
+        }
+    }
+    if let Some(i) = inst.as_mut()
+        && !matches!(input, Input::Pause { .. } | Input::Stop { .. })
+    {
+        while i.next(net).is_some() {}
+    }
+    true
+}
+
+/// Rebuilds an instance from its inputs with the pure core (see [`apply`]); the result
+/// equals the live instance.
 pub fn replay(net: &Net, id: &str, inputs: &[Input]) -> Option<Instance> {
     let mut inst: Option<Instance> = None;
     for input in inputs {
-        match input {
-            Input::Start { input, now, .. } => {
-                inst = Some(Instance::start(net, id, input.clone(), *now));
-            }
-            other => {
-                let i = inst.as_mut()?;
-                match other {
-                    Input::Token {
-                        event,
-                        payload,
-                        correlation,
-                        now,
-                    } => {
-                        let _ =
-                            i.add_token(net, *event, payload.clone(), correlation.as_deref(), *now);
-                    }
-                    Input::Timer {
-                        event,
-                        payload,
-                        now,
-                        ..
-                    } => {
-                        let _ = i.add_token(net, *event, payload.clone(), None, *now);
-                    }
-                    Input::Outcome {
-                        firing,
-                        result,
-                        now,
-                    } => {
-                        let _: Completion = i.complete(net, *firing, result.clone(), *now);
-                    }
-                    Input::Pause { reason } => i.pause(reason.clone()),
-                    Input::Resume => i.resume(net),
-                    Input::Stop { .. } => i.stop(),
-                    Input::Start { .. } => {}
-                }
-            }
-        }
-        if let Some(i) = inst.as_mut()
-            && !matches!(input, Input::Pause { .. } | Input::Stop { .. })
-        {
-            while i.next(net).is_some() {}
+        if !apply(net, id, &mut inst, input) {
+            return None;
         }
     }
     if let Some(i) = inst.as_mut() {
