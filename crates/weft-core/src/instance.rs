@@ -478,27 +478,7 @@ impl Instance {
         let firing = self.next_firing;
         self.next_firing += 1;
         self.fired += 1;
-        let fresh = if net.args_use_fresh(step) {
-            fresh_id(&self.id, firing)
-        } else {
-            String::new()
-        };
-        let args = if let Template::Literal(v) = &s.args {
-            Ok(v.clone())
-        } else {
-            let inputs: Vec<(&str, &Value)> = tokens
-                .iter()
-                .map(|t| (net.event(t.event).name.as_str(), &*t.payload))
-                .collect();
-            let scope = Scope {
-                inputs: &inputs,
-                result: None,
-                instance: &self.id,
-                plan: &net.plan_name,
-                fresh: &fresh,
-            };
-            s.args.render(&scope).map_err(|e| e.message)
-        };
+        let args = self.render_args(net, step, firing, &tokens);
         let consumed = tokens.iter().map(|t| t.id).collect();
         let kept_args = match (&s.retry, &args) {
             (Some(_), Ok(a)) => a.clone(),
@@ -534,13 +514,28 @@ impl Instance {
         if s.retry.is_some() && !inf.args.is_null() {
             return Some(Ok(inf.args.clone()));
         }
-        let fresh = if net.args_use_fresh(inf.step) {
+        Some(self.render_args(net, inf.step, firing, &inf.tokens))
+    }
+
+    /// Renders a step's args against the consumed tokens of one firing (literal args are
+    /// cloned without building a scope). Deterministic: same tokens, same firing, same args.
+    fn render_args(
+        &self,
+        net: &Net,
+        step: StepId,
+        firing: FiringId,
+        tokens: &[Token],
+    ) -> Result<Value, String> {
+        let s = net.step(step);
+        if let Template::Literal(v) = &s.args {
+            return Ok(v.clone());
+        }
+        let fresh = if net.args_use_fresh(step) {
             fresh_id(&self.id, firing)
         } else {
             String::new()
         };
-        let inputs: Vec<(&str, &Value)> = inf
-            .tokens
+        let inputs: Vec<(&str, &Value)> = tokens
             .iter()
             .map(|t| (net.event(t.event).name.as_str(), &*t.payload))
             .collect();
@@ -551,7 +546,7 @@ impl Instance {
             plan: &net.plan_name,
             fresh: &fresh,
         };
-        Some(s.args.render(&scope).map_err(|e| e.message))
+        s.args.render(&scope).map_err(|e| e.message)
     }
 
     /// Hands the consumed tokens of an in-flight firing to its action, when completing the
