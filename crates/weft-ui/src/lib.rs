@@ -30,6 +30,13 @@ table! {
     "index.html" => HTML,
     "app.css" => CSS,
     "app.js" => JS,
+    "api.js" => JS,
+    "util.js" => JS,
+    "layout.js" => JS,
+    "net.js" => JS,
+    "plans.js" => JS,
+    "instances.js" => JS,
+    "generate.js" => JS,
     "favicon.svg" => SVG,
 }
 

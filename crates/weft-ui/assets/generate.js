@@ -1,0 +1,68 @@
+// Generate a plan from an instruction (POST /v1/generate): shows the critic rounds and their
+// findings and the resulting plan, which can then be registered. When the server answers
+// 503 llm_unavailable the form is disabled with that explanation.
+import { api, enc } from "./api.js";
+import { h, clear, findingsList, problemBox, json, toast } from "./util.js";
+
+let llmUnavailable = null; // the problem, once the server said so (kept for this page load)
+
+export async function generateView(main) {
+  main.append(h("h1", {}, "Generate a plan"));
+  const instr = h("textarea", { id: "instruction", rows: 4, "data-testid": "instruction", placeholder: "e.g. When an order arrives, check stock and charge the card in parallel, then send a confirmation." });
+  const btn = h("button", { type: "submit", class: "primary", "data-testid": "generate" }, "Generate");
+  const status = h("div", { "aria-live": "polite", "data-testid": "generate-status" });
+  const out = h("div", { class: "stack" });
+  const form = h(
+    "form",
+    { class: "card" },
+    h("label", { for: "instruction" }, "Instruction"),
+    instr,
+    h("div", { class: "row" }, btn),
+    status,
+  );
+  main.append(form, out);
+  const disable = (problem) => {
+    llmUnavailable = problem;
+    btn.disabled = true;
+    instr.disabled = true;
+    clear(status).append(
+      h("p", { class: "problem", "data-testid": "llm-unavailable" }, "Plan generation is unavailable: ", problem.detail || "no LLM is configured on the server.", problem.hint ? ` ${problem.hint}` : ""),
+    );
+  };
+  if (llmUnavailable) disable(llmUnavailable);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    if (!instr.value.trim()) return;
+    clear(out);
+    btn.disabled = true;
+    clear(status).append(h("p", { class: "muted" }, "Planning… (the critic loop may take several rounds)"));
+    try {
+      const r = await api("/v1/generate", { body: { instruction: instr.value.trim() } });
+      clear(status);
+      btn.disabled = false;
+      out.append(
+        h("section", { class: "card" }, h("h2", {}, `Critic rounds (${(r.rounds || []).length})`),
+          h("ol", { class: "rounds", "data-testid": "rounds" }, (r.rounds || []).map((rd) =>
+            h("li", {}, h("strong", {}, `Round ${rd.round}`), findingsList(rd.findings))))),
+      );
+      const reg = h("button", { type: "button", class: "primary", "data-testid": "register-generated" }, "Register this plan");
+      const regOut = h("div", { "aria-live": "polite" });
+      reg.addEventListener("click", async () => {
+        clear(regOut);
+        try {
+          const p = await api("/v1/plans", { body: r.plan });
+          toast(`Registered ${p.name} v${p.version}`);
+          location.hash = `#/plans/${enc(p.name)}`;
+        } catch (e) {
+          regOut.append(problemBox(e));
+        }
+      });
+      out.append(h("section", { class: "card" }, h("h2", {}, "Plan"), h("pre", { class: "code" }, json(r.plan)), reg, regOut));
+    } catch (e) {
+      btn.disabled = false;
+      if (e.status === 503 && e.code === "llm_unavailable") disable(e.problem);
+      else clear(status).append(problemBox(e));
+    }
+  });
+  return null;
+}

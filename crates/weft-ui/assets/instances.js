@@ -1,0 +1,493 @@
+// Instances: the list with a status filter, and one instance's view: its net with the live
+// marking (SSE-driven refetch of GET /v1/instances/{id}), in-flight and failed steps, a place's
+// token payloads, the time-travel slider over the journal, the timeline of step firings with
+// the journal records behind each, and the actions (send event, stop, resume, checkpoint).
+import { api, enc, streamUrl } from "./api.js";
+import { h, clear, badge, fmtTime, fmtDuration, json, problemBox, toast } from "./util.js";
+import { drawNet } from "./net.js";
+
+const STATUSES = ["running", "waiting", "completed", "stuck", "failed", "stopped"];
+const TERMINAL = new Set(["completed", "failed", "stopped"]);
+const LIFECYCLE = [
+  "plan.started", "plan.step.started", "plan.step.finished", "plan.step.error",
+  "plan.completed", "plan.stuck", "plan.failed", "plan.stopped",
+];
+
+export async function instancesView(main, params) {
+  const status = params.get("status") || "";
+  const plan = params.get("plan") || "";
+  main.append(h("h1", {}, "Instances"));
+  const sel = h(
+    "select",
+    { id: "status-filter", "data-testid": "status-filter" },
+    h("option", { value: "" }, "any status"),
+    STATUSES.map((s) => h("option", { value: s, selected: s === status }, s)),
+  );
+  const planIn = h("input", { id: "plan-filter", type: "text", value: plan, placeholder: "plan name", "data-testid": "plan-filter" });
+  const form = h(
+    "form",
+    { class: "filters", role: "search" },
+    h("label", { for: "status-filter" }, "Status"),
+    sel,
+    h("label", { for: "plan-filter" }, "Plan"),
+    planIn,
+    h("button", { type: "submit" }, "Filter"),
+  );
+  const apply = (ev) => {
+    ev && ev.preventDefault();
+    const q = new URLSearchParams();
+    if (sel.value) q.set("status", sel.value);
+    if (planIn.value.trim()) q.set("plan", planIn.value.trim());
+    location.hash = `#/instances${q.toString() ? "?" + q : ""}`;
+  };
+  form.addEventListener("submit", apply);
+  sel.addEventListener("change", apply);
+  main.append(form);
+
+  const tbody = h("tbody");
+  const more = h("button", { type: "button", hidden: true }, "More");
+  main.append(
+    h(
+      "div",
+      { class: "table-wrap" },
+      h(
+        "table",
+        { "data-testid": "instances-table" },
+        h("thead", {}, h("tr", {}, ["Instance", "Plan", "Version", "Status", "Created", "Updated"].map((t) => h("th", { scope: "col" }, t)))),
+        tbody,
+      ),
+    ),
+    more,
+  );
+  let cursor = null;
+  const load = async () => {
+    const q = new URLSearchParams({ limit: "50" });
+    if (status) q.set("status", status);
+    if (plan) q.set("plan", plan);
+    if (cursor) q.set("cursor", cursor);
+    const r = await api(`/v1/instances?${q}`);
+    for (const i of r.instances || [])
+      tbody.append(
+        h(
+          "tr",
+          { "data-testid": `instance-row-${i.id}` },
+          h("td", {}, h("a", { href: `#/instances/${enc(i.id)}`, class: "mono" }, i.id)),
+          h("td", {}, h("a", { href: `#/plans/${enc(i.plan)}` }, i.plan)),
+          h("td", {}, String(i.version)),
+          h("td", {}, badge(i.status)),
+          h("td", {}, fmtTime(i.created_at_ms)),
+          h("td", {}, fmtTime(i.updated_at_ms)),
+        ),
+      );
+    if (!tbody.children.length)
+      tbody.append(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No instances match.")));
+    cursor = r.next || null;
+    more.hidden = !cursor;
+  };
+  more.addEventListener("click", () => load().catch((e) => main.append(problemBox(e))));
+  await load();
+  return null;
+}
+
+function countsOf(marking) {
+  const out = {};
+  if (Array.isArray(marking)) for (const [k, v] of marking) out[k] = Number(v) || 0;
+  else if (marking) for (const [k, v] of Object.entries(marking)) out[k] = Array.isArray(v) ? v.length : Number(v) || 0;
+  return out;
+}
+
+export async function instanceView(main, id) {
+  let inst = await api(`/v1/instances/${enc(id)}`);
+  const net = await api(`/v1/plans/${enc(inst.plan)}/net?version=${enc(inst.version)}`);
+  let trace = { steps: [] };
+  let mode = "live"; // or "history"
+  let historyAt = null;
+  let selectedPlace = null;
+  let inspected = null;
+  let closed = false;
+
+  // Header.
+  const status = badge(inst.status, { "data-testid": "instance-status", "aria-live": "polite" });
+  const stopBtn = h("button", { type: "button", "data-testid": "stop" }, "Stop");
+  const resumeBtn = h("button", { type: "button", "data-testid": "resume" }, "Resume");
+  const cpBtn = h("button", { type: "button", "data-testid": "checkpoint" }, "Checkpoint");
+  const actionOut = h("div", { "aria-live": "polite" });
+  main.append(
+    h(
+      "div",
+      { class: "title-row" },
+      h("h1", {}, "Instance ", h("span", { class: "mono" }, id)),
+      h("span", {}, "plan ", h("a", { href: `#/plans/${enc(inst.plan)}?version=${enc(inst.version)}` }, `${inst.plan} v${inst.version}`)),
+      status,
+      h("span", { class: "spacer" }),
+      h("div", { class: "row" }, stopBtn, resumeBtn, cpBtn),
+    ),
+    actionOut,
+  );
+
+  // Time travel.
+  const slider = h("input", {
+    type: "range", id: "time-slider", min: 1, max: Math.max(1, inst.journal_head || 1),
+    value: Math.max(1, inst.journal_head || 1), step: 1, "data-testid": "time-slider",
+    "aria-label": "Journal position",
+  });
+  const timePos = h("span", { "data-testid": "time-position", "aria-live": "polite" });
+  const liveBtn = h("button", { type: "button", "data-testid": "time-live" }, "Live");
+  main.append(
+    h(
+      "div",
+      { class: "time card" },
+      h("label", { for: "time-slider" }, "Time travel"),
+      slider,
+      timePos,
+      liveBtn,
+    ),
+  );
+
+  // Net + side panel.
+  const netBox = h("section", { class: "net-panel", "aria-label": "Net with marking" });
+  const side = h("aside", { class: "side", "aria-label": "Instance details" });
+  main.append(h("div", { class: "split" }, netBox, side));
+  const view = drawNet(netBox, net, {
+    onPlace: (p) => {
+      selectedPlace = p;
+      view.select(p);
+      renderPlace();
+    },
+  });
+  const placePanel = h("section", { class: "card", "data-testid": "place-panel", "aria-live": "polite" });
+  const statePanel = h("section", { class: "card", "data-testid": "state-panel" });
+  side.append(placePanel, statePanel, sendEventForm(id, net, () => refresh()));
+
+  // Timeline.
+  const timeline = h("section", { class: "card timeline-card", "aria-label": "Timeline" });
+  const records = h("div", { class: "records", "data-testid": "records", "aria-live": "polite" });
+  main.append(timeline, records);
+
+  const renderPlace = () => {
+    clear(placePanel);
+    if (!selectedPlace) {
+      placePanel.append(h("h2", {}, "Tokens"), h("p", { class: "muted" }, "Select an event (circle) to see its tokens."));
+      return;
+    }
+    placePanel.append(h("h2", {}, "Tokens on ", h("code", {}, selectedPlace)));
+    if (mode === "history") {
+      const n = countsOf(inspected && inspected.marking)[selectedPlace] || 0;
+      placePanel.append(h("p", {}, `${n} token${n === 1 ? "" : "s"} at record ${historyAt}.`),
+        h("p", { class: "muted" }, "Payloads are shown for the live marking; press Live."));
+      return;
+    }
+    const toks = (inst.marking && inst.marking[selectedPlace]) || [];
+    if (!toks.length) placePanel.append(h("p", { class: "muted" }, "No tokens."));
+    toks.forEach((t, i) =>
+      placePanel.append(h("div", { class: "token" }, h("div", { class: "muted" }, `token ${i + 1}`), h("pre", { class: "code", "data-testid": "token-payload" }, json(t.data !== undefined ? t.data : t)))),
+    );
+  };
+
+  const failedSteps = () => {
+    const out = {};
+    for (const s of trace.steps || []) if (s.outcome === "error") out[s.step] = "failed";
+    if (inst.failure && inst.failure.step) out[inst.failure.step] = "failed";
+    return out;
+  };
+
+  const renderState = () => {
+    clear(statePanel);
+    const src = mode === "history" ? inspected || {} : inst;
+    statePanel.append(h("h2", {}, mode === "history" ? `State at record ${historyAt}` : "State"));
+    const waiting = src.waiting || [];
+    const inflight = src.in_flight || [];
+    if (inflight.length)
+      statePanel.append(h("h3", {}, "In flight"), h("ul", {}, inflight.map((a) => h("li", {}, h("code", {}, a.step), a.tool ? ` (${a.tool})` : "", a.since_ms ? ` since ${fmtTime(a.since_ms)}` : ""))));
+    if (waiting.length)
+      statePanel.append(h("h3", {}, "Waiting"), h("ul", {}, waiting.map((w) => h("li", {}, h("code", {}, w.step), w.guard_blocked ? " — its guard does not hold" : ` lacks ${(w.lacks || []).join(", ")}`))));
+    if (mode === "live" && inst.failure)
+      statePanel.append(h("h3", {}, "Failure"), h("pre", { class: "code", "data-testid": "failure" }, json(inst.failure)));
+    if (mode === "live" && inst.results && inst.results.length)
+      statePanel.append(h("h3", {}, "Results"), h("pre", { class: "code", "data-testid": "results" }, json(inst.results)));
+    if (!inflight.length && !waiting.length && !(mode === "live" && (inst.failure || (inst.results && inst.results.length))))
+      statePanel.append(h("p", { class: "muted" }, "Nothing waiting or in flight."));
+  };
+
+  const renderNet = () => {
+    if (mode === "history" && inspected) {
+      view.setMarking(countsOf(inspected.marking));
+      const st = {};
+      for (const a of inspected.in_flight || []) st[a.step] = "inflight";
+      view.setStepStates(st);
+      const s = inspected.status || "?";
+      timePos.textContent = `record ${inspected.at ?? historyAt} of ${inspected.head ?? inst.journal_head} — ${s}`;
+      timePos.setAttribute("data-at", String(inspected.at ?? historyAt));
+    } else {
+      view.setMarking(countsOf(inst.marking));
+      const st = failedSteps();
+      for (const w of inst.waiting || []) if (!st[w.step]) st[w.step] = "waiting";
+      for (const a of inst.in_flight || []) st[a.step] = "inflight";
+      view.setStepStates(st);
+      timePos.textContent = `live — record ${inst.journal_head} of ${inst.journal_head}`;
+      timePos.setAttribute("data-at", String(inst.journal_head));
+    }
+    netBox.classList.toggle("history", mode === "history");
+    liveBtn.disabled = mode === "live";
+  };
+
+  const renderHeader = () => {
+    status.textContent = inst.status;
+    status.className = `badge badge-${inst.status}`;
+    const terminal = TERMINAL.has(inst.status);
+    stopBtn.disabled = terminal;
+    resumeBtn.disabled = inst.status === "completed";
+    const head = Math.max(1, inst.journal_head || 1);
+    slider.max = String(head);
+    if (mode === "live") slider.value = String(head);
+  };
+
+  const renderTimeline = () => renderTimelineInto(timeline, trace, (s) => showRecords(records, id, s));
+
+  const renderAll = () => {
+    renderHeader();
+    renderNet();
+    renderState();
+    renderPlace();
+    renderTimeline();
+  };
+
+  // Refetch on every stream message; concurrent triggers coalesce into one more fetch.
+  let busy = false;
+  let again = false;
+  const refresh = async () => {
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    try {
+      do {
+        again = false;
+        const [i, t] = await Promise.all([
+          api(`/v1/instances/${enc(id)}`),
+          api(`/v1/instances/${enc(id)}/trace`).catch(() => trace),
+        ]);
+        if (closed) return;
+        inst = i;
+        trace = t || { steps: [] };
+        renderAll();
+      } while (again && !closed);
+    } catch (e) {
+      if (!closed) toast(`refresh failed: ${e.message}`, "error");
+    } finally {
+      busy = false;
+    }
+    if (TERMINAL.has(inst.status)) stopStream();
+  };
+
+  // Live updates: SSE stream for this instance, plus a slow poll while it is not terminal (an
+  // event that happened before the stream was open is caught on the stream's `open`).
+  let es = null;
+  const startStream = () => {
+    if (es || closed) return;
+    es = new EventSource(streamUrl(`/v1/events/stream?instance=${enc(id)}`));
+    es.addEventListener("open", refresh);
+    es.addEventListener("message", refresh);
+    for (const t of LIFECYCLE) es.addEventListener(t, refresh);
+  };
+  const stopStream = () => {
+    if (es) es.close();
+    es = null;
+  };
+  const poll = setInterval(() => {
+    if (!TERMINAL.has(inst.status) && !document.hidden) refresh();
+  }, 3000);
+
+  // Time travel.
+  let tt = null;
+  let seqReq = 0;
+  const goTo = async (n) => {
+    const head = inst.journal_head || 1;
+    if (n >= head && TERMINAL.has(inst.status)) {
+      // The head of a finished journal is the live state.
+    }
+    mode = "history";
+    historyAt = n;
+    const my = ++seqReq;
+    try {
+      const r = await api(`/v1/instances/${enc(id)}/inspect?at=${n}`);
+      if (my !== seqReq || closed || mode !== "history") return;
+      inspected = r;
+      renderNet();
+      renderState();
+      renderPlace();
+    } catch (e) {
+      toast(`inspect failed: ${e.message}`, "error");
+    }
+  };
+  slider.addEventListener("input", () => {
+    clearTimeout(tt);
+    const n = Number(slider.value);
+    tt = setTimeout(() => goTo(n), 80);
+  });
+  liveBtn.addEventListener("click", () => {
+    mode = "live";
+    inspected = null;
+    seqReq++;
+    renderAll();
+  });
+
+  // Actions.
+  const act = async (label, path, body) => {
+    clear(actionOut);
+    try {
+      const r = await api(path, { method: "POST", body: body ?? {} });
+      toast(`${label}: ${r.status || r.checkpoint || "ok"}`);
+      if (r.checkpoint) actionOut.append(h("p", { "data-testid": "checkpoint-out" }, "Checkpoint ", h("code", {}, r.checkpoint), ` at record ${r.seq}`));
+      startStream();
+      await refresh();
+    } catch (e) {
+      actionOut.append(problemBox(e));
+    }
+  };
+  stopBtn.addEventListener("click", () => act("Stopped", `/v1/instances/${enc(id)}/stop`));
+  resumeBtn.addEventListener("click", () => act("Resumed", `/v1/instances/${enc(id)}/resume`));
+  cpBtn.addEventListener("click", () => act("Checkpoint", `/v1/instances/${enc(id)}/checkpoint`));
+
+  renderAll();
+  if (!TERMINAL.has(inst.status)) startStream();
+  refresh();
+
+  return () => {
+    closed = true;
+    clearInterval(poll);
+    clearTimeout(tt);
+    stopStream();
+  };
+}
+
+function sendEventForm(id, net, after) {
+  const places = (net.places || []).slice().sort((a, b) => (a.kind === "input" ? 0 : 1) - (b.kind === "input" ? 0 : 1));
+  const type = h("select", { id: "event-type", "data-testid": "event-type" }, places.map((p) => h("option", { value: p.id }, `${p.id}${p.kind === "input" ? " (input)" : ""}`)));
+  const data = h("textarea", { id: "event-data", rows: 3, spellcheck: "false", "data-testid": "event-data" }, "{}");
+  const out = h("div", { "aria-live": "polite" });
+  const form = h(
+    "form",
+    { class: "card" },
+    h("h2", {}, "Send an event"),
+    h("label", { for: "event-type" }, "Event"),
+    type,
+    h("label", { for: "event-data" }, "Data (JSON)"),
+    data,
+    h("div", { class: "row" }, h("button", { type: "submit", "data-testid": "send-event" }, "Send")),
+    out,
+  );
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    clear(out);
+    let payload;
+    try {
+      payload = data.value.trim() ? JSON.parse(data.value) : null;
+    } catch (e) {
+      out.append(problemBox({ code: "invalid_json", message: e.message }));
+      return;
+    }
+    const evId = (crypto.randomUUID && crypto.randomUUID()) || `ui-${Date.now()}-${Math.random()}`;
+    const ce = { specversion: "1.0", id: evId, source: "weft-ui", type: type.value, weftinstance: id };
+    if (payload !== null) ce.data = payload;
+    try {
+      const r = await api("/v1/events", { body: ce, contentType: "application/cloudevents+json" });
+      out.append(h("p", { class: "muted", "data-testid": "send-result" }, `accepted ${r.accepted}, routed ${r.routed}`));
+      after();
+    } catch (e) {
+      out.append(problemBox(e));
+    }
+  });
+  return form;
+}
+
+/** Steps as horizontal bars in time (from /trace); a bar is a button opening its records. */
+function renderTimelineInto(box, trace, onPick) {
+  clear(box);
+  const steps = (trace && trace.steps) || [];
+  box.append(h("h2", {}, `Timeline (${steps.length} firing${steps.length === 1 ? "" : "s"})`));
+  if (!steps.length) {
+    box.append(h("p", { class: "muted" }, "No step has fired yet."));
+    return;
+  }
+  const now = Date.now();
+  const t0 = Math.min(...steps.map((s) => s.started_ms));
+  const t1 = Math.max(...steps.map((s) => s.finished_ms ?? now), t0 + 1);
+  const span = t1 - t0;
+  const rows = h("div", { class: "timeline", "data-testid": "timeline" });
+  steps.forEach((s, i) => {
+    const end = s.finished_ms ?? now;
+    const left = ((s.started_ms - t0) / span) * 100;
+    const width = Math.max(0.4, ((end - s.started_ms) / span) * 100);
+    const dur = s.finished_ms != null ? fmtDuration(s.finished_ms - s.started_ms) : "in flight";
+    const desc = `${s.step}: ${s.outcome}, ${dur}${s.attempts > 1 ? `, ${s.attempts} attempts` : ""}${s.error ? `, error: ${s.error}` : ""}`;
+    rows.append(
+      h(
+        "div",
+        { class: "tl-row" },
+        h("span", { class: "tl-label mono", title: s.step }, s.step),
+        h(
+          "div",
+          { class: "tl-track" },
+          h(
+            "button",
+            {
+              type: "button",
+              class: `tl-bar outcome-${s.outcome}`,
+              style: `left:${left}%;width:${width}%`,
+              title: desc,
+              "aria-label": desc,
+              "data-testid": `tl-bar-${s.step}`,
+              "data-index": i,
+              onclick: () => onPick(s),
+            },
+            s.attempts > 1 ? `×${s.attempts}` : "",
+          ),
+        ),
+        h("span", { class: "tl-dur muted" }, dur, s.error ? h("span", { class: "err" }, ` ✕ ${s.error}`) : null),
+      ),
+    );
+  });
+  box.append(
+    h("div", { class: "tl-axis muted" }, h("span", {}, fmtTime(t0)), h("span", {}, `span ${fmtDuration(span)}`)),
+    rows,
+  );
+}
+
+/** The journal records behind one firing: its record, its dispatch and its outcome. */
+async function showRecords(box, id, s) {
+  clear(box).append(h("p", { class: "muted" }, "Loading records…"));
+  try {
+    const all = [];
+    let from = 1;
+    for (let page = 0; page < 20 && from != null; page++) {
+      const r = await api(`/v1/instances/${enc(id)}/journal?from=${from}&limit=500`);
+      all.push(...(r.records || []));
+      from = r.next ?? null;
+    }
+    const firings = new Set();
+    if (s.firing !== undefined) firings.add(JSON.stringify(s.firing));
+    for (const r of all)
+      if (r.body && r.body.step === s.step && r.body.firing !== undefined && (s.firing === undefined)) firings.add(JSON.stringify(r.body.firing));
+    const mine = all.filter(
+      (r) =>
+        r.seq === s.seq ||
+        (r.body && r.body.step === s.step) ||
+        (r.body && r.body.firing !== undefined && firings.has(JSON.stringify(r.body.firing))),
+    );
+    clear(box).append(
+      h("h2", {}, "Journal records for ", h("code", {}, s.step)),
+      h("p", { class: "muted" }, `started ${fmtTime(s.started_ms)}, ${s.attempts} attempt${s.attempts === 1 ? "" : "s"}, outcome ${s.outcome}`),
+      s.binding ? h("details", {}, h("summary", {}, "Binding"), h("pre", { class: "code" }, json(s.binding))) : null,
+      s.emitted && s.emitted.length ? h("details", {}, h("summary", {}, "Emitted"), h("pre", { class: "code" }, json(s.emitted))) : null,
+      mine.length
+        ? h("ol", { class: "record-list", "data-testid": "record-list" }, mine.map((r) =>
+            h("li", {}, h("strong", {}, `#${r.seq} ${r.kind}`), h("span", { class: "muted" }, ` ${fmtTime(r.at_ms)}`), h("pre", { class: "code" }, json(r.body)))))
+        : h("p", { class: "muted" }, "No journal records name this firing."),
+    );
+    box.scrollIntoView({ block: "nearest" });
+  } catch (e) {
+    clear(box).append(problemBox(e));
+  }
+}

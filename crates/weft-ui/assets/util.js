@@ -1,0 +1,99 @@
+// Small DOM helpers shared by the views: an element builder, formatting, toasts.
+
+/**
+ * `h("button", {class: "x", onclick: f, "data-testid": "y"}, "text", child…)` → an element.
+ * Attributes set to null/false are skipped; `on…` functions become listeners.
+ */
+export function h(tag, attrs = {}, ...children) {
+  const el = tag.startsWith("svg:")
+    ? document.createElementNS("http://www.w3.org/2000/svg", tag.slice(4))
+    : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
+    else if (k === "value" && "value" in el) el.value = v;
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    if (Array.isArray(c)) append(el, c);
+    else el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+}
+
+export function clear(el) {
+  while (el.firstChild) el.firstChild.remove();
+  return el;
+}
+
+export function fmtTime(ms) {
+  if (ms === null || ms === undefined) return "–";
+  const d = new Date(ms);
+  return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+export function fmtDuration(ms) {
+  if (ms === null || ms === undefined) return "–";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
+  return `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
+}
+
+export function json(v) {
+  return JSON.stringify(v, null, 2);
+}
+
+export function badge(status, attrs = {}) {
+  return h("span", { class: `badge badge-${String(status).replace(/[^a-z_]/gi, "")}`, ...attrs }, status);
+}
+
+let toastTimer = null;
+/** A short message in the live region (errors too: they also stay in the view that failed). */
+export function toast(msg, kind = "info") {
+  const el = document.getElementById("toast");
+  if (!el) return;
+  el.textContent = msg;
+  el.className = `show ${kind}`;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => (el.className = ""), 4000);
+}
+
+/** A problem or error as a readable block: code, detail, hint, findings. */
+export function problemBox(err) {
+  const p = err && err.problem ? err.problem : {};
+  return h(
+    "div",
+    { class: "problem", role: "alert", "data-testid": "problem" },
+    h("strong", {}, err.code ? `${err.code}: ` : "", err.message || String(err)),
+    p.hint ? h("div", { class: "muted" }, "Hint: ", p.hint) : null,
+    Array.isArray(p.findings) && p.findings.length ? findingsList(p.findings) : null,
+  );
+}
+
+/** Findings as a list: severity, code, message, pointer, hint. */
+export function findingsList(findings, attrs = {}) {
+  if (!findings || !findings.length)
+    return h("p", { class: "muted", "data-testid": "findings-empty" }, "No findings.");
+  return h(
+    "ul",
+    { class: "findings", "data-testid": "findings", ...attrs },
+    findings.map((f) =>
+      h(
+        "li",
+        { class: `finding sev-${f.severity || "info"}` },
+        h("span", { class: "sev" }, f.severity || "info"),
+        " ",
+        h("code", {}, f.code || ""),
+        " ",
+        f.message || f.title || JSON.stringify(f),
+        f.pointer || f.path ? h("span", { class: "muted" }, ` at ${f.pointer || f.path}`) : null,
+        f.hint ? h("div", { class: "muted hint" }, f.hint) : null,
+      ),
+    ),
+  );
+}
