@@ -6,7 +6,9 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use weft_core::Limits;
 
-use crate::cmd::{analyze, bench, explain, graph, journal, plan, run, schema, tools, validate};
+use crate::cmd::{
+    analyze, bench, explain, graph, journal, plan, run, schema, serve, tools, validate,
+};
 
 /// weft: check, analyse and export AI plans (colored Petri nets) before they run.
 #[derive(Debug, Parser)]
@@ -61,6 +63,8 @@ pub enum Command {
     Checkpoint(journal::CheckpointArgs),
     /// Continue an instance from its journal (or fork it from a checkpoint) until it settles.
     Resume(journal::ResumeArgs),
+    /// Serve the HTTP API and web UI (embedded SQLite store and one local tenant by default).
+    Serve(serve::Args),
 }
 
 /// When to colour human output.

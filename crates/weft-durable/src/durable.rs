@@ -210,6 +210,23 @@ impl Durable {
         Ok(self.engine.start(tenant, plan, input)?)
     }
 
+    /// Starts an instance of an already compiled plan stored as `version` for `tenant`
+    /// (the HTTP server keeps plans per tenant and version instead of registering them by
+    /// name). The journal records the instance under that version. Starts of one plan name
+    /// in different versions or tenants must not run concurrently (the journal looks the
+    /// version up by name while recording the start): callers serialize them.
+    pub fn start_compiled(
+        &self,
+        tenant: &str,
+        plan: &Arc<CompiledPlan>,
+        version: u32,
+        input: Value,
+        opts: weft_runtime::StartOptions,
+    ) -> InstanceHandle {
+        self.journal.add_plan(Arc::clone(plan), version);
+        self.engine.start_with(tenant, plan, input, opts)
+    }
+
     /// Waits until the instance settles, then until its journal is durable, and returns
     /// its outcome; the instance record's status goes with the journal's next batch
     /// (recovery repairs it if the process dies first).

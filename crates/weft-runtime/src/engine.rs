@@ -422,6 +422,21 @@ impl Engine {
         Ok(n)
     }
 
+    /// The live instances of `tenant` that an [`Engine::ingest`] of `event` without a target
+    /// would reach now (ids in id order), e.g. to wait until their journals are durable.
+    pub fn routed_instances(&self, tenant: &str, event: &str) -> Vec<String> {
+        let mut ids: Vec<u64> = lock(&self.inner.routes)
+            .get(tenant)
+            .and_then(|m| m.get(event))
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default();
+        ids.sort_unstable();
+        ids.into_iter()
+            .filter_map(|id| self.inner.cell(id))
+            .map(|c| c.name.to_string())
+            .collect()
+    }
+
     /// Stops a live instance.
     pub fn stop(&self, instance: &str) -> Result<(), Error> {
         let cell = self.live(None, instance)?;
@@ -527,6 +542,12 @@ impl InstanceHandle {
     /// and replay checks.
     pub fn core_instance(&self) -> Option<weft_core::Instance> {
         lock(&self.cell.core).inst.clone()
+    }
+
+    /// The firings recorded so far, if the instance was started with a trace
+    /// ([`StartOptions::trace`]).
+    pub fn trace(&self) -> Option<Vec<crate::outcome::TraceEntry>> {
+        lock(&self.cell.core).trace.clone()
     }
 
     /// The plan the instance runs.

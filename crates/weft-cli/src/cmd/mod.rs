@@ -9,6 +9,7 @@ pub mod journal;
 pub mod plan;
 pub mod run;
 pub mod schema;
+pub mod serve;
 pub mod tools;
 pub mod validate;
 
@@ -77,5 +78,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
         Command::Journal(cmd) => journal::journal(&cmd, &ctx, out),
         Command::Checkpoint(args) => journal::checkpoint(&args, &ctx, out),
         Command::Resume(args) => journal::resume(&args, &ctx, out),
+        Command::Serve(args) => serve::run(&args, &ctx, out),
     }
 }

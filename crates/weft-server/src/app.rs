@@ -1,0 +1,138 @@
+//! The router ([`app`]): routes, the auth layer on `/v1` and `/plan`, request ids, tracing,
+//! response counting, problem fallbacks, and the OpenAPI document generated from the
+//! handlers' `#[utoipa::path]` annotations ([`openapi_doc`]).
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+use crate::error::ApiError;
+use crate::metrics::CodeLabel;
+use crate::state::AppState;
+use crate::{auth, events, instances, llm, ops, plans, request_id};
+
+/// The HTTP application over `state` (STYLE §11: tested in-process with `oneshot`).
+pub fn app(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/v1/plans", post(plans::create).get(plans::list))
+        .route("/v1/plans/{name}", get(plans::get_latest))
+        .route(
+            "/v1/plans/{name}/versions/{version}",
+            get(plans::get_version),
+        )
+        .route("/v1/plans/{name}/net", get(plans::net))
+        .route("/v1/validate", post(plans::validate))
+        .route("/v1/analyze", post(plans::analyze))
+        .route("/v1/generate", post(llm::generate))
+        .route("/v1/explain", post(llm::explain))
+        .route("/v1/instances", post(instances::start).get(instances::list))
+        .route("/v1/instances/{id}", get(instances::get))
+        .route("/v1/instances/{id}/trace", get(instances::trace))
+        .route("/v1/instances/{id}/journal", get(instances::journal))
+        .route("/v1/instances/{id}/inspect", get(instances::inspect))
+        .route("/v1/instances/{id}/stop", post(instances::stop))
+        .route("/v1/instances/{id}/resume", post(instances::resume))
+        .route("/v1/instances/{id}/checkpoint", post(instances::checkpoint))
+        .route("/v1/instances/{id}/repair", post(llm::repair))
+        .route("/v1/events", post(events::ingest))
+        .route("/v1/events/stream", get(events::stream))
+        .route("/plan/react", post(llm::react))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::layer));
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(ops::openapi))
+        .route("/", get(ops::ui_index))
+        .route("/ui", get(ops::ui_root))
+        .route("/ui/", get(ops::ui_root))
+        .route("/ui/{*path}", get(ops::ui_asset))
+        .merge(api)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), count))
+        .layer(TraceLayer::new_for_http())
+        .layer(middleware::from_fn(request_id::layer))
+        .with_state(state)
+}
+
+async fn not_found(req: Request) -> Response {
+    ApiError::not_found(format!("route {} {}", req.method(), req.uri().path()))
+        .hint("see /openapi.json for the routes")
+        .into_response()
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    )
+    .hint("see /openapi.json for the routes")
+    .into_response()
+}
+
+async fn count(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let res = next.run(req).await;
+    state
+        .inner
+        .metrics
+        .http_responses
+        .get_or_create(&CodeLabel {
+            code: res.status().as_str().to_string(),
+        })
+        .inc();
+    res
+}
+
+struct Security;
+
+impl utoipa::Modify for Security {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "weft",
+        description = "weft's HTTP API: plans (colored Petri nets) validated, analysed and stored per tenant; durable instances; CloudEvents in; lifecycle events out as Server-Sent Events; the seed-004 ReAct planner. Errors are application/problem+json with a stable `code`; every response carries X-Request-Id."
+    ),
+    paths(
+        ops::healthz, ops::readyz, ops::metrics, ops::openapi, ops::ui_index, ops::ui_asset,
+        plans::create, plans::list, plans::get_latest, plans::get_version, plans::net,
+        plans::validate, plans::analyze,
+        llm::generate, llm::explain, llm::repair, llm::react,
+        instances::start, instances::list, instances::get, instances::trace,
+        instances::journal, instances::inspect, instances::stop, instances::resume,
+        instances::checkpoint,
+        events::ingest, events::stream,
+    ),
+    components(schemas(crate::error::Problem)),
+    modifiers(&Security),
+    tags(
+        (name = "plans", description = "Plan templates: validate, analyse, store, draw"),
+        (name = "instances", description = "Durable plan instances"),
+        (name = "events", description = "CloudEvents in, lifecycle events out (SSE)"),
+        (name = "llm", description = "Routes that use a language model"),
+        (name = "ops", description = "Health, readiness, metrics, this document"),
+        (name = "ui", description = "The web UI"),
+    )
+)]
+struct ApiDoc;
+
+/// The OpenAPI 3.1 document.
+pub fn openapi_doc() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}

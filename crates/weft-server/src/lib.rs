@@ -1,0 +1,100 @@
+//! weft-server: the HTTP API of weft (`weft serve`).
+//!
+//! [`app`] builds the axum router over an [`AppState`] (a `weft_durable::Durable` engine,
+//! the tool registry, tokens → tenants, limits, metrics, an optional LLM provider); [`serve`]
+//! binds it, prints where it listens and shuts down gracefully on SIGINT/SIGTERM (stop
+//! accepting, let in-flight requests finish, end SSE streams; instances live on in the
+//! journal and are recovered by the next start).
+//!
+//! Contract: `/work/api-contract.md` (kept in the repository as the OpenAPI document at
+//! `/openapi.json`). Every error is `application/problem+json` with a stable `code`
+//! ([`error::ApiError`]); every request has an `X-Request-Id` ([`request_id`]); everything
+//! under `/v1` and `/plan` is scoped to the caller's tenant ([`auth`]): another tenant's
+//! plan, instance or stream is `404`, and events route only within the tenant.
+//!
+//! Durability: `201` of a start and `202` of an event mean the instance's journal records
+//! are durable (the handler waits on `StoreJournal::barrier`, which shares group commits
+//! with every other waiting request).
+
+mod app;
+mod auth;
+mod body;
+pub mod error;
+mod events;
+mod instances;
+mod limit;
+mod llm;
+pub mod metrics;
+pub mod names;
+mod ops;
+mod plans;
+pub mod request_id;
+mod state;
+
+use std::net::SocketAddr;
+
+pub use app::{app, openapi_doc};
+pub use state::{
+    AppState, ConfigError, LOCAL_TENANT, ServerConfig, parse_tokens_env, read_tokens_file,
+};
+
+/// Refuses to run without tokens on a non-loopback address.
+pub fn check_listen(config: &ServerConfig) -> Result<(), ConfigError> {
+    if config.tokens.is_empty() && !config.listen.ip().is_loopback() {
+        return Err(ConfigError::Unsafe(config.listen));
+    }
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+/// Binds `state.config().listen`, prints `weft: listening on http://ADDR` (the bound
+/// address, so `--listen 127.0.0.1:0` tells the port) to stderr and serves until
+/// `shutdown` resolves; then stops accepting, ends SSE streams and waits for in-flight
+/// requests. Returns the address it listened on.
+pub async fn serve(
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<SocketAddr, ConfigError> {
+    check_listen(state.config())?;
+    if state.config().tokens.is_empty() {
+        tracing::warn!(
+            "no API tokens configured: single tenant `local`, no authentication (loopback only)"
+        );
+        eprintln!(
+            "weft: warning: no API tokens configured (WEFT_API_TOKENS or --tokens): every request is tenant `local`; listening on loopback only"
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(state.config().listen).await?;
+    let addr = listener.local_addr()?;
+    eprintln!("weft: listening on http://{addr}");
+    let s2 = state.clone();
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            eprintln!("weft: shutting down (finishing in-flight requests)");
+            s2.begin_shutdown();
+        })
+        .await?;
+    Ok(addr)
+}

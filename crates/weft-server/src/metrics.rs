@@ -1,0 +1,255 @@
+//! `/metrics`: Prometheus/OpenMetrics text from `prometheus-client`. Counters are bumped by
+//! the handlers (events ingested and routed, instances started, HTTP responses, LLM tokens)
+//! and by one bus subscriber (steps fired, action latency from `plan.step.started` to
+//! `plan.step.finished`/`error`, instances finished by status); gauges (live instances,
+//! journal work) are read at scrape time.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use weft_runtime::{Delivery, Engine, Filter};
+
+/// `status` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    /// The status.
+    pub status: String,
+}
+
+/// `code` label (HTTP status).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    /// The HTTP status code.
+    pub code: String,
+}
+
+/// `kind` label (LLM tokens: prompt / completion).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// The kind.
+    pub kind: String,
+}
+
+/// Every metric the server exports.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    /// Instances started.
+    pub started: Counter,
+    /// Instances that reached a terminal status, by status.
+    pub finished: Family<StatusLabel, Counter>,
+    /// Live instances (gauge, set at scrape).
+    pub live: Gauge,
+    /// Steps fired.
+    pub steps_fired: Counter,
+    /// Action latency (seconds).
+    pub action_latency: Histogram,
+    /// Events accepted by `POST /v1/events`.
+    pub events_ingested: Counter,
+    /// Deliveries of ingested events to instances.
+    pub events_routed: Counter,
+    /// Time from accepting events to their journal records being durable (seconds).
+    pub journal_commit: Histogram,
+    /// Journal records appended (gauge, from the journal's counters at scrape).
+    pub journal_records: Gauge,
+    /// Journal appends issued.
+    pub journal_appends: Gauge,
+    /// HTTP responses by status code.
+    pub http_responses: Family<CodeLabel, Counter>,
+    /// LLM tokens used by the API's LLM calls.
+    pub llm_tokens: Family<KindLabel, Counter>,
+    /// Lifecycle events the metrics subscriber missed (bus overflow).
+    pub bus_lagged: Counter,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut r = Registry::with_prefix("weft");
+        let started = Counter::default();
+        r.register("instances_started", "Instances started", started.clone());
+        let finished = Family::<StatusLabel, Counter>::default();
+        r.register(
+            "instances_finished",
+            "Instances that reached a terminal status, by status",
+            finished.clone(),
+        );
+        let live = Gauge::default();
+        r.register(
+            "instances_live",
+            "Live instances (running, waiting, stuck or paused)",
+            live.clone(),
+        );
+        let steps_fired = Counter::default();
+        r.register("steps_fired", "Steps fired", steps_fired.clone());
+        let action_latency = Histogram::new(exponential_buckets(0.000_05, 4.0, 12));
+        r.register(
+            "action_latency_seconds",
+            "Time from a step's dispatch to its outcome",
+            action_latency.clone(),
+        );
+        let events_ingested = Counter::default();
+        r.register(
+            "events_ingested",
+            "CloudEvents accepted by POST /v1/events",
+            events_ingested.clone(),
+        );
+        let events_routed = Counter::default();
+        r.register(
+            "events_routed",
+            "Deliveries of ingested events to instances",
+            events_routed.clone(),
+        );
+        let journal_commit = Histogram::new(exponential_buckets(0.000_05, 4.0, 12));
+        r.register(
+            "journal_commit_seconds",
+            "Time from accepting events or a start to their journal records being durable",
+            journal_commit.clone(),
+        );
+        let journal_records = Gauge::default();
+        r.register(
+            "journal_records",
+            "Journal records appended by this process",
+            journal_records.clone(),
+        );
+        let journal_appends = Gauge::default();
+        r.register(
+            "journal_appends",
+            "Journal appends issued by this process",
+            journal_appends.clone(),
+        );
+        let http_responses = Family::<CodeLabel, Counter>::default();
+        r.register(
+            "http_responses",
+            "HTTP responses by status code",
+            http_responses.clone(),
+        );
+        let llm_tokens = Family::<KindLabel, Counter>::default();
+        r.register(
+            "llm_tokens",
+            "LLM tokens used by API calls (prompt, completion)",
+            llm_tokens.clone(),
+        );
+        let bus_lagged = Counter::default();
+        r.register(
+            "bus_lagged_events",
+            "Lifecycle events the metrics subscriber missed",
+            bus_lagged.clone(),
+        );
+        Metrics {
+            registry: Arc::new(r),
+            started,
+            finished,
+            live,
+            steps_fired,
+            action_latency,
+            events_ingested,
+            events_routed,
+            journal_commit,
+            journal_records,
+            journal_appends,
+            http_responses,
+            llm_tokens,
+            bus_lagged,
+        }
+    }
+
+    /// Counts a terminal status.
+    pub fn finished(&self, status: &str) {
+        self.finished
+            .get_or_create(&StatusLabel {
+                status: status.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts LLM usage.
+    pub fn llm_usage(&self, prompt: u64, completion: u64) {
+        for (kind, n) in [("prompt", prompt), ("completion", completion)] {
+            self.llm_tokens
+                .get_or_create(&KindLabel {
+                    kind: kind.to_string(),
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// Subscribes to the engine's step events (steps fired, action latency).
+    pub fn watch(&self, engine: &Engine) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut sub = engine.subscribe(Filter {
+            type_prefix: Some("plan.step.".into()),
+            ..Filter::default()
+        });
+        let m = self.clone();
+        rt.spawn(async move {
+            let mut open: HashMap<(String, u64), Instant> = HashMap::new();
+            while let Some(d) = sub.recv().await {
+                let ev = match d {
+                    Delivery::Event(ev) => ev,
+                    Delivery::Lagged(n) => {
+                        m.bus_lagged.inc_by(n);
+                        open.clear();
+                        continue;
+                    }
+                };
+                let firing = ev.data.get("firing").and_then(serde_json::Value::as_u64);
+                let inst = ev.instance.clone().unwrap_or_default();
+                match ev.ty.as_str() {
+                    "plan.step.started" => {
+                        m.steps_fired.inc();
+                        if let Some(f) = firing {
+                            if open.len() > 100_000 {
+                                open.clear();
+                            }
+                            open.insert((inst, f), Instant::now());
+                        }
+                    }
+                    "plan.step.finished" | "plan.step.error" => {
+                        if let Some(t) = firing.and_then(|f| open.remove(&(inst, f))) {
+                            m.action_latency.observe(t.elapsed().as_secs_f64());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+    }
+
+    /// The text exposition, after refreshing the scrape-time gauges.
+    pub fn render(&self, engine: &Engine, journal: &weft_durable::StoreJournal) -> String {
+        self.live
+            .set(i64::try_from(engine.live_instances()).unwrap_or(i64::MAX));
+        let s = journal.stats();
+        self.journal_records
+            .set(i64::try_from(s.records).unwrap_or(i64::MAX));
+        self.journal_appends
+            .set(i64::try_from(s.appends).unwrap_or(i64::MAX));
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

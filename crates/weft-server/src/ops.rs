@@ -1,0 +1,122 @@
+//! Unauthenticated operational routes: liveness, readiness (the store answers), Prometheus
+//! metrics, the OpenAPI document and the web UI's assets (crate `weft-ui`).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::body::ApiPath;
+use crate::error::{ApiError, ApiResult, Problem};
+use crate::state::AppState;
+
+/// `{"status": …}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok` / `ready`.
+    pub status: String,
+}
+
+/// Liveness.
+#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+    })
+}
+
+/// Readiness: the store answers within 2 s.
+#[utoipa::path(get, path = "/readyz", tag = "ops", responses(
+    (status = 200, body = Health),
+    (status = 503, body = Problem, content_type = "application/problem+json"),
+))]
+pub async fn readyz(State(state): State<AppState>) -> ApiResult<Json<Health>> {
+    let probe = state.store().head("weft.ids");
+    match tokio::time::timeout(Duration::from_secs(2), probe).await {
+        Ok(Ok(_)) => Ok(Json(Health {
+            status: "ready".into(),
+        })),
+        Ok(Err(e)) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!("the store failed: {e}"),
+        )),
+        Err(_) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the store did not answer within 2 s",
+        )),
+    }
+}
+
+/// Prometheus metrics (OpenMetrics text).
+#[utoipa::path(get, path = "/metrics", tag = "ops", responses(
+    (status = 200, body = String, content_type = "application/openmetrics-text")
+))]
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let d = &state.inner.durable;
+    let text = state.inner.metrics.render(d.engine(), d.journal());
+    let mut res = text.into_response();
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    res
+}
+
+/// The OpenAPI 3.1 document.
+#[utoipa::path(get, path = "/openapi.json", tag = "ops", responses(
+    (status = 200, body = Object, description = "This document")
+))]
+pub async fn openapi() -> Response {
+    let doc = crate::app::openapi_doc();
+    Json(doc).into_response()
+}
+
+fn asset(path: &str) -> Response {
+    match weft_ui::asset(path) {
+        Some(a) => {
+            let mut res = a.bytes.into_response();
+            res.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(a.content_type),
+            );
+            res.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            res
+        }
+        None => ApiError::not_found(format!(
+            "UI asset `{}`",
+            path.chars().take(80).collect::<String>()
+        ))
+        .into_response(),
+    }
+}
+
+/// The web UI's index page.
+#[utoipa::path(get, path = "/", tag = "ui", responses(
+    (status = 200, body = String, content_type = "text/html")
+))]
+pub async fn ui_index() -> Response {
+    asset("")
+}
+
+/// A web UI asset.
+#[utoipa::path(get, path = "/ui/{path}", tag = "ui",
+    params(("path" = String, Path, description = "Asset path")),
+    responses(
+        (status = 200, body = String, description = "The asset"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn ui_asset(ApiPath(path): ApiPath<String>) -> Response {
+    asset(&path)
+}
+
+/// `/ui` and `/ui/` → the index.
+pub async fn ui_root() -> Response {
+    asset("")
+}

@@ -1,0 +1,687 @@
+//! Plan routes: create (validate + analyse + store a version), list, get, the drawable net,
+//! and validate / analyse without storing. Checking a document is [`check`], the same
+//! load → validate → analyse sequence `weft validate` and `weft analyze` run.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
+use weft_analysis::{AnalysisOptions, AnalysisReport, Verdict};
+use weft_core::{Finding, LoadError, Plan};
+use weft_store::now_ms;
+
+use crate::auth::Tenant;
+use crate::body::{ApiPath, ApiQuery, Cap, parse_json, read_capped, require_json};
+use crate::error::{ApiError, ApiResult, Problem};
+use crate::names::check_name;
+use crate::state::{AppState, lock};
+
+/// A plan document body: raw bytes (so load errors carry line and column) plus its JSON.
+#[derive(Debug)]
+pub struct PlanDoc {
+    /// The bytes as sent.
+    pub bytes: Bytes,
+    /// Parsed JSON.
+    pub value: Value,
+}
+
+impl FromRequest<AppState> for PlanDoc {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        require_json(req.headers())?;
+        let bytes = read_capped(req, state, Cap::Plan).await?;
+        let value: Value = parse_json(&bytes)?;
+        Ok(PlanDoc { bytes, value })
+    }
+}
+
+/// The outcome of checking a plan document.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The plan, if it loaded.
+    pub plan: Option<Plan>,
+    /// Load error or validation findings, then analysis findings, as JSON.
+    pub findings: Vec<Value>,
+    /// Any error among the load/validation findings?
+    pub invalid: bool,
+    /// The analysis (when validation passed).
+    pub report: Option<AnalysisReport>,
+}
+
+impl Checked {
+    /// The analysis summary object (`null` when not analysed).
+    pub fn analysis(&self) -> Value {
+        match &self.report {
+            None => Value::Null,
+            Some(r) => json!({
+                "states": r.states,
+                "edges": r.edges,
+                "complete": r.complete,
+                "verdict": r.verdict,
+                "bounded": r.bounded,
+                "notes": r.notes,
+            }),
+        }
+    }
+
+    /// `sound`, `unsound`, `deadlock` or `unknown` (list view).
+    pub fn verdict(&self) -> &'static str {
+        let Some(r) = &self.report else {
+            return "unknown";
+        };
+        if r.findings.iter().any(|f| f.code == "A001") {
+            return "deadlock";
+        }
+        match r.verdict {
+            Verdict::Sound => "sound",
+            Verdict::NotSound => "unsound",
+            Verdict::Unknown => "unknown",
+            Verdict::NotApplicable => {
+                if r.findings.iter().any(Finding::is_error) {
+                    "unsound"
+                } else if r.complete {
+                    "sound"
+                } else {
+                    "unknown"
+                }
+            }
+        }
+    }
+}
+
+fn load_finding(e: &LoadError) -> Value {
+    let (line, column) = match e {
+        LoadError::InvalidUtf8 { line, column, .. }
+        | LoadError::TooDeep { line, column, .. }
+        | LoadError::Syntax { line, column, .. } => (Some(*line), Some(*column)),
+        _ => (None, None),
+    };
+    let message = match e {
+        LoadError::Syntax { message, .. } => message.clone(),
+        _ => e.to_string(),
+    };
+    json!({
+        "code": e.code(),
+        "name": "load",
+        "severity": "error",
+        "pointer": e.pointer(),
+        "message": message,
+        "hint": e.hint(),
+        "line": line,
+        "column": column,
+    })
+}
+
+/// Loads, validates and (without errors) analyses a plan document. CPU-bound: call from
+/// `spawn_blocking`.
+pub fn check(bytes: &[u8], registry: &weft_tools::Registry, analyse: bool) -> Checked {
+    let limits = weft_core::Limits::default();
+    let plan = match weft_core::parse_plan(bytes, &limits) {
+        Ok(p) => p,
+        Err(e) => {
+            return Checked {
+                plan: None,
+                findings: vec![load_finding(&e)],
+                invalid: true,
+                report: None,
+            };
+        }
+    };
+    let validation = weft_core::validate(&plan, Some(registry), &limits);
+    let invalid = validation.findings.iter().any(Finding::is_error);
+    let mut findings: Vec<Value> = validation
+        .findings
+        .iter()
+        .map(|f| serde_json::to_value(f).unwrap_or(Value::Null))
+        .collect();
+    let report = (!invalid && analyse).then(|| {
+        weft_analysis::analyze_plan(
+            &plan,
+            &AnalysisOptions {
+                max_states: 50_000,
+                ..AnalysisOptions::default()
+            },
+        )
+    });
+    if let Some(r) = &report {
+        findings.extend(
+            r.findings
+                .iter()
+                .map(|f| serde_json::to_value(f).unwrap_or(Value::Null)),
+        );
+    }
+    Checked {
+        plan: Some(plan),
+        findings,
+        invalid,
+        report,
+    }
+}
+
+pub(crate) async fn check_async(
+    state: &AppState,
+    bytes: Bytes,
+    analyse: bool,
+) -> ApiResult<Checked> {
+    let registry = Arc::clone(&state.inner.registry);
+    tokio::task::spawn_blocking(move || check(&bytes, &registry, analyse))
+        .await
+        .map_err(ApiError::internal)
+}
+
+fn invalid_plan(c: &Checked) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_plan",
+        format!(
+            "the plan has errors: {}",
+            c.findings
+                .iter()
+                .filter(|f| f.get("severity").and_then(Value::as_str) == Some("error"))
+                .take(3)
+                .map(|f| format!(
+                    "{} {}",
+                    f.get("code").and_then(Value::as_str).unwrap_or(""),
+                    f.get("message").and_then(Value::as_str).unwrap_or("")
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    )
+    .hint("fix the error findings (see `findings`) and send the plan again")
+    .findings(Value::Array(c.findings.clone()))
+}
+
+/// Checks and stores a plan document for `tenant` (a new version unless identical to the
+/// latest); returns (name, version, check).
+pub(crate) async fn store_plan(
+    state: &AppState,
+    tenant: &str,
+    doc: PlanDoc,
+) -> ApiResult<(String, u32, Arc<Checked>)> {
+    let checked = check_async(state, doc.bytes, true).await?;
+    if checked.invalid {
+        return Err(invalid_plan(&checked));
+    }
+    let name = checked
+        .plan
+        .as_ref()
+        .map(|p| p.plan_name.clone())
+        .unwrap_or_default();
+    check_name("plan_name", &name).map_err(|e| {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plan", e.detail)
+            .hint(e.hint.unwrap_or_default())
+    })?;
+    let store = state.store();
+    let version = match store.get_plan(tenant, &name, None).await? {
+        Some(p) if p.document == doc.value => p.info.version,
+        _ => store.put_plan(tenant, &name, doc.value, now_ms()).await?,
+    };
+    let checked = Arc::new(checked);
+    lock(&state.inner.analyses).insert(
+        (tenant.to_string(), name.clone(), version),
+        Arc::clone(&checked),
+    );
+    Ok((name, version, checked))
+}
+
+/// The check of a stored version (cached).
+async fn stored_check(
+    state: &AppState,
+    tenant: &str,
+    name: &str,
+    version: u32,
+    doc: &Value,
+) -> ApiResult<Arc<Checked>> {
+    let key = (tenant.to_string(), name.to_string(), version);
+    if let Some(c) = lock(&state.inner.analyses).get(&key) {
+        return Ok(Arc::clone(c));
+    }
+    let bytes = Bytes::from(serde_json::to_vec(doc).map_err(ApiError::internal)?);
+    let c = Arc::new(check_async(state, bytes, true).await?);
+    lock(&state.inner.analyses).insert(key, Arc::clone(&c));
+    Ok(c)
+}
+
+/// `201` body of `POST /v1/plans`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PlanCreated {
+    /// Plan name.
+    pub name: String,
+    /// Stored version (1, 2, …).
+    pub version: u32,
+    /// `template`.
+    pub status: String,
+    /// Validation and analysis findings (no errors).
+    #[schema(value_type = Vec<Object>)]
+    pub findings: Vec<Value>,
+    /// Analysis summary: states, edges, complete, verdict, bounded, notes.
+    #[schema(value_type = Object)]
+    pub analysis: Value,
+}
+
+/// Create a plan version.
+#[utoipa::path(post, path = "/v1/plans", tag = "plans",
+    request_body(content = Object, description = "A plan document (model v1)", content_type = "application/json"),
+    responses(
+        (status = 201, body = PlanCreated),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 413, body = Problem, content_type = "application/problem+json"),
+        (status = 415, body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json"),
+        (status = 429, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    doc: PlanDoc,
+) -> ApiResult<(StatusCode, Json<PlanCreated>)> {
+    let (name, version, c) = store_plan(&state, &tenant, doc).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(PlanCreated {
+            name,
+            version,
+            status: "template".into(),
+            findings: c.findings.clone(),
+            analysis: c.analysis(),
+        }),
+    ))
+}
+
+/// One entry of `GET /v1/plans`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PlanSummary {
+    /// Name.
+    pub name: String,
+    /// Latest version.
+    pub version: u32,
+    /// Status of that version.
+    pub status: String,
+    /// When it was stored (epoch ms).
+    pub created_at_ms: i64,
+    /// Number of steps.
+    pub steps: usize,
+    /// `sound`, `unsound`, `deadlock` or `unknown`.
+    pub verdict: String,
+}
+
+/// `GET /v1/plans`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PlanList {
+    /// Latest version of each plan, by name.
+    pub plans: Vec<PlanSummary>,
+}
+
+/// List plans (latest version of each).
+#[utoipa::path(get, path = "/v1/plans", tag = "plans",
+    responses(
+        (status = 200, body = PlanList),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 429, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+) -> ApiResult<Json<PlanList>> {
+    let infos = state.store().list_plans(&tenant).await?;
+    let mut latest: Vec<weft_store::PlanInfo> = Vec::new();
+    for i in infos {
+        match latest.last_mut() {
+            Some(l) if l.name == i.name => {
+                if i.version > l.version {
+                    *l = i;
+                }
+            }
+            _ => latest.push(i),
+        }
+    }
+    let mut plans = Vec::with_capacity(latest.len());
+    for i in latest {
+        let Some(rec) = state
+            .store()
+            .get_plan(&tenant, &i.name, Some(i.version))
+            .await?
+        else {
+            continue;
+        };
+        let c = stored_check(&state, &tenant, &i.name, i.version, &rec.document).await?;
+        plans.push(PlanSummary {
+            steps: c.plan.as_ref().map_or(0, |p| p.steps.len()),
+            verdict: c.verdict().to_string(),
+            name: i.name,
+            version: i.version,
+            status: i.status.as_str().to_string(),
+            created_at_ms: i.created_at_ms,
+        });
+    }
+    Ok(Json(PlanList { plans }))
+}
+
+/// `GET /v1/plans/{name}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PlanDetail {
+    /// Name.
+    pub name: String,
+    /// Version.
+    pub version: u32,
+    /// Status.
+    pub status: String,
+    /// The document.
+    #[schema(value_type = Object)]
+    pub plan: Value,
+    /// Findings.
+    #[schema(value_type = Vec<Object>)]
+    pub findings: Vec<Value>,
+    /// Analysis summary.
+    #[schema(value_type = Object)]
+    pub analysis: Value,
+}
+
+async fn detail(
+    state: &AppState,
+    tenant: &str,
+    name: &str,
+    version: Option<u32>,
+) -> ApiResult<PlanDetail> {
+    check_name("plan name", name)?;
+    let rec = state
+        .store()
+        .get_plan(tenant, name, version)
+        .await?
+        .ok_or_else(|| match version {
+            Some(v) => ApiError::not_found(format!("plan `{name}` version {v}")),
+            None => ApiError::not_found(format!("plan `{name}`")),
+        })?;
+    let c = stored_check(state, tenant, name, rec.info.version, &rec.document).await?;
+    Ok(PlanDetail {
+        name: rec.info.name,
+        version: rec.info.version,
+        status: rec.info.status.as_str().to_string(),
+        plan: rec.document,
+        findings: c.findings.clone(),
+        analysis: c.analysis(),
+    })
+}
+
+/// Get the latest version of a plan.
+#[utoipa::path(get, path = "/v1/plans/{name}", tag = "plans",
+    params(("name" = String, Path, description = "Plan name")),
+    responses(
+        (status = 200, body = PlanDetail),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 429, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn get_latest(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<PlanDetail>> {
+    Ok(Json(detail(&state, &tenant, &name, None).await?))
+}
+
+/// Get one version of a plan.
+#[utoipa::path(get, path = "/v1/plans/{name}/versions/{version}", tag = "plans",
+    params(("name" = String, Path, description = "Plan name"), ("version" = u32, Path, description = "Version")),
+    responses(
+        (status = 200, body = PlanDetail),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 429, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn get_version(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath((name, version)): ApiPath<(String, u32)>,
+) -> ApiResult<Json<PlanDetail>> {
+    Ok(Json(detail(&state, &tenant, &name, Some(version)).await?))
+}
+
+/// `?version=N`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct VersionQuery {
+    /// Version (latest when absent).
+    pub version: Option<u32>,
+}
+
+/// The net for drawing.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NetView {
+    /// Places (plan events).
+    #[schema(value_type = Vec<Object>)]
+    pub places: Vec<Value>,
+    /// Steps.
+    #[schema(value_type = Vec<Object>)]
+    pub steps: Vec<Value>,
+    /// Arcs place→step (consume) and step→place (emit).
+    #[schema(value_type = Vec<Object>)]
+    pub arcs: Vec<Value>,
+    /// Verdict, deadlocks with witnesses, dead steps, unbounded places, findings.
+    #[schema(value_type = Object)]
+    pub analysis: Value,
+}
+
+fn pointer_tail(p: &str, prefix: &str) -> Option<String> {
+    let rest = p.strip_prefix(prefix)?;
+    let seg = rest.split('/').next()?;
+    Some(seg.replace("~1", "/").replace("~0", "~"))
+}
+
+/// Builds the drawable net of a plan.
+pub fn net_view(plan: &Plan, c: &Checked) -> NetView {
+    let consumed: std::collections::HashSet<&str> = plan
+        .steps
+        .values()
+        .flat_map(|s| s.on.iter().map(String::as_str))
+        .collect();
+    let emitted: std::collections::HashSet<&str> = plan
+        .steps
+        .values()
+        .flat_map(|s| s.emits.iter().map(weft_core::plan::Emit::event))
+        .collect();
+    let fail_targets: std::collections::HashSet<String> = plan
+        .steps
+        .values()
+        .filter_map(|s| match &s.on_fail {
+            Some(weft_core::plan::OnFail::Emit(e)) => Some(e.clone()),
+            _ => None,
+        })
+        .collect();
+    let initial: Vec<&str> = match &plan.initial {
+        Some(i) => i.iter().map(String::as_str).collect(),
+        None => plan
+            .events
+            .keys()
+            .map(String::as_str)
+            .filter(|e| consumed.contains(e) && !emitted.contains(e))
+            .collect(),
+    };
+    let places = plan
+        .events
+        .iter()
+        .map(|(name, def)| {
+            let kind = if name.ends_with(".failed") || fail_targets.contains(name) {
+                "error"
+            } else if def.kind == Some(weft_core::plan::EventKind::Output)
+                || !consumed.contains(name.as_str())
+            {
+                "result"
+            } else if def.kind == Some(weft_core::plan::EventKind::Input)
+                || initial.contains(&name.as_str())
+            {
+                "input"
+            } else {
+                "internal"
+            };
+            json!({
+                "id": name,
+                "kind": kind,
+                "initial": u32::from(initial.contains(&name.as_str())),
+                "description": def.description,
+            })
+        })
+        .collect();
+    let mut arcs = Vec::new();
+    let steps = plan
+        .steps
+        .iter()
+        .map(|(id, s)| {
+            for e in &s.on {
+                arcs.push(json!({"from": e, "to": id, "kind": "consume", "when": null}));
+            }
+            for e in &s.emits {
+                arcs.push(json!({"from": id, "to": e.event(), "kind": "emit", "when": e.when()}));
+            }
+            json!({
+                "id": id,
+                "tool": if s.action.is_empty() { None } else { Some(&s.action) },
+                "guard": s.guard,
+                "args": if s.args.is_null() { None } else { Some(&s.args) },
+                "on_fail": s.on_fail.as_ref().map(weft_core::plan::OnFail::as_text),
+            })
+        })
+        .collect();
+    let mut deadlocks = Vec::new();
+    let mut dead_steps = Vec::new();
+    let mut unbounded = Vec::new();
+    if let Some(r) = &c.report {
+        for f in &r.findings {
+            match f.code.as_str() {
+                "A001" => deadlocks.push(json!({
+                    "witness": f.witness.clone().unwrap_or_default(),
+                    "marking": {},
+                    "message": f.message,
+                })),
+                "A002" => dead_steps.extend(pointer_tail(&f.pointer, "/steps/")),
+                "A003" => unbounded.extend(pointer_tail(&f.pointer, "/events/")),
+                _ => {}
+            }
+        }
+    }
+    NetView {
+        places,
+        steps,
+        arcs,
+        analysis: json!({
+            "verdict": c.verdict(),
+            "deadlocks": deadlocks,
+            "dead_steps": dead_steps,
+            "unbounded": unbounded,
+            "findings": c.findings,
+        }),
+    }
+}
+
+/// The plan's net for drawing.
+#[utoipa::path(get, path = "/v1/plans/{name}/net", tag = "plans",
+    params(("name" = String, Path, description = "Plan name"), VersionQuery),
+    responses(
+        (status = 200, body = NetView),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 429, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn net(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<VersionQuery>,
+) -> ApiResult<Json<NetView>> {
+    check_name("plan name", &name)?;
+    let rec = state
+        .store()
+        .get_plan(&tenant, &name, q.version)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("plan `{name}`")))?;
+    let c = stored_check(&state, &tenant, &name, rec.info.version, &rec.document).await?;
+    let plan = c
+        .plan
+        .as_ref()
+        .ok_or_else(|| ApiError::internal("stored plan does not load"))?;
+    Ok(Json(net_view(plan, &c)))
+}
+
+/// `POST /v1/validate`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Validated {
+    /// No error findings.
+    pub ok: bool,
+    /// Load error or validation findings.
+    #[schema(value_type = Vec<Object>)]
+    pub findings: Vec<Value>,
+}
+
+/// Validate a plan without storing it.
+#[utoipa::path(post, path = "/v1/validate", tag = "plans",
+    request_body(content = Object, description = "A plan document", content_type = "application/json"),
+    responses(
+        (status = 200, body = Validated),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 413, body = Problem, content_type = "application/problem+json"),
+        (status = 415, body = Problem, content_type = "application/problem+json"),
+        (status = 429, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn validate(
+    State(state): State<AppState>,
+    _t: Tenant,
+    doc: PlanDoc,
+) -> ApiResult<Json<Validated>> {
+    let c = check_async(&state, doc.bytes, false).await?;
+    Ok(Json(Validated {
+        ok: !c.invalid,
+        findings: c.findings,
+    }))
+}
+
+/// `POST /v1/analyze`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Analyzed {
+    /// Validation then analysis findings.
+    #[schema(value_type = Vec<Object>)]
+    pub findings: Vec<Value>,
+    /// Analysis summary (`null` when validation failed).
+    #[schema(value_type = Object)]
+    pub analysis: Value,
+}
+
+/// Validate and analyse a plan without storing it.
+#[utoipa::path(post, path = "/v1/analyze", tag = "plans",
+    request_body(content = Object, description = "A plan document", content_type = "application/json"),
+    responses(
+        (status = 200, body = Analyzed),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 413, body = Problem, content_type = "application/problem+json"),
+        (status = 415, body = Problem, content_type = "application/problem+json"),
+        (status = 429, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn analyze(
+    State(state): State<AppState>,
+    _t: Tenant,
+    doc: PlanDoc,
+) -> ApiResult<Json<Analyzed>> {
+    let c = check_async(&state, doc.bytes, true).await?;
+    Ok(Json(Analyzed {
+        analysis: c.analysis(),
+        findings: c.findings,
+    }))
+}

@@ -1,0 +1,361 @@
+//! The server's configuration ([`ServerConfig`]) and the state every handler shares
+//! ([`AppState`]): the durable engine, the tool registry, tokens → tenants, the rate
+//! limiter, compiled plans per (tenant, name, version), recent traces, metrics and the
+//! optional LLM provider.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use weft_durable::{Durable, DurableConfig};
+use weft_runtime::{CompiledPlan, EngineOptions, InProcessBus, TraceEntry};
+use weft_store::Store;
+use weft_tools::Registry;
+
+use crate::error::ApiError;
+use crate::limit::RateLimiter;
+use crate::metrics::Metrics;
+
+/// Tenant used when no tokens are configured.
+pub const LOCAL_TENANT: &str = "local";
+
+/// How the server behaves. `Default` is the embedded, single-tenant configuration.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// API tokens → tenants. Empty: single tenant `local`, no auth, loopback only.
+    pub tokens: HashMap<String, String>,
+    /// Largest request body for most routes (bytes).
+    pub body_limit: usize,
+    /// Largest request body for routes taking a plan document (bytes).
+    pub plan_body_limit: usize,
+    /// Requests per second per tenant (token bucket refill rate); `0` disables the limit.
+    pub rate_per_sec: f64,
+    /// Bucket size (burst) per tenant.
+    pub rate_burst: f64,
+    /// SSE keep-alive comment interval.
+    pub keep_alive: Duration,
+    /// Traces of finished instances kept in memory for `GET …/trace`.
+    pub trace_retention: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            tokens: HashMap::new(),
+            body_limit: 1 << 20,
+            plan_body_limit: 8 << 20,
+            rate_per_sec: 100_000.0,
+            rate_burst: 200_000.0,
+            keep_alive: Duration::from_secs(15),
+            trace_retention: 10_000,
+        }
+    }
+}
+
+/// Errors configuring the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The tokens file could not be read or parsed.
+    #[error("[invalid_tokens] {0}")]
+    Tokens(String),
+    /// Refused to listen without auth on a non-loopback address.
+    #[error(
+        "[unsafe_listen] no API tokens are configured, so the server only listens on a loopback address (got {0}); set WEFT_API_TOKENS or --tokens FILE"
+    )]
+    Unsafe(SocketAddr),
+    /// Opening the durable engine failed.
+    #[error("{0}")]
+    Durable(#[from] weft_durable::DurableError),
+    /// I/O.
+    #[error("[io] {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Parses `WEFT_API_TOKENS` (`tokA=tenant-a,tokB=tenant-b`).
+pub fn parse_tokens_env(s: &str) -> Result<HashMap<String, String>, ConfigError> {
+    let mut out = HashMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (tok, tenant) = part.split_once('=').ok_or_else(|| {
+            ConfigError::Tokens(format!("`{part}` is not TOKEN=TENANT (WEFT_API_TOKENS)"))
+        })?;
+        insert_token(&mut out, tok.trim(), tenant.trim())?;
+    }
+    Ok(out)
+}
+
+/// Reads a tokens file: a JSON object `{"token": "tenant"}`.
+pub fn read_tokens_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::Tokens(format!("cannot read `{}`: {e}", path.display())))?;
+    let map: HashMap<String, String> = serde_json::from_str(&text).map_err(|e| {
+        ConfigError::Tokens(format!(
+            "`{}` is not a JSON object of token → tenant strings: {e}",
+            path.display()
+        ))
+    })?;
+    let mut out = HashMap::new();
+    for (t, ten) in map {
+        insert_token(&mut out, &t, &ten)?;
+    }
+    Ok(out)
+}
+
+fn insert_token(
+    out: &mut HashMap<String, String>,
+    tok: &str,
+    tenant: &str,
+) -> Result<(), ConfigError> {
+    if tok.is_empty() || !crate::names::valid_name(tenant) {
+        return Err(ConfigError::Tokens(format!(
+            "token `{tok}` → tenant `{tenant}`: tokens must be non-empty and tenants match [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}"
+        )));
+    }
+    out.insert(tok.to_string(), tenant.to_string());
+    Ok(())
+}
+
+/// Shared state of the HTTP app (cheap to clone).
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Inner {
+    pub config: ServerConfig,
+    pub durable: Durable,
+    pub registry: Arc<Registry>,
+    pub llm: Option<Arc<dyn weft_llm::ChatProvider>>,
+    pub limiter: RateLimiter,
+    pub metrics: Metrics,
+    /// Compiled plans by (tenant, name, version).
+    pub plans: Mutex<HashMap<(String, String, u32), Arc<CompiledPlan>>>,
+    /// Analysis summaries by (tenant, name, version).
+    pub analyses: Mutex<HashMap<(String, String, u32), Arc<crate::plans::Checked>>>,
+    /// Serializes starts (see `Durable::start_compiled`).
+    pub start_lock: Mutex<()>,
+    /// Traces of finished instances, oldest first.
+    pub traces: Mutex<(HashMap<String, Vec<TraceEntry>>, VecDeque<String>)>,
+    /// Flipped on shutdown: SSE streams end.
+    pub shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+impl AppState {
+    /// Opens the durable engine over `store` with the tools of `registry` (an in-process bus
+    /// with room for 65,536 events per slow subscriber), recovers every non-terminal
+    /// instance and builds the state. `llm`: the provider for `/v1/generate`, `/v1/explain`
+    /// (with a model), `/v1/instances/{id}/repair` and `/plan/react`.
+    pub async fn open(
+        store: Arc<dyn Store>,
+        registry: Arc<Registry>,
+        llm: Option<Arc<dyn weft_llm::ChatProvider>>,
+        config: ServerConfig,
+    ) -> Result<(AppState, weft_durable::RecoveryReport), ConfigError> {
+        let bus = Arc::new(InProcessBus::new(65_536));
+        let opts = EngineOptions {
+            registry: Arc::clone(&registry),
+            bus,
+            ..EngineOptions::default()
+        };
+        let durable = Durable::open(store, opts, DurableConfig::default()).await?;
+        let state = AppState::new(durable, registry, llm, config);
+        let report = state.inner.durable.recover().await?;
+        for h in &report.handles {
+            state.track(h.clone());
+        }
+        Ok((state, report))
+    }
+
+    /// State over an already opened durable engine (no recovery).
+    pub fn new(
+        durable: Durable,
+        registry: Arc<Registry>,
+        llm: Option<Arc<dyn weft_llm::ChatProvider>>,
+        config: ServerConfig,
+    ) -> AppState {
+        let metrics = Metrics::new();
+        metrics.watch(durable.engine());
+        let limiter = RateLimiter::new(config.rate_per_sec, config.rate_burst);
+        let (shutdown, _) = tokio::sync::watch::channel(false);
+        AppState {
+            inner: Arc::new(Inner {
+                config,
+                durable,
+                registry,
+                llm,
+                limiter,
+                metrics,
+                plans: Mutex::new(HashMap::new()),
+                analyses: Mutex::new(HashMap::new()),
+                start_lock: Mutex::new(()),
+                traces: Mutex::new((HashMap::new(), VecDeque::new())),
+                shutdown,
+            }),
+        }
+    }
+
+    /// The durable engine.
+    pub fn durable(&self) -> &Durable {
+        &self.inner.durable
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    /// Ends SSE streams (called on shutdown).
+    pub fn begin_shutdown(&self) {
+        let _ = self.inner.shutdown.send(true);
+    }
+
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        self.inner.durable.store()
+    }
+
+    /// Resolves a bearer token to its tenant (`None`: unknown); with no tokens configured
+    /// every request is the local tenant.
+    pub(crate) fn tenant_for(&self, token: Option<&str>) -> Option<String> {
+        let tokens = &self.inner.config.tokens;
+        if tokens.is_empty() {
+            return Some(LOCAL_TENANT.to_string());
+        }
+        token.and_then(|t| tokens.get(t).cloned())
+    }
+
+    /// The compiled plan `name` version `version` (latest when `None`) of `tenant`, with its
+    /// version and document.
+    pub(crate) async fn compiled(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<(Arc<CompiledPlan>, u32), ApiError> {
+        if let Some(v) = version {
+            let key = (tenant.to_string(), name.to_string(), v);
+            if let Some(p) = lock(&self.inner.plans).get(&key) {
+                return Ok((Arc::clone(p), v));
+            }
+        }
+        let rec = self
+            .store()
+            .get_plan(tenant, name, version)
+            .await?
+            .ok_or_else(|| match version {
+                Some(v) => ApiError::not_found(format!("plan `{name}` version {v}")),
+                None => ApiError::not_found(format!("plan `{name}`")),
+            })?;
+        let v = rec.info.version;
+        let key = (tenant.to_string(), name.to_string(), v);
+        if let Some(p) = lock(&self.inner.plans).get(&key) {
+            return Ok((Arc::clone(p), v));
+        }
+        let compiled = self
+            .inner
+            .durable
+            .engine()
+            .compile_value(rec.document)
+            .map_err(|e| {
+                ApiError::new(
+                    axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_plan",
+                    format!("stored plan `{name}` version {v} no longer compiles: {e}"),
+                )
+            })?;
+        lock(&self.inner.plans).insert(key, Arc::clone(&compiled));
+        Ok((compiled, v))
+    }
+
+    /// Starts an instance and spawns the task that keeps its stored status current.
+    pub(crate) fn start(
+        &self,
+        tenant: &str,
+        plan: &Arc<CompiledPlan>,
+        version: u32,
+        input: Value,
+    ) -> weft_runtime::InstanceHandle {
+        // Acyclic instances keep a trace of their firings (bounded by the plan); reactive
+        // ones would grow it without end.
+        let trace = plan.net.graph_type == weft_core::GraphType::Acyclic;
+        let h = {
+            let _g = lock(&self.inner.start_lock);
+            self.inner.durable.start_compiled(
+                tenant,
+                plan,
+                version,
+                input,
+                weft_runtime::StartOptions { trace },
+            )
+        };
+        self.inner.metrics.started.inc();
+        self.track(h.clone());
+        h
+    }
+
+    /// Follows a live instance until it is terminal: each time it settles its status goes to
+    /// the store (`Durable::wait`); a stuck or paused instance is polled until it moves.
+    pub(crate) fn track(&self, h: weft_runtime::InstanceHandle) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let o = match me.inner.durable.wait(&h).await {
+                    Ok(o) => o,
+                    Err(e) => {
+                        tracing::warn!(instance = %h.id(), error = %e, "journal failed");
+                        return;
+                    }
+                };
+                if o.status.is_terminal() {
+                    me.inner.metrics.finished(o.status.name());
+                    if let Some(t) = h.trace() {
+                        me.keep_trace(h.id(), t);
+                    }
+                    return;
+                }
+                let settled = o.status.name();
+                loop {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if h.state().status.name() != settled {
+                        break;
+                    }
+                }
+            }
+        });
+    }
+
+    fn keep_trace(&self, id: &str, trace: Vec<TraceEntry>) {
+        let cap = self.inner.config.trace_retention;
+        if cap == 0 {
+            return;
+        }
+        let mut g = lock(&self.inner.traces);
+        let (map, order) = &mut *g;
+        if map.insert(id.to_string(), trace).is_none() {
+            order.push_back(id.to_string());
+        }
+        while order.len() > cap {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+    }
+
+    pub(crate) fn kept_trace(&self, id: &str) -> Option<Vec<TraceEntry>> {
+        lock(&self.inner.traces).0.get(id).cloned()
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
