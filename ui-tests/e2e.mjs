@@ -1,0 +1,355 @@
+// End-to-end test of the weft web UI in a real headless Chromium (Debian's /usr/bin/chromium,
+// driven by playwright-core; no browser is downloaded). Usage:
+//   node ui-tests/e2e.mjs URL [--weft BIN] [--store STORE] [--token TOKEN]
+// URL is a running `weft serve`; BIN/STORE are the `weft` binary and the same store the server
+// uses (for comparing the time-travel marking with `weft inspect --at N --json`); TOKEN is an
+// API token when the server has tokens (the test enters it in the UI's token prompt).
+// Screenshots go to $WEFT_UI_ARTIFACTS (default target/ui-artifacts/). Exit 0 when every check
+// passes; prints "N passed, M failed".
+import { chromium } from "playwright-core";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, readFileSync, existsSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = resolve(here, "..");
+
+function parseArgs(argv) {
+  const out = { url: null, weft: process.env.WEFT_BIN || null, store: process.env.WEFT_STORE || null, token: process.env.WEFT_UI_TOKEN || null };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a === "--weft") out.weft = argv[++i];
+    else if (a === "--store") out.store = argv[++i];
+    else if (a === "--token") out.token = argv[++i];
+    else if (!out.url) out.url = a;
+    else throw new Error(`unexpected argument ${a}`);
+  }
+  if (!out.url) throw new Error("usage: node ui-tests/e2e.mjs URL [--weft BIN] [--store STORE] [--token TOKEN]");
+  out.url = out.url.replace(/\/$/, "");
+  return out;
+}
+
+const args = parseArgs(process.argv.slice(2));
+const artifacts = resolve(process.env.WEFT_UI_ARTIFACTS || join(root, "target", "ui-artifacts"));
+mkdirSync(artifacts, { recursive: true });
+
+const LAUNCH = {
+  executablePath: process.env.WEFT_CHROMIUM || "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+};
+
+// --- helpers ---------------------------------------------------------------------------------
+async function apiCall(path, opts = {}) {
+  const headers = { Accept: "application/json" };
+  if (args.token) headers.Authorization = `Bearer ${args.token}`;
+  if (opts.body !== undefined) headers["Content-Type"] = "application/json";
+  const res = await fetch(args.url + path, {
+    method: opts.method || (opts.body !== undefined ? "POST" : "GET"),
+    headers,
+    body: opts.body !== undefined ? JSON.stringify(opts.body) : undefined,
+  });
+  const text = await res.text();
+  const data = text ? JSON.parse(text) : null;
+  if (!res.ok) throw new Error(`${opts.method || "GET"} ${path}: HTTP ${res.status} ${text}`);
+  return data;
+}
+
+const example = (p) => JSON.parse(readFileSync(join(root, "examples", p), "utf8"));
+
+function weftInspect(instance, at) {
+  if (!args.weft || !args.store) throw new Error("--weft and --store are needed to compare with `weft inspect`");
+  const out = execFileSync(args.weft, ["inspect", instance, "--at", String(at), "--json", "--store", args.store], {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  return JSON.parse(out);
+}
+
+function asCounts(marking) {
+  const out = {};
+  if (Array.isArray(marking)) {
+    for (const [k, v] of marking) if (v) out[k] = Number(v);
+  } else if (marking) {
+    for (const [k, v] of Object.entries(marking)) {
+      const n = Array.isArray(v) ? v.length : Number(v);
+      if (n) out[k] = n;
+    }
+  }
+  return sortKeys(out);
+}
+
+function sortKeys(o) {
+  return Object.fromEntries(Object.entries(o).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
+
+function assert(cond, msg) {
+  if (!cond) throw new Error(`assertion failed: ${msg}`);
+}
+
+function assertEq(a, b, msg) {
+  const ja = JSON.stringify(a);
+  const jb = JSON.stringify(b);
+  if (ja !== jb) throw new Error(`${msg}: expected ${jb}, got ${ja}`);
+}
+
+/** The marking the UI shows: data-tokens of every place, non-zero only. */
+async function shownMarking(page) {
+  const m = await page.$$eval("[data-testid^='place-']", (els) =>
+    els.map((e) => [e.getAttribute("data-id"), Number(e.getAttribute("data-tokens"))]));
+  const out = {};
+  for (const [k, v] of m) if (v) out[k] = v;
+  return sortKeys(out);
+}
+
+const place = (id) => `[data-testid="place-${id}"]`;
+const step = (id) => `[data-testid="step-${id}"]`;
+
+async function shot(page, name) {
+  const file = join(artifacts, `${name}.png`);
+  await page.screenshot({ path: file, fullPage: true });
+  console.log(`  screenshot ${file}`);
+}
+
+/** Opens the UI at `hash`, answering the token prompt when the server has tokens. */
+async function open(page, hash) {
+  await page.goto(`${args.url}/${hash}`);
+  if (args.token) {
+    const dlg = page.locator("#token-dialog");
+    try {
+      await dlg.waitFor({ state: "visible", timeout: 3000 });
+      await page.fill('[data-testid="token-input"]', args.token);
+      await page.click('[data-testid="token-submit"]');
+    } catch {
+      /* already authenticated in this tab (sessionStorage) */
+    }
+  }
+}
+
+// --- the tests -------------------------------------------------------------------------------
+const results = [];
+async function check(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    results.push([name, true]);
+    console.log(`ok - ${name} (${Date.now() - t0} ms)`);
+  } catch (e) {
+    results.push([name, false]);
+    console.log(`not ok - ${name}\n  ${String(e && e.stack || e).replace(/\n/g, "\n  ")}`);
+  }
+}
+
+const browser = await chromium.launch(LAUNCH);
+const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+const page = await context.newPage();
+const consoleErrors = [];
+page.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
+page.on("pageerror", (e) => consoleErrors.push(String(e)));
+
+let fanoutInstance = null;
+
+await check("token prompt (when the server has tokens) and the plans list", async () => {
+  const fanout = example("fanout.json");
+  const gated = structuredClone(fanout);
+  gated.plan_name = "fanout-gated";
+  gated.description = "The fan-out example with its join gated on an external `approve` event.";
+  gated.events.approve = { kind: "input" };
+  gated.steps.merge.on.push("approve");
+  for (const p of [fanout, gated, example("broken/deadlock.json")]) await apiCall("/v1/plans", { body: p });
+  if (args.token) {
+    await page.goto(`${args.url}/#/plans`);
+    await page.locator("#token-dialog").waitFor({ state: "visible", timeout: 10000 });
+    await shot(page, "00-token-prompt");
+  }
+  await open(page, "#/plans");
+  await page.locator('[data-testid="plan-row-fanout"]').waitFor({ timeout: 10000 });
+  await page.locator('[data-testid="plan-row-deadlock"]').waitFor();
+  const rowText = await page.locator('[data-testid="plan-row-fanout"]').innerText();
+  assert(/\b11\b/.test(rowText), `fanout row shows 11 steps: ${rowText}`);
+  await shot(page, "01-plans");
+});
+
+await check("fan-out example started from the UI runs to completed", async () => {
+  await open(page, "#/plans/fanout");
+  await page.locator(step("merge")).waitFor({ timeout: 10000 });
+  // Record every token count the UI shows from here on (same document: the app routes by hash).
+  await page.evaluate(() => {
+    window.__marks = [];
+    const mo = new MutationObserver((ms) => {
+      for (const m of ms) if (m.attributeName === "data-tokens")
+        window.__marks.push([m.target.getAttribute("data-id"), Number(m.target.getAttribute("data-tokens"))]);
+    });
+    mo.observe(document.getElementById("main"), { subtree: true, attributes: true, attributeFilter: ["data-tokens"], childList: true });
+  });
+  await shot(page, "02-plan-fanout");
+  await page.fill('[data-testid="start-input"]', '{"dataset": "sales"}');
+  await page.click('[data-testid="start-instance"]');
+  await page.waitForURL(/#\/instances\/[^/]+$/, { timeout: 10000 });
+  fanoutInstance = decodeURIComponent(page.url().split("#/instances/")[1]);
+  const status = page.locator('[data-testid="instance-status"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="instance-status"]')?.textContent === "completed", null, { timeout: 20000 });
+  assertEq(await status.innerText(), "completed", "status badge");
+  await page.waitForFunction((sel) => document.querySelector(sel)?.getAttribute("data-tokens") === "1", place("all.checked"), { timeout: 10000 });
+  const shown = await shownMarking(page);
+  const api = await apiCall(`/v1/instances/${encodeURIComponent(fanoutInstance)}`);
+  assertEq(shown, asCounts(api.marking), "final marking shown = GET /v1/instances/{id}");
+  assertEq(shown["all.checked"], 1, "the join emitted its output");
+  assert(!shown.start, "the input token was consumed");
+  const marks = await page.evaluate(() => window.__marks);
+  assert(marks.some(([id, n]) => id === "all.checked" && n === 1), "all.checked changed to 1 on screen");
+  // The timeline shows all 11 firings.
+  await page.locator('[data-testid="timeline"]').waitFor();
+  assertEq(await page.locator(".tl-bar").count(), 11, "timeline bars");
+  await shot(page, "03-instance-fanout-completed");
+});
+
+await check("live marking: gated fan-out shows branch tokens, then completes after an event sent from the UI", async () => {
+  await open(page, "#/plans/fanout-gated");
+  await page.locator(step("merge")).waitFor({ timeout: 10000 });
+  await page.fill('[data-testid="start-input"]', '{"dataset": "live"}');
+  await page.click('[data-testid="start-instance"]');
+  await page.waitForURL(/#\/instances\/[^/]+$/, { timeout: 10000 });
+  // All ten branches fire; their tokens wait on the join, which lacks `approve`.
+  await page.waitForFunction(() => {
+    const els = [...document.querySelectorAll('[data-testid^="place-shard_"]')];
+    return els.length === 10 && els.every((e) => e.getAttribute("data-tokens") === "1");
+  }, null, { timeout: 20000 });
+  const before = await shownMarking(page);
+  assert(!before["all.checked"], "no output before the gate opens");
+  const st = await page.locator('[data-testid="instance-status"]').innerText();
+  assert(st !== "completed", `not completed before the event (status ${st})`);
+  await page.locator(step("merge")).waitFor();
+  await shot(page, "04-instance-gated-waiting");
+  await page.selectOption('[data-testid="event-type"]', "approve");
+  await page.fill('[data-testid="event-data"]', '{"by": "e2e"}');
+  await page.click('[data-testid="send-event"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="instance-status"]')?.textContent === "completed", null, { timeout: 20000 });
+  await page.waitForFunction((sel) => document.querySelector(sel)?.getAttribute("data-tokens") === "1", place("all.checked"), { timeout: 10000 });
+  const after = await shownMarking(page);
+  for (let i = 0; i < 10; i++) assert(!after[`shard_${i}.checked`], `shard_${i}.checked consumed by the join`);
+  // Click a place: its tokens' payloads appear in the side panel.
+  await page.click(place("all.checked"));
+  const payload = await page.locator('[data-testid="token-payload"]').first().innerText();
+  assert(payload.includes("live"), `payload of all.checked mentions the dataset: ${payload}`);
+  await shot(page, "05-instance-gated-completed");
+});
+
+await check("time-travel slider shows the marking of `weft inspect --at N` at every N", async () => {
+  assert(fanoutInstance, "the fan-out instance exists");
+  await open(page, `#/instances/${encodeURIComponent(fanoutInstance)}`);
+  const slider = page.locator('[data-testid="time-slider"]');
+  await slider.waitFor({ timeout: 10000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid="instance-status"]')?.textContent === "completed", null, { timeout: 10000 });
+  const head = Number(await slider.getAttribute("max"));
+  assert(head >= 2, `journal has records (head ${head})`);
+  const seen = new Set();
+  let sawBranches = false;
+  for (let n = 1; n <= head; n++) {
+    await slider.fill(String(n));
+    await page.waitForFunction((n) => {
+      const e = document.querySelector('[data-testid="time-position"]');
+      return e && e.getAttribute("data-at") === String(n) && document.querySelector(".net-panel.history");
+    }, n, { timeout: 10000 });
+    const shown = await shownMarking(page);
+    const cli = weftInspect(fanoutInstance, n);
+    assertEq(shown, asCounts(cli.marking), `marking at ${n} equals weft inspect --at ${n}`);
+    seen.add(JSON.stringify(shown));
+    if (Object.keys(shown).some((k) => k.startsWith("shard_"))) sawBranches = true;
+    if (n === Math.ceil(head / 2)) await shot(page, "06-time-travel-mid");
+  }
+  assert(seen.size >= 3, `the marking changes over the journal (${seen.size} distinct)`);
+  assert(sawBranches, "branch tokens appear at some point of the journal");
+  const last = asCounts(weftInspect(fanoutInstance, head).marking);
+  assertEq(last["all.checked"], 1, "the output is there at the head");
+  await page.click('[data-testid="time-live"]');
+  await page.waitForFunction(() => !document.querySelector(".net-panel.history"));
+});
+
+await check("timeline bar opens the journal records behind it", async () => {
+  await page.click('[data-testid="tl-bar-merge"]');
+  await page.locator('[data-testid="record-list"] li').first().waitFor({ timeout: 10000 });
+  const n = await page.locator('[data-testid="record-list"] li').count();
+  assert(n >= 1, "at least one record");
+  await shot(page, "07-timeline-records");
+});
+
+await check("deadlock witness stepper highlights the witness steps one by one", async () => {
+  const net = await apiCall("/v1/plans/deadlock/net");
+  const dl = (net.analysis && net.analysis.deadlocks) || [];
+  assert(dl.length >= 1 && dl[0].witness.length >= 1, `the analysis reports a deadlock with a witness: ${JSON.stringify(net.analysis)}`);
+  const w = dl[0].witness;
+  await open(page, "#/plans/deadlock");
+  await page.locator('[data-testid="witness"]').waitFor({ timeout: 10000 });
+  const verdict = await page.locator('[data-testid="plan-verdict"]').innerText();
+  assert(verdict !== "sound", `verdict shown is not sound: ${verdict}`);
+  const highlighted = () => page.$$eval("[data-witness]", (els) => els.map((e) => [e.getAttribute("data-id"), e.getAttribute("data-witness")]));
+  assertEq(await highlighted(), [], "nothing highlighted before Next");
+  for (let i = 0; i < w.length; i++) {
+    await page.click('[data-testid="witness-next"]');
+    const h = Object.fromEntries(await highlighted());
+    assertEq(h[w[i]], "current", `step ${i + 1} (${w[i]}) is the current one`);
+    for (let j = 0; j < i; j++) if (w[j] !== w[i]) assertEq(h[w[j]], "past", `step ${j + 1} is marked as fired`);
+    const pos = await page.locator('[data-testid="witness-position"]').getAttribute("data-current");
+    assertEq(pos, w[i], "position text names the step");
+  }
+  assert(await page.locator('[data-testid="witness-next"]').isDisabled(), "Next is disabled at the deadlock");
+  const text = await page.locator('[data-testid="witness-position"]').innerText();
+  assert(/deadlock/i.test(text), `the end says deadlock: ${text}`);
+  await shot(page, "08-deadlock-witness");
+  await page.click('[data-testid="witness-prev"]');
+  if (w.length > 1) assertEq(Object.fromEntries(await highlighted())[w[w.length - 2]], "current", "Prev goes back one step");
+  else assertEq(await highlighted(), [], "Prev goes back to the initial marking");
+  await page.focus('[data-testid="witness-next"]');
+  await page.keyboard.press("Enter");
+  assertEq(Object.fromEntries(await highlighted())[w[w.length - 1]], "current", "Next works from the keyboard");
+});
+
+await check("instances list filters by status", async () => {
+  await open(page, "#/instances?status=completed");
+  await page.locator('[data-testid="instances-table"] tbody tr').first().waitFor({ timeout: 10000 });
+  const rows = await page.locator('[data-testid="instances-table"] tbody tr').allInnerTexts();
+  assert(rows.length >= 2, `both completed instances are listed: ${rows.length}`);
+  assert(rows.every((r) => r.includes("completed")), "every row is completed");
+  await shot(page, "09-instances");
+});
+
+await check("generate page reports an unavailable LLM or shows rounds", async () => {
+  await open(page, "#/generate");
+  await page.fill('[data-testid="instruction"]', "Check stock and charge the card in parallel, then confirm.");
+  await page.click('[data-testid="generate"]');
+  await page.waitForFunction(() =>
+    document.querySelector('[data-testid="llm-unavailable"]') || document.querySelector('[data-testid="rounds"]') || document.querySelector('[data-testid="problem"]'),
+    null, { timeout: 120000 });
+  if (await page.locator('[data-testid="llm-unavailable"]').count())
+    assert(await page.locator('[data-testid="generate"]').isDisabled(), "Generate is disabled without an LLM");
+  await shot(page, "10-generate");
+});
+
+await check("narrow window: the net panel and side panel stack", async () => {
+  await page.setViewportSize({ width: 420, height: 860 });
+  await open(page, `#/instances/${encodeURIComponent(fanoutInstance)}`);
+  await page.locator(step("merge")).waitFor({ timeout: 10000 });
+  const [net, side] = await Promise.all([page.locator(".net-panel").boundingBox(), page.locator("aside.side").boundingBox()]);
+  assert(side.y >= net.y + net.height - 1, "side panel below the net");
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert(overflow <= 0, `no horizontal page scroll (${overflow}px)`);
+  await shot(page, "11-narrow-instance");
+  await open(page, "#/plans/deadlock");
+  await page.locator('[data-testid="witness"]').waitFor({ timeout: 10000 });
+  await shot(page, "12-narrow-plan");
+  await page.setViewportSize({ width: 1280, height: 800 });
+});
+
+await check("no script errors in the page", async () => {
+  // Expected answers the UI handles: 401 (token prompt) and 503 (generate without an LLM).
+  const real = consoleErrors.filter((e) => !/status of (401|503)\b/.test(e));
+  assertEq(real, [], "console errors");
+});
+
+await browser.close();
+const passed = results.filter((r) => r[1]).length;
+const failed = results.length - passed;
+console.log(`ui-e2e: ${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
