@@ -115,7 +115,8 @@ async function shot(page, name) {
 /** Opens the UI at `hash`, answering the token prompt when the server has tokens. */
 async function open(page, hash) {
   await page.goto(`${args.url}/${hash}`);
-  if (args.token) {
+  const stored = await page.evaluate(() => sessionStorage.getItem("weft.token"));
+  if (args.token && !stored) {
     const dlg = page.locator("#token-dialog");
     try {
       await dlg.waitFor({ state: "visible", timeout: 3000 });

@@ -466,16 +466,9 @@ async function showRecords(box, id, s) {
       all.push(...(r.records || []));
       from = r.next ?? null;
     }
-    const firings = new Set();
-    if (s.firing !== undefined) firings.add(JSON.stringify(s.firing));
-    for (const r of all)
-      if (r.body && r.body.step === s.step && r.body.firing !== undefined && (s.firing === undefined)) firings.add(JSON.stringify(r.body.firing));
-    const mine = all.filter(
-      (r) =>
-        r.seq === s.seq ||
-        (r.body && r.body.step === s.step) ||
-        (r.body && r.body.firing !== undefined && firings.has(JSON.stringify(r.body.firing))),
-    );
+    // The trace's `seq` is the firing id; records of a firing carry it as `body.firing`.
+    const firing = s.firing ?? s.seq;
+    const mine = all.filter((r) => r.body && r.body.firing === firing);
     clear(box).append(
       h("h2", {}, "Journal records for ", h("code", {}, s.step)),
       h("p", { class: "muted" }, `started ${fmtTime(s.started_ms)}, ${s.attempts} attempt${s.attempts === 1 ? "" : "s"}, outcome ${s.outcome}`),

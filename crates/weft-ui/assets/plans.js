@@ -199,16 +199,18 @@ function witnessStepper(deadlocks, view, initial) {
     const current = pos > 0 ? w[pos - 1] : null;
     view.setWitness(w.slice(0, Math.max(0, pos - 1)), current);
     clear(seq).append(
-      w.map((st, i) =>
+      ...w.map((st, i) =>
         h("li", { class: i === pos - 1 ? "current" : i < pos - 1 ? "past" : "" }, h("code", {}, st)),
       ),
     );
-    const m = deadlocks[which].marking;
-    if (pos === w.length && m) {
-      view.setMarking(m);
-      info.textContent = `Step ${pos} of ${w.length}: ${current ?? "–"}. Deadlock reached: ${Object.entries(m)
-        .map(([k, v]) => `${k}=${v}`)
-        .join(", ") || "no tokens"}; nothing can fire.`;
+    const d = deadlocks[which];
+    const m = d.marking && Object.keys(d.marking).length ? d.marking : null;
+    if (pos === w.length) {
+      if (m) view.setMarking(m);
+      else view.setMarking(initial);
+      const tokens = m ? ` Tokens: ${Object.entries(m).map(([k, v]) => `${k}=${v}`).join(", ")}.` : "";
+      info.textContent = `Step ${pos} of ${w.length}: ${current ?? "–"}. Deadlock reached: nothing can fire.${tokens}`;
+      if (d.message) info.append(h("span", { class: "muted block" }, d.message));
     } else {
       view.setMarking(initial);
       info.textContent =
