@@ -6,6 +6,8 @@ import { h, clear, findingsList, problemBox, json, toast } from "./util.js";
 
 let llmUnavailable = null; // the problem, once the server said so (kept for this page load)
 
+const sentence = (t) => (/[.!?]$/.test(t.trim()) ? t.trim() : `${t.trim()}.`);
+
 export async function generateView(main) {
   main.append(h("h1", {}, "Generate a plan"));
   const instr = h("textarea", { id: "instruction", rows: 4, "data-testid": "instruction", placeholder: "e.g. When an order arrives, check stock and charge the card in parallel, then send a confirmation." });
@@ -26,7 +28,7 @@ export async function generateView(main) {
     btn.disabled = true;
     instr.disabled = true;
     clear(status).append(
-      h("p", { class: "problem", "data-testid": "llm-unavailable" }, "Plan generation is unavailable: ", problem.detail || "no LLM is configured on the server.", problem.hint ? ` ${problem.hint}` : ""),
+      h("p", { class: "problem", "data-testid": "llm-unavailable" }, "Plan generation is unavailable: ", sentence(problem.detail || "no LLM is configured on the server"), problem.hint ? ` ${sentence(problem.hint)}` : ""),
     );
   };
   if (llmUnavailable) disable(llmUnavailable);

@@ -473,6 +473,8 @@ async function showRecords(box, id, s) {
       h("h2", {}, "Journal records for ", h("code", {}, s.step)),
       h("p", { class: "muted" }, `started ${fmtTime(s.started_ms)}, ${s.attempts} attempt${s.attempts === 1 ? "" : "s"}, outcome ${s.outcome}`),
       s.binding ? h("details", {}, h("summary", {}, "Binding"), h("pre", { class: "code" }, json(s.binding))) : null,
+      s.args !== undefined ? h("details", {}, h("summary", {}, "Args"), h("pre", { class: "code" }, json(s.args))) : null,
+      s.result !== undefined && s.result !== null ? h("details", {}, h("summary", {}, "Result"), h("pre", { class: "code" }, json(s.result))) : null,
       s.emitted && s.emitted.length ? h("details", {}, h("summary", {}, "Emitted"), h("pre", { class: "code" }, json(s.emitted))) : null,
       mine.length
         ? h("ol", { class: "record-list", "data-testid": "record-list" }, mine.map((r) =>

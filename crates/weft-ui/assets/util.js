@@ -79,10 +79,15 @@ export function problemBox(err) {
 export function findingsList(findings, attrs = {}) {
   if (!findings || !findings.length)
     return h("p", { class: "muted", "data-testid": "findings-empty" }, "No findings.");
+  const rank = { error: 0, warning: 1, info: 2 };
+  const sorted = findings
+    .map((f, i) => [f, i])
+    .sort(([a, i], [b, j]) => (rank[a.severity] ?? 3) - (rank[b.severity] ?? 3) || i - j)
+    .map(([f]) => f);
   return h(
     "ul",
     { class: "findings", "data-testid": "findings", ...attrs },
-    findings.map((f) =>
+    sorted.map((f) =>
       h(
         "li",
         { class: `finding sev-${f.severity || "info"}` },
