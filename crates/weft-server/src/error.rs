@@ -35,9 +35,26 @@ pub struct Problem {
     pub findings: Option<Value>,
 }
 
-/// An API error: status, code, message, optional hint and findings.
+/// An API error (boxed: handlers return it in `Result`s).
 #[derive(Debug, Clone)]
-pub struct ApiError {
+pub struct ApiError(Box<ApiErrorInner>);
+
+impl std::ops::Deref for ApiError {
+    type Target = ApiErrorInner;
+    fn deref(&self) -> &ApiErrorInner {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ApiError {
+    fn deref_mut(&mut self) -> &mut ApiErrorInner {
+        &mut self.0
+    }
+}
+
+/// What an [`ApiError`] holds: status, code, message, optional hint and findings.
+#[derive(Debug, Clone)]
+pub struct ApiErrorInner {
     /// HTTP status.
     pub status: StatusCode,
     /// Stable code.
@@ -55,14 +72,14 @@ pub struct ApiError {
 impl ApiError {
     /// A new error.
     pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
-        ApiError {
+        ApiError(Box::new(ApiErrorInner {
             status,
             code,
             detail: detail.into(),
             hint: None,
             findings: None,
             retry_after: None,
-        }
+        }))
     }
 
     /// Adds a hint.

@@ -215,8 +215,12 @@ pub(crate) async fn store_plan(
         .map(|p| p.plan_name.clone())
         .unwrap_or_default();
     check_name("plan_name", &name).map_err(|e| {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_plan", e.detail)
-            .hint(e.hint.unwrap_or_default())
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_plan",
+            e.detail.clone(),
+        )
+        .hint(e.hint.clone().unwrap_or_default())
     })?;
     let store = state.store();
     let version = match store.get_plan(tenant, &name, None).await? {

@@ -120,6 +120,9 @@ fn insert_token(
     Ok(())
 }
 
+/// Traces of finished instances by id, with their ids oldest first (for eviction).
+pub(crate) type Traces = (HashMap<String, Vec<TraceEntry>>, VecDeque<String>);
+
 /// Shared state of the HTTP app (cheap to clone).
 #[derive(Clone)]
 pub struct AppState {
@@ -146,7 +149,7 @@ pub(crate) struct Inner {
     /// Serializes starts (see `Durable::start_compiled`).
     pub start_lock: Mutex<()>,
     /// Traces of finished instances, oldest first.
-    pub traces: Mutex<(HashMap<String, Vec<TraceEntry>>, VecDeque<String>)>,
+    pub traces: Mutex<Traces>,
     /// Flipped on shutdown: SSE streams end.
     pub shutdown: tokio::sync::watch::Sender<bool>,
 }
