@@ -4,18 +4,19 @@
 //! journal: every accepted event must be journaled exactly once.
 //!
 //! The journal check survives compaction (reactive journals are snapshotted and truncated
-//! every 1,000 records): record sequence numbers keep counting, so for each instance
-//! `head_after − head_before` must equal `k × events accepted for it`, where `k` (records per
-//! event) is calibrated with one event whose records are read back and must hold exactly one
-//! `token.added`. The kept tail of every journal is also read: no event number may appear in
-//! two `token.added` records.
+//! every 1,000 records): before and after the load it reads each instance's journal fold at
+//! its head (`GET /v1/instances/{id}/inspect`, the document `weft inspect --json` prints,
+//! rebuilt from snapshot + journal) and requires its `fired` counter to have grown by exactly
+//! the events accepted for that instance — the default plan fires one step per `ping`, so the
+//! fold fires once per journaled `token.added`. The kept journal tail is read too: no event
+//! number may appear in two `token.added` records, and each must belong to that instance.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use hyper::StatusCode;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -105,15 +106,13 @@ pub struct Report {
 /// The journal check.
 #[derive(Debug, Serialize)]
 pub struct Verify {
-    /// Journal records one event produces (calibrated).
-    pub records_per_event: u64,
-    /// Events the loadgen saw accepted (incl. the calibration event).
+    /// Events the loadgen saw accepted (warm-up included).
     pub accepted: u64,
-    /// Events the journals account for (`Σ (head_after − head_before) / k`).
+    /// Events the journals account for (`Σ fired_after − fired_before` of the journal folds).
     pub journaled: u64,
     /// `token.added` records read in the kept journal tails (all distinct event numbers).
     pub tail_tokens_checked: u64,
-    /// Instances whose record count does not match (`id: expected/actual records`).
+    /// Instances whose journal does not match what was accepted.
     pub mismatches: Vec<String>,
     /// `accepted == journaled` and no mismatch.
     pub ok: bool,
@@ -210,10 +209,10 @@ async fn setup(cfg: &Config, conn: &mut Conn) -> anyhow::Result<Vec<String>> {
     Ok(ids)
 }
 
-/// One journal: its last sequence number and the `token.added` event numbers kept.
-async fn read_journal(conn: &mut Conn, id: &str) -> anyhow::Result<(u64, Vec<u64>)> {
+/// The event numbers of the `token.added` records kept in a journal (compaction drops the
+/// records behind a snapshot).
+async fn read_tokens(conn: &mut Conn, id: &str) -> anyhow::Result<Vec<u64>> {
     let mut from = 1;
-    let mut head = 0;
     let mut tokens = Vec::new();
     loop {
         let r = conn
@@ -229,48 +228,39 @@ async fn read_journal(conn: &mut Conn, id: &str) -> anyhow::Result<(u64, Vec<u64
         );
         let page = r.json()?;
         for rec in page["records"].as_array().context("no `records`")? {
-            head = head.max(number(rec, "seq"));
             if rec["kind"] == "token.added" {
                 tokens.push(rec["body"]["payload"]["n"].as_u64().unwrap_or(u64::MAX));
             }
         }
         match page["next"].as_u64() {
             Some(n) => from = n,
-            None => return Ok((head, tokens)),
+            None => return Ok(tokens),
         }
     }
 }
 
-async fn heads(conn: &mut Conn, ids: &[String]) -> anyhow::Result<Vec<(u64, Vec<u64>)>> {
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        out.push(read_journal(conn, id).await?);
-    }
-    Ok(out)
-}
-
-/// Sends one event to `ids[0]` and returns the number of journal records it produced.
-async fn calibrate(cfg: &Config, conn: &mut Conn, ids: &[String]) -> anyhow::Result<u64> {
-    let (before, _) = read_journal(conn, &ids[0]).await?;
-    // Event numbers of the load start at 0; the calibration event uses one far above.
-    let n = u64::MAX / 2;
-    let (body, ct) = events_body(&cfg.event_type, &ids[..1], n, 1);
-    let r = conn.post("/v1/events", ct, body).await?;
+/// The journal fold at its head (`GET /v1/instances/{id}/inspect`, what `weft inspect --json`
+/// prints): `(head, fired)`.
+async fn inspect(conn: &mut Conn, id: &str) -> anyhow::Result<(u64, u64)> {
+    let r = conn.get(&format!("/v1/instances/{id}/inspect")).await?;
     ensure!(
-        r.status == StatusCode::ACCEPTED,
-        "calibration event: {} {}",
+        r.status == StatusCode::OK,
+        "GET /v1/instances/{id}/inspect: {} {}",
         r.status,
         String::from_utf8_lossy(&r.body)
     );
-    let (after, tokens) = read_journal(conn, &ids[0]).await?;
-    let k = after.saturating_sub(before);
-    let seen = tokens.iter().filter(|&&t| t == n).count();
-    if k == 0 || seen != 1 {
-        bail!(
-            "calibration: one event produced {k} journal record(s) with {seen} token.added of it (expected ≥ 1 and exactly 1)"
-        );
+    let v = r.json()?;
+    let fired = v["fired"].as_u64().context("inspect without `fired`")?;
+    Ok((number(&v, "head"), fired))
+}
+
+/// Per instance: the journal fold's `(head, fired)`.
+async fn census(conn: &mut Conn, ids: &[String]) -> anyhow::Result<Vec<(u64, u64)>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        out.push(inspect(conn, id).await?);
     }
-    Ok(k)
+    Ok(out)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -362,12 +352,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     );
     let ids = setup(&cfg, &mut conns[0]).await?;
     let verify = cfg.verify && cfg.mode == Mode::Events;
-    let (k, before) = if verify {
-        let k = calibrate(&cfg, &mut conns[0], &ids).await?;
-        eprintln!("weft-loadgen: one event = {k} journal record(s); reading journal heads…");
-        (k, heads(&mut conns[0], &ids).await?)
+    let before = if verify {
+        census(&mut conns[0], &ids).await?
     } else {
-        (0, Vec::new())
+        Vec::new()
     };
     let ids = Arc::new(ids);
     let sent: Arc<Vec<AtomicU64>> = Arc::new((0..ids.len()).map(|_| AtomicU64::new(0)).collect());
@@ -411,34 +399,34 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     let verify = if verify {
         eprintln!("weft-loadgen: checking the journals…");
         let mut conn = Conn::open(&cfg.target).await?;
-        let after = heads(&mut conn, &ids).await?;
+        let after = census(&mut conn, &ids).await?;
         let mut mismatches = Vec::new();
         let mut journaled = 0;
         let mut tail = 0;
         for (i, id) in ids.iter().enumerate() {
-            let delta = after[i].0.saturating_sub(before[i].0);
-            let expected = k * sent[i].load(Ordering::Relaxed);
-            journaled += delta / k;
-            if delta != expected {
-                mismatches.push(format!("{id}: expected {expected} records, found {delta}"));
+            let fired = after[i].1.saturating_sub(before[i].1);
+            let accepted = sent[i].load(Ordering::Relaxed);
+            journaled += fired;
+            if fired != accepted {
+                mismatches.push(format!(
+                    "{id}: {accepted} events accepted, the journal holds {fired}"
+                ));
             }
             let mut seen = HashSet::new();
-            for &t in &after[i].1 {
+            for t in read_tokens(&mut conn, id).await? {
                 tail += 1;
                 if !seen.insert(t) {
                     mismatches.push(format!("{id}: event {t} journaled twice"));
+                } else if t % ids.len() as u64 != i as u64 {
+                    mismatches.push(format!("{id}: event {t} was meant for another instance"));
                 }
             }
         }
-        // The calibration event counts as accepted too.
-        let accepted = all.accepted_total + 1;
-        let journaled = journaled + 1;
         Some(Verify {
-            records_per_event: k,
-            accepted,
+            accepted: all.accepted_total,
             journaled,
             tail_tokens_checked: tail,
-            ok: mismatches.is_empty() && accepted == journaled,
+            ok: mismatches.is_empty() && all.accepted_total == journaled,
             mismatches,
         })
     } else {
