@@ -298,6 +298,9 @@ await check("deadlock witness stepper highlights the witness steps one by one", 
   assert(await page.locator('[data-testid="witness-next"]').isDisabled(), "Next is disabled at the deadlock");
   const text = await page.locator('[data-testid="witness-position"]').innerText();
   assert(/deadlock/i.test(text), `the end says deadlock: ${text}`);
+  // The deadlock marking: `finish` holds `checked` but lacks `approved`.
+  const atDeadlock = await shownMarking(page);
+  assertEq(atDeadlock, { checked: 1 }, "marking shown at the deadlock");
   await shot(page, "08-deadlock-witness");
   await page.click('[data-testid="witness-prev"]');
   if (w.length > 1) assertEq(Object.fromEntries(await highlighted())[w[w.length - 2]], "current", "Prev goes back one step");
@@ -305,6 +308,13 @@ await check("deadlock witness stepper highlights the witness steps one by one", 
   await page.focus('[data-testid="witness-next"]');
   await page.keyboard.press("Enter");
   assertEq(Object.fromEntries(await highlighted())[w[w.length - 1]], "current", "Next works from the keyboard");
+  // Steps are focusable; Enter shows what the hover tooltip shows (tool, inputs, emits).
+  await page.focus(step("finish"));
+  await page.keyboard.press("Enter");
+  const details = await page.locator('[data-testid="node-details"]').innerText();
+  assert(details.includes("approved") && details.includes("log"), `step details: ${details}`);
+  const tip = await page.locator(`${step("check")} title`).textContent();
+  assert(tip.includes("tool: echo") && tip.includes("amount"), `tooltip of check: ${tip}`);
 });
 
 await check("instances list filters by status", async () => {

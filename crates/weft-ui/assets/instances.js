@@ -154,6 +154,12 @@ export async function instanceView(main, id) {
       view.select(p);
       renderPlace();
     },
+    // A step: the journal records of its latest firing (as a click on its timeline bar).
+    onStep: (st) => {
+      const fired = (trace.steps || []).filter((t) => t.step === st);
+      if (fired.length) showRecords(records, id, fired[fired.length - 1]);
+      else clear(records).append(h("p", { class: "muted" }, h("code", {}, st), " has not fired yet."));
+    },
   });
   const placePanel = h("section", { class: "card", "data-testid": "place-panel", "aria-live": "polite" });
   const statePanel = h("section", { class: "card", "data-testid": "state-panel" });

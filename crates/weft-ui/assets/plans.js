@@ -97,9 +97,39 @@ export async function planView(main, name, params) {
   const netBox = h("section", { class: "net-panel", "aria-label": "Net" });
   const side = h("aside", { class: "side", "aria-label": "Plan details" });
   main.append(h("div", { class: "split" }, netBox, side));
-  const view = drawNet(netBox, net, {
-    onPlace: (id) => view.select(id),
-  });
+  // Details of the clicked (or Enter-activated) step or event: what the tooltip shows on hover.
+  const details = h("section", { class: "card", "data-testid": "node-details", "aria-live": "polite" },
+    h("h2", {}, "Details"), h("p", { class: "muted" }, "Select a step (box) or an event (circle)."));
+  const showStep = (id) => {
+    const st = (net.steps || []).find((x) => x.id === id) || { id };
+    const ins = net.arcs.filter((a) => a.to === id && a.kind !== "emit").map((a) => a.from);
+    const outs = net.arcs.filter((a) => a.from === id && a.kind === "emit").map((a) => (a.when ? `${a.to} (when ${a.when})` : a.to));
+    clear(details).append(
+      h("h2", {}, "Step ", h("code", {}, id)),
+      h("dl", { class: "kv" },
+        h("dt", {}, "tool"), h("dd", {}, h("code", {}, st.tool ?? "–")),
+        h("dt", {}, "on"), h("dd", {}, ins.join(", ") || "–"),
+        h("dt", {}, "emits"), h("dd", {}, outs.join(", ") || "–"),
+        st.guard ? [h("dt", {}, "guard"), h("dd", {}, h("code", {}, st.guard))] : null,
+        st.on_fail ? [h("dt", {}, "on_fail"), h("dd", {}, st.on_fail)] : null),
+      st.args ? h("pre", { class: "code" }, json(st.args)) : null,
+    );
+  };
+  const showPlace = (id) => {
+    view.select(id);
+    const p = (net.places || []).find((x) => x.id === id) || { id };
+    const by = net.arcs.filter((a) => a.to === id && a.kind === "emit").map((a) => a.from);
+    const to = net.arcs.filter((a) => a.from === id && a.kind !== "emit").map((a) => a.to);
+    clear(details).append(
+      h("h2", {}, "Event ", h("code", {}, id)),
+      h("dl", { class: "kv" },
+        h("dt", {}, "kind"), h("dd", {}, p.kind || "–"),
+        h("dt", {}, "emitted by"), h("dd", {}, by.join(", ") || (p.kind === "input" ? "outside (input)" : "–")),
+        h("dt", {}, "consumed by"), h("dd", {}, to.join(", ") || "– (an output)")),
+      p.description ? h("p", { class: "muted" }, p.description) : null,
+    );
+  };
+  const view = drawNet(netBox, net, { onPlace: showPlace, onStep: showStep });
   const initial = {};
   for (const p of net.places) if (p.initial) initial[p.id] = p.initial;
   view.setMarking(initial);
@@ -134,14 +164,14 @@ export async function planView(main, name, params) {
       startOut.append(problemBox(e));
     }
   });
-  side.append(startForm);
+  side.append(details, startForm);
 
   // Deadlock witnesses.
   const deadlocks = (analysis.deadlocks || []).filter((d) => d.witness);
   if (!deadlocks.length)
     for (const f of analysis.findings || plan.findings || [])
       if (Array.isArray(f.witness)) deadlocks.push({ witness: f.witness, marking: null, message: f.message });
-  if (deadlocks.length) side.append(witnessStepper(deadlocks, view, initial));
+  if (deadlocks.length) side.append(witnessStepper(deadlocks, view, initial, net));
 
   // Findings.
   const findings = analysis.findings || plan.findings || [];
@@ -179,8 +209,28 @@ export async function planView(main, name, params) {
   return null;
 }
 
+/**
+ * The token counts along a witness (P/T token game from the initial marking): a firing takes
+ * one token from each consumed place and puts one on each unconditional emit; a conditional
+ * (`when`) emit is taken only when a later witness step consumes from that place.
+ */
+export function witnessMarkings(net, initial, witness) {
+  const m = { ...initial };
+  const out = [{ ...m }];
+  witness.forEach((st, k) => {
+    for (const a of net.arcs) if (a.to === st && a.kind === "consume") m[a.from] = Math.max(0, (m[a.from] || 0) - 1);
+    for (const a of net.arcs) {
+      if (a.from !== st || a.kind !== "emit") continue;
+      const needed = witness.slice(k + 1).some((later) => net.arcs.some((b) => b.to === later && b.from === a.to && b.kind !== "emit"));
+      if (!a.when || needed) m[a.to] = (m[a.to] || 0) + 1;
+    }
+    out.push({ ...m });
+  });
+  return out;
+}
+
 /** Prev/Next through a deadlock's witness firing sequence, highlighting one step at a time. */
-function witnessStepper(deadlocks, view, initial) {
+function witnessStepper(deadlocks, view, initial, net) {
   let which = 0;
   let pos = 0; // 0 = before the first firing; k = after firing witness[k-1]
   const info = h("p", { "data-testid": "witness-position", "aria-live": "polite" });
@@ -204,15 +254,16 @@ function witnessStepper(deadlocks, view, initial) {
       ),
     );
     const d = deadlocks[which];
-    const m = d.marking && Object.keys(d.marking).length ? d.marking : null;
+    // The analysis's deadlock marking when it gives one, else the token game along the witness.
+    const given = d.marking && Object.keys(d.marking).length ? d.marking : null;
+    const played = witnessMarkings(net, initial, w);
+    const m = pos === w.length && given ? given : played[pos];
+    view.setMarking(m);
     if (pos === w.length) {
-      if (m) view.setMarking(m);
-      else view.setMarking(initial);
-      const tokens = m ? ` Tokens: ${Object.entries(m).map(([k, v]) => `${k}=${v}`).join(", ")}.` : "";
-      info.textContent = `Step ${pos} of ${w.length}: ${current ?? "–"}. Deadlock reached: nothing can fire.${tokens}`;
+      const tokens = Object.entries(m).filter(([, v]) => v > 0).map(([k, v]) => `${k}=${v}`).join(", ");
+      info.textContent = `Step ${pos} of ${w.length}: ${current ?? "–"}. Deadlock reached: nothing can fire. Tokens: ${tokens || "none"}.`;
       if (d.message) info.append(h("span", { class: "muted block" }, d.message));
     } else {
-      view.setMarking(initial);
       info.textContent =
         pos === 0
           ? `Initial marking. Press Next to fire the first of ${w.length} witness steps.`
