@@ -237,6 +237,41 @@ await check("live marking: gated fan-out shows branch tokens, then completes aft
   await shot(page, "05-instance-gated-completed");
 });
 
+await check("actions: checkpoint, stop, resume from the checkpoint (a fork), then complete it", async () => {
+  const started = await apiCall("/v1/instances", { body: { plan: "fanout-gated", input: { dataset: "fork" } } });
+  await open(page, `#/instances/${encodeURIComponent(started.id)}`);
+  await page.waitForFunction(() => document.querySelector('[data-testid="place-shard_9.checked"]')?.getAttribute("data-tokens") === "1", null, { timeout: 20000 });
+  await page.click('[data-testid="checkpoint"]');
+  await page.locator('[data-testid="checkpoint-out"]').waitFor({ timeout: 10000 });
+  const cp = await page.inputValue('[data-testid="resume-from"]');
+  assert(/^cp-/.test(cp), `the checkpoint id is offered for resume: ${cp}`);
+  await page.click('[data-testid="stop"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="instance-status"]')?.textContent === "stopped", null, { timeout: 10000 });
+  assert(await page.locator('[data-testid="stop"]').isDisabled(), "Stop is disabled once stopped");
+  await page.click('[data-testid="resume"]');
+  await page.waitForFunction((old) => location.hash.startsWith("#/instances/") && !location.hash.endsWith(`/${old}`), encodeURIComponent(started.id), { timeout: 10000 });
+  const fork = decodeURIComponent(page.url().split("#/instances/")[1]);
+  assert(fork !== started.id, "resuming from a checkpoint opens the forked instance");
+  await page.waitForFunction(() => document.querySelector('[data-testid="place-shard_9.checked"]')?.getAttribute("data-tokens") === "1", null, { timeout: 20000 });
+  await page.selectOption('[data-testid="event-type"]', "approve");
+  await page.click('[data-testid="send-event"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="instance-status"]')?.textContent === "completed", null, { timeout: 20000 });
+  const orig = await apiCall(`/v1/instances/${encodeURIComponent(started.id)}`);
+  assertEq(orig.status, "stopped", "the original instance stays stopped");
+});
+
+await check("failed steps are marked on the net and in the timeline (failure-handling example)", async () => {
+  await apiCall("/v1/plans", { body: example("failure-handling.json") });
+  const started = await apiCall("/v1/instances", { body: { plan: "failure-handling", input: { order: "A-1", email: "buyer@example.com" } } });
+  await open(page, `#/instances/${encodeURIComponent(started.id)}`);
+  await page.waitForFunction(() => document.querySelector('[data-testid="instance-status"]')?.textContent === "completed", null, { timeout: 30000 });
+  await page.waitForFunction((sel) => document.querySelector(sel)?.getAttribute("data-state") === "failed", step("charge"), { timeout: 10000 });
+  const bar = page.locator('[data-testid="tl-bar-charge"]');
+  assertEq((await bar.innerText()).trim(), "×3", "charge's bar shows its three attempts");
+  assert((await bar.getAttribute("class")).includes("outcome-error"), "charge's bar is an error");
+  await shot(page, "05b-instance-failure-handling");
+});
+
 await check("time-travel slider shows the marking of `weft inspect --at N` at every N", async () => {
   assert(fanoutInstance, "the fan-out instance exists");
   await open(page, `#/instances/${encodeURIComponent(fanoutInstance)}`);
@@ -247,6 +282,7 @@ await check("time-travel slider shows the marking of `weft inspect --at N` at ev
   assert(head >= 2, `journal has records (head ${head})`);
   const seen = new Set();
   let sawBranches = false;
+  let sawInflight = false;
   for (let n = 1; n <= head; n++) {
     await slider.fill(String(n));
     await page.waitForFunction((n) => {
@@ -257,11 +293,16 @@ await check("time-travel slider shows the marking of `weft inspect --at N` at ev
     const cli = weftInspect(fanoutInstance, n);
     assertEq(shown, asCounts(cli.marking), `marking at ${n} equals weft inspect --at ${n}`);
     seen.add(JSON.stringify(shown));
+    const inflight = await page.$$eval('[data-state="inflight"]', (els) => els.map((e) => e.getAttribute("data-id")));
+    const cliInflight = (cli.in_flight || []).map((a) => a.step).sort();
+    assertEq(inflight.slice().sort(), [...new Set(cliInflight)], `in-flight steps highlighted at ${n}`);
+    if (inflight.length) sawInflight = true;
     if (Object.keys(shown).some((k) => k.startsWith("shard_"))) sawBranches = true;
     if (n === Math.ceil(head / 2)) await shot(page, "06-time-travel-mid");
   }
   assert(seen.size >= 3, `the marking changes over the journal (${seen.size} distinct)`);
   assert(sawBranches, "branch tokens appear at some point of the journal");
+  assert(sawInflight, "some step is in flight at some point of the journal");
   const last = asCounts(weftInspect(fanoutInstance, head).marking);
   assertEq(last["all.checked"], 1, "the output is there at the head");
   await page.click('[data-testid="time-live"]');

@@ -25,6 +25,8 @@ async function route() {
     cleanup = null;
   }
   const main = document.getElementById("main");
+  const toastEl = document.getElementById("toast");
+  if (toastEl) toastEl.className = "";
   clear(main);
   const { parts, params } = parse();
   for (const a of document.querySelectorAll("nav a")) {

@@ -111,6 +111,7 @@ export async function instanceView(main, id) {
   const stopBtn = h("button", { type: "button", "data-testid": "stop" }, "Stop");
   const resumeBtn = h("button", { type: "button", "data-testid": "resume" }, "Resume");
   const cpBtn = h("button", { type: "button", "data-testid": "checkpoint" }, "Checkpoint");
+  const fromIn = h("input", { type: "text", id: "resume-from", placeholder: "from cp-… (optional)", "aria-label": "Resume from checkpoint (optional)", "data-testid": "resume-from", size: 18 });
   const actionOut = h("div", { "aria-live": "polite" });
   main.append(
     h(
@@ -120,7 +121,7 @@ export async function instanceView(main, id) {
       h("span", {}, "plan ", h("a", { href: `#/plans/${enc(inst.plan)}?version=${enc(inst.version)}` }, `${inst.plan} v${inst.version}`)),
       status,
       h("span", { class: "spacer" }),
-      h("div", { class: "row" }, stopBtn, resumeBtn, cpBtn),
+      h("div", { class: "row" }, stopBtn, cpBtn, fromIn, resumeBtn),
     ),
     actionOut,
   );
@@ -242,7 +243,6 @@ export async function instanceView(main, id) {
     status.className = `badge badge-${inst.status}`;
     const terminal = TERMINAL.has(inst.status);
     stopBtn.disabled = terminal;
-    resumeBtn.disabled = inst.status === "completed";
     const head = Math.max(1, inst.journal_head || 1);
     slider.max = String(head);
     if (mode === "live") slider.value = String(head);
@@ -345,7 +345,15 @@ export async function instanceView(main, id) {
     try {
       const r = await api(path, { method: "POST", body: body ?? {} });
       toast(`${label}: ${r.status || r.checkpoint || "ok"}`);
-      if (r.checkpoint) actionOut.append(h("p", { "data-testid": "checkpoint-out" }, "Checkpoint ", h("code", {}, r.checkpoint), ` at record ${r.seq}`));
+      if (r.checkpoint) {
+        actionOut.append(h("p", { "data-testid": "checkpoint-out" }, "Checkpoint ", h("code", {}, r.checkpoint), ` at record ${r.seq}; Resume from it forks a new instance.`));
+        fromIn.value = r.checkpoint;
+      }
+      if (r.id && r.id !== id) {
+        // Resuming from a checkpoint forks a new instance: follow it.
+        location.hash = `#/instances/${enc(r.id)}`;
+        return;
+      }
       startStream();
       await refresh();
     } catch (e) {
@@ -353,7 +361,8 @@ export async function instanceView(main, id) {
     }
   };
   stopBtn.addEventListener("click", () => act("Stopped", `/v1/instances/${enc(id)}/stop`));
-  resumeBtn.addEventListener("click", () => act("Resumed", `/v1/instances/${enc(id)}/resume`));
+  resumeBtn.addEventListener("click", () =>
+    act("Resumed", `/v1/instances/${enc(id)}/resume`, fromIn.value.trim() ? { from: fromIn.value.trim() } : {}));
   cpBtn.addEventListener("click", () => act("Checkpoint", `/v1/instances/${enc(id)}/checkpoint`));
 
   renderAll();

@@ -33,8 +33,9 @@ function nodeSize(kind, id) {
 
 /**
  * Lays out `net` = {places:[{id}], steps:[{id}], arcs:[{from,to,kind}]} (the shape of
- * `GET /v1/plans/{name}/net`). Arcs go place→step or step→place; an endpoint that names both a
- * place and a step is resolved by direction. Returns
+ * `GET /v1/plans/{name}/net`). Arcs go place→step (consume, read) or step→place (emit, and
+ * fail: where a step's failure goes); an endpoint that names both a place and a step is
+ * resolved by direction. Returns
  * {nodes:[{key,id,kind,layer,order,x,y,w,h}], edges:[{from,to,kind,when,reversed,points}],
  *  width, height, layers}. `x`,`y` are node centres; `points` run from the arc's source to its
  * target. Deterministic: the same net gives the same layout.
@@ -55,7 +56,7 @@ export function layout(net) {
   // Arcs: resolve endpoints (place→step for consume/read, step→place for emit).
   const edges = [];
   for (const a of net.arcs || []) {
-    const emit = a.kind === "emit";
+    const emit = a.kind === "emit" || a.kind === "fail";
     const from = (emit ? "s:" : "p:") + a.from;
     const to = (emit ? "p:" : "s:") + a.to;
     if (!byKey.has(from) || !byKey.has(to)) continue;

@@ -18,12 +18,30 @@ function stepTitle(st) {
 }
 
 /**
+ * Adds the arcs a failure takes (drawn dashed red): a step to its `<step>.failed` event when a
+ * step consumes that, and to its `on_fail: "emit:X"` target.
+ */
+export function withFailureArcs(net) {
+  const places = new Set((net.places || []).map((p) => p.id));
+  const arcs = (net.arcs || []).slice();
+  for (const st of net.steps || []) {
+    const failed = `${st.id}.failed`;
+    if (places.has(failed) && !arcs.some((a) => a.from === st.id && a.to === failed))
+      arcs.push({ from: st.id, to: failed, kind: "fail", when: "the step failed" });
+    const m = /^emit:(.+)$/.exec(st.on_fail || "");
+    if (m && places.has(m[1]) && !arcs.some((a) => a.from === st.id && a.to === m[1]))
+      arcs.push({ from: st.id, to: m[1], kind: "fail", when: "the step failed (on_fail)" });
+  }
+  return { ...net, arcs };
+}
+
+/**
  * Draws `net` (GET /v1/plans/{name}/net) into `container`.
  * `opts.onPlace(id)` / `opts.onStep(id)` are called on click or Enter/Space.
  */
 export function drawNet(container, net, opts = {}) {
   clear(container);
-  const lay = layout(net);
+  const lay = layout(withFailureArcs(net));
   const stepInfo = new Map((net.steps || []).map((st) => [st.id, st]));
   const placeInfo = new Map((net.places || []).map((p) => [p.id, p]));
 

@@ -81,6 +81,7 @@ export async function planView(main, name, params) {
     api(`/v1/plans/${enc(name)}${version ? `/versions/${enc(version)}` : ""}`),
     api(`/v1/plans/${enc(name)}/net${q}`),
   ]);
+  const latestVersion = version ? (await api(`/v1/plans/${enc(name)}`)).version : plan.version;
   const analysis = net.analysis || plan.analysis || {};
   const verdict = analysis.verdict || "unknown";
   main.append(
@@ -88,7 +89,7 @@ export async function planView(main, name, params) {
       "div",
       { class: "title-row" },
       h("h1", {}, "Plan ", h("span", { class: "mono" }, plan.name)),
-      h("span", { class: "muted" }, `version ${plan.version}`),
+      versionPicker(plan, latestVersion),
       badge(verdict, { "data-testid": "plan-verdict" }),
     ),
   );
@@ -207,6 +208,19 @@ export async function planView(main, name, params) {
     h("details", { class: "card" }, h("summary", {}, "Plan document"), h("pre", { class: "code" }, json(plan.plan))),
   );
   return null;
+}
+
+/** "version N" with a picker over the plan's stored versions (1..latest). */
+function versionPicker(plan, latest) {
+  if (!(latest > 1)) return h("span", { class: "muted" }, `version ${plan.version}`);
+  const sel = h(
+    "select",
+    { id: "plan-version", "data-testid": "plan-version", "aria-label": "Plan version" },
+    Array.from({ length: latest }, (_, i) => latest - i).map((v) =>
+      h("option", { value: v, selected: v === plan.version }, `version ${v}${v === latest ? " (latest)" : ""}`)),
+  );
+  sel.addEventListener("change", () => (location.hash = `#/plans/${enc(plan.name)}?version=${sel.value}`));
+  return sel;
 }
 
 /**
