@@ -217,6 +217,8 @@ await check("live marking: gated fan-out shows branch tokens, then completes aft
     const els = [...document.querySelectorAll('[data-testid^="place-shard_"]')];
     return els.length === 10 && els.every((e) => e.getAttribute("data-tokens") === "1");
   }, null, { timeout: 20000 });
+  // Updates come over the SSE stream (the view polls only while the stream is not open).
+  await page.waitForFunction(() => document.querySelector('[data-testid="stream"]')?.getAttribute("data-stream") === "open", null, { timeout: 10000 });
   const before = await shownMarking(page);
   assert(!before["all.checked"], "no output before the gate opens");
   const st = await page.locator('[data-testid="instance-status"]').innerText();

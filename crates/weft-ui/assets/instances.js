@@ -108,6 +108,7 @@ export async function instanceView(main, id) {
 
   // Header.
   const status = badge(inst.status, { "data-testid": "instance-status", "aria-live": "polite" });
+  const streamEl = h("span", { class: "stream muted", "data-testid": "stream", "data-stream": "closed", title: "Updates from the server's event stream" });
   const stopBtn = h("button", { type: "button", "data-testid": "stop" }, "Stop");
   const resumeBtn = h("button", { type: "button", "data-testid": "resume" }, "Resume");
   const cpBtn = h("button", { type: "button", "data-testid": "checkpoint" }, "Checkpoint");
@@ -120,6 +121,7 @@ export async function instanceView(main, id) {
       h("h1", {}, "Instance ", h("span", { class: "mono" }, id)),
       h("span", {}, "plan ", h("a", { href: `#/plans/${enc(inst.plan)}?version=${enc(inst.version)}` }, `${inst.plan} v${inst.version}`)),
       status,
+      streamEl,
       h("span", { class: "spacer" }),
       h("div", { class: "row" }, stopBtn, cpBtn, fromIn, resumeBtn),
     ),
@@ -162,7 +164,7 @@ export async function instanceView(main, id) {
       else clear(records).append(h("p", { class: "muted" }, h("code", {}, st), " has not fired yet."));
     },
   });
-  const placePanel = h("section", { class: "card", "data-testid": "place-panel", "aria-live": "polite" });
+  const placePanel = h("section", { class: "card", "data-testid": "tokens-panel", "aria-live": "polite" });
   const statePanel = h("section", { class: "card", "data-testid": "state-panel" });
   side.append(placePanel, statePanel, sendEventForm(id, net, () => refresh()));
 
@@ -284,25 +286,42 @@ export async function instanceView(main, id) {
     } finally {
       busy = false;
     }
-    if (TERMINAL.has(inst.status)) stopStream();
+    if (TERMINAL.has(inst.status) && !closed) stopStream();
   };
 
-  // Live updates: SSE stream for this instance, plus a slow poll while it is not terminal (an
-  // event that happened before the stream was open is caught on the stream's `open`).
+  // Live updates: the SSE stream for this instance (whatever happened before it opened is
+  // caught by the refetch on its `open`).
+  // The state can trail the event that announced it by a moment (the server publishes, then
+  // records), so each message also schedules one trailing refetch shortly after the burst.
   let es = null;
+  let trail = null;
+  const onMessage = () => {
+    refresh();
+    clearTimeout(trail);
+    trail = setTimeout(refresh, 250);
+  };
+  const setStream = (state, text) => {
+    streamEl.setAttribute("data-stream", state);
+    streamEl.textContent = text;
+  };
   const startStream = () => {
     if (es || closed) return;
     es = new EventSource(streamUrl(`/v1/events/stream?instance=${enc(id)}`));
-    es.addEventListener("open", refresh);
-    es.addEventListener("message", refresh);
-    for (const t of LIFECYCLE) es.addEventListener(t, refresh);
+    setStream("connecting", "connecting…");
+    es.addEventListener("open", () => setStream("open", "● live"));
+    es.addEventListener("error", () => setStream("reconnecting", "reconnecting (polling)"));
+    es.addEventListener("open", onMessage);
+    es.addEventListener("message", onMessage);
+    for (const t of LIFECYCLE) es.addEventListener(t, onMessage);
   };
   const stopStream = () => {
     if (es) es.close();
     es = null;
+    setStream("closed", "");
   };
+  // Fallback only: poll while the stream is not open (connecting, reconnecting, refused).
   const poll = setInterval(() => {
-    if (!TERMINAL.has(inst.status) && !document.hidden) refresh();
+    if (!TERMINAL.has(inst.status) && !document.hidden && !(es && es.readyState === EventSource.OPEN)) refresh();
   }, 3000);
 
   // Time travel.
@@ -373,6 +392,7 @@ export async function instanceView(main, id) {
     closed = true;
     clearInterval(poll);
     clearTimeout(tt);
+    clearTimeout(trail);
     stopStream();
   };
 }
