@@ -396,6 +396,17 @@ await check("narrow window: the net panel and side panel stack", async () => {
   await page.setViewportSize({ width: 1280, height: 800 });
 });
 
+await check("dark colour scheme follows the system setting", async () => {
+  await page.emulateMedia({ colorScheme: "dark" });
+  await open(page, `#/instances/${encodeURIComponent(fanoutInstance)}`);
+  await page.locator(step("merge")).waitFor({ timeout: 10000 });
+  const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  const [r, g, b] = bg.match(/\d+/g).map(Number);
+  assert(r + g + b < 150, `dark background: ${bg}`);
+  await shot(page, "13-dark-instance");
+  await page.emulateMedia({ colorScheme: "light" });
+});
+
 await check("no script errors in the page", async () => {
   // Expected answers the UI handles: 401 (token prompt) and 503 (generate without an LLM).
   const real = consoleErrors.filter((e) => !/status of (401|503)\b/.test(e));
