@@ -47,7 +47,7 @@ if [ -z "${WEFT_BIN:-}" ]; then
   WEFT_BIN=$CARGO_TARGET_DIR/debug/weft
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/weft-schemathesis.XXXXXX")
-REPORTS=${SCHEMATHESIS_REPORT_DIR:-$WORK/reports}
+REPORTS=$(realpath -m "${SCHEMATHESIS_REPORT_DIR:-$WORK/reports}")
 TOKEN=schemathesis-token
 SERVER_PID=
 cleanup() {
@@ -91,7 +91,7 @@ WAIT_ID=$(api POST /v1/instances '{"plan":"conformance-reactive"}' | json_field 
 api POST /v1/events "{\"specversion\":\"1.0\",\"id\":\"e1\",\"source\":\"conformance\",\"type\":\"ping\",\"weftinstance\":\"$WAIT_ID\",\"data\":{\"n\":1}}" >/dev/null
 log "resources: plan sample (instance $DONE_ID), plan conformance-reactive (waiting instance $WAIT_ID)"
 
-# --- schemathesis -------------------------------------------------------------------------------
+# --- schemathesis (run inside $WORK: it keeps a .schemathesis cache in its working directory) ---
 cat >"$WORK/schemathesis.toml" <<EOF
 headers = { Authorization = "Bearer $TOKEN" }
 request-timeout = 10.0
@@ -125,17 +125,17 @@ EOF
 CHECKS=not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,ignored_auth
 status=0
 log "run 1/2: every operation, generated data ($EXAMPLES examples per operation, seed $SEED)"
-"$VENV/bin/schemathesis" --no-color --config-file "$WORK/schemathesis.toml" run "$URL/openapi.json" \
+(cd "$WORK" && "$VENV/bin/schemathesis" --no-color --config-file "$WORK/schemathesis.toml" run "$URL/openapi.json" \
   --exclude-path /v1/events/stream \
   --checks "$CHECKS" --mode all --max-examples "$EXAMPLES" --seed "$SEED" \
   --phases examples,coverage,fuzzing,stateful \
-  --report junit --report-junit-path "$REPORTS/generated.xml" || status=$?
+  --report junit --report-junit-path "$REPORTS/generated.xml") || status=$?
 log "run 2/2: operations on existing resources"
-"$VENV/bin/schemathesis" --no-color --config-file "$WORK/resources.toml" run "$URL/openapi.json" \
+(cd "$WORK" && "$VENV/bin/schemathesis" --no-color --config-file "$WORK/resources.toml" run "$URL/openapi.json" \
   --include-path-regex '\{(id|name)\}' --exclude-path /v1/events/stream \
   --checks "$CHECKS" --mode positive --max-examples "$EXAMPLES" --seed "$SEED" \
   --phases examples,coverage,fuzzing \
-  --report junit --report-junit-path "$REPORTS/resources.xml" || status=$?
+  --report junit --report-junit-path "$REPORTS/resources.xml") || status=$?
 
 # The server must still be up and healthy after all that.
 if ! curl -fsS "$URL/healthz" >/dev/null; then
