@@ -360,6 +360,13 @@ await check("deadlock witness stepper highlights the witness steps one by one", 
   assert(tip.includes("tool: echo") && tip.includes("amount"), `tooltip of check: ${tip}`);
 });
 
+await check("explain shows the plan in words", async () => {
+  await open(page, "#/plans/fanout");
+  await page.click('[data-testid="explain"]');
+  const text = await page.locator('[data-testid="explain-text"]').innerText({ timeout: 30000 });
+  assert(text.includes("merge") || text.includes("fanout"), `explanation names the plan's parts: ${text.slice(0, 200)}`);
+});
+
 await check("instances list filters by status", async () => {
   await open(page, "#/instances?status=completed");
   await page.locator('[data-testid="instances-table"] tbody tr').first().waitFor({ timeout: 10000 });

@@ -443,7 +443,9 @@ function renderTimelineInto(box, trace, onPick) {
   const steps = (trace && trace.steps) || [];
   box.append(h("h2", {}, `Timeline (${steps.length} firing${steps.length === 1 ? "" : "s"})`));
   if (!steps.length) {
-    box.append(h("p", { class: "muted" }, "No step has fired yet."));
+    box.append(h("p", { class: "muted" }, trace && trace.recorded === false
+      ? "The server keeps no firing trace for this instance (see the journal via time travel)."
+      : "No step has fired yet."));
     return;
   }
   const now = Date.now();

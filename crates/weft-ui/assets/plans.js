@@ -189,11 +189,12 @@ export async function planView(main, name, params) {
         "button",
         {
           type: "button",
+          "data-testid": "explain",
           onclick: async () => {
             clear(explainOut).append("…");
             try {
               const r = await api("/v1/explain", { body: { name: plan.name } });
-              clear(explainOut).append(h("pre", { class: "wrap" }, r.text));
+              clear(explainOut).append(h("pre", { class: "wrap", "data-testid": "explain-text" }, r.text));
             } catch (e) {
               clear(explainOut).append(problemBox(e));
             }
