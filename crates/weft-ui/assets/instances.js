@@ -6,11 +6,12 @@ import { api, enc, streamUrl } from "./api.js";
 import { h, clear, badge, fmtTime, fmtDuration, json, problemBox, toast } from "./util.js";
 import { drawNet } from "./net.js";
 
-const STATUSES = ["running", "waiting", "completed", "stuck", "failed", "stopped"];
+const STATUSES = ["running", "waiting", "paused", "completed", "stuck", "failed", "stopped"];
 const TERMINAL = new Set(["completed", "failed", "stopped"]);
 const LIFECYCLE = [
   "plan.started", "plan.step.started", "plan.step.finished", "plan.step.error",
   "plan.completed", "plan.stuck", "plan.failed", "plan.stopped",
+  "weft.lagged", // the stream fell behind: the refetch catches up
 ];
 
 export async function instancesView(main, params) {
