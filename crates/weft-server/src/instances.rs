@@ -410,8 +410,10 @@ pub async fn get(
     Tenant(tenant): Tenant,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<InstanceState>> {
-    let o = owned(&state, &tenant, &id).await?;
-    let head = state.store().last_seq(&id).await?;
+    // Both reads at once; the head is only used once ownership is established.
+    let (o, head) = tokio::join!(owned(&state, &tenant, &id), state.store().last_seq(&id));
+    let o = o?;
+    let head = head?;
     if let Some(h) = &o.live {
         let version = o.record.as_ref().map_or(0, |r| r.plan_version);
         let inst = h.core_instance();

@@ -57,6 +57,17 @@ async fn ops_routes_answer_without_auth() {
     assert_eq!((st, problem_code(&v)), (StatusCode::NOT_FOUND, "not_found"));
     let (st, v) = s.get("/no/such/route", None).await;
     assert_eq!((st, problem_code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+    let (st, v, _) = s
+        .call(req("DELETE", "/healthz", None).body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(
+        (st, problem_code(&v)),
+        (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
+    );
+    let (st, _, _) = s
+        .call(req("DELETE", "/v1/plans", A).body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(st, StatusCode::METHOD_NOT_ALLOWED);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
