@@ -485,6 +485,63 @@ fn pointer_tail(p: &str, prefix: &str) -> Option<String> {
     Some(seg.replace("~1", "/").replace("~0", "~"))
 }
 
+/// The marking a deadlock witness reaches: the witness's steps fired in order on the plan's
+/// P/T net. A step can have several transitions (guard branches, `when` variants), so the
+/// choices are searched (depth first, at most 10,000 firings) for a sequence that ends where
+/// nothing is enabled; tokens per event, places that are not plan events left out. `{}` if
+/// none is found.
+pub fn deadlock_marking(plan: &Plan, witness: &[String]) -> Value {
+    let net = weft_analysis::PtNet::from_plan(
+        plan,
+        &weft_analysis::CompileOptions {
+            env_tokens: AnalysisOptions::default().env_tokens,
+        },
+    );
+    let candidates: Vec<Vec<usize>> = witness
+        .iter()
+        .map(|label| {
+            (0..net.transitions.len())
+                .filter(|&t| net.witness_label(t) == *label)
+                .collect()
+        })
+        .collect();
+    let dead = |m: &[u32]| (0..net.transitions.len()).all(|t| !net.enabled(t, m));
+    let mut budget = 10_000u32;
+    let mut stack = vec![(0usize, net.initial.clone())];
+    let mut found = None;
+    while let Some((k, m)) = stack.pop() {
+        if k == candidates.len() {
+            if dead(&m) {
+                found = Some(m);
+                break;
+            }
+            continue;
+        }
+        for &t in candidates[k].iter().rev() {
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
+            if let Some(n) = net.fire(t, &m) {
+                stack.push((k + 1, n));
+            }
+        }
+    }
+    let Some(m) = found else {
+        return json!({});
+    };
+    let mut out = serde_json::Map::new();
+    for (p, n) in net.places.iter().zip(&m) {
+        if *n > 0
+            && let Some(e) = &p.event
+        {
+            let prev = out.get(e).and_then(Value::as_u64).unwrap_or(0);
+            out.insert(e.clone(), json!(prev + u64::from(*n)));
+        }
+    }
+    Value::Object(out)
+}
+
 /// Builds the drawable net of a plan.
 pub fn net_view(plan: &Plan, c: &Checked) -> NetView {
     let consumed: std::collections::HashSet<&str> = plan
@@ -565,11 +622,14 @@ pub fn net_view(plan: &Plan, c: &Checked) -> NetView {
     if let Some(r) = &c.report {
         for f in &r.findings {
             match f.code.as_str() {
-                "A001" => deadlocks.push(json!({
-                    "witness": f.witness.clone().unwrap_or_default(),
-                    "marking": {},
-                    "message": f.message,
-                })),
+                "A001" => {
+                    let witness = f.witness.clone().unwrap_or_default();
+                    deadlocks.push(json!({
+                        "marking": deadlock_marking(plan, &witness),
+                        "witness": witness,
+                        "message": f.message,
+                    }));
+                }
                 "A002" => dead_steps.extend(pointer_tail(&f.pointer, "/steps/")),
                 "A003" => unbounded.extend(pointer_tail(&f.pointer, "/events/")),
                 _ => {}

@@ -222,6 +222,25 @@ async fn plans_create_list_get_net_validate_analyze() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn net_of_a_deadlocking_plan_has_the_witness_and_its_marking() {
+    let s = sqlite(two_tenants()).await;
+    let created = s.create_example("broken/deadlock.json", A).await;
+    let name = created["name"].as_str().unwrap().to_string();
+    let (st, net) = s.get(&format!("/v1/plans/{name}/net"), A).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(net["analysis"]["verdict"], "deadlock", "{net}");
+    let d = &net["analysis"]["deadlocks"][0];
+    assert!(d["witness"].is_array(), "{d}");
+    // `check` fired without `approved`: `finish` waits forever on `checked`.
+    assert_eq!(d["witness"], json!(["check"]), "{d}");
+    assert_eq!(d["marking"], json!({"checked": 1}), "{d}");
+    assert_eq!(
+        s.get("/v1/plans", A).await.1["plans"][0]["verdict"],
+        "deadlock"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_bodies_are_clear_4xx_problems() {
     let s = sqlite(two_tenants()).await;
     // Malformed JSON.
