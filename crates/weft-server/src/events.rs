@@ -111,6 +111,17 @@ pub struct Accepted {
 }
 
 async fn not_live(state: &AppState, tenant: &str, id: &str) -> ApiError {
+    if let Some(h) = state.handle(id).filter(|h| h.tenant() == tenant) {
+        return ApiError::new(
+            StatusCode::CONFLICT,
+            "instance_terminal",
+            format!(
+                "instance `{id}` is {} and takes no events",
+                h.state().status.name()
+            ),
+        )
+        .hint("only running or waiting instances accept events");
+    }
     match state.store().get_instance(id).await {
         Ok(Some(r)) if r.tenant == tenant => ApiError::new(
             StatusCode::CONFLICT,
@@ -195,6 +206,39 @@ pub async fn ingest(
         (v, _) => vec![check_event(v, "")?],
     };
     let engine = state.inner.durable.engine();
+    // Check every addressed event before ingesting any, so a 4xx means nothing was accepted.
+    for (k, e) in events.iter().enumerate() {
+        let Some(id) = &e.instance else { continue };
+        let at = if events.len() > 1 {
+            format!("event {k}: ")
+        } else {
+            String::new()
+        };
+        let live = engine
+            .handle(id)
+            .filter(|h| h.tenant() == tenant && !h.state().status.is_terminal());
+        let Some(h) = live else {
+            let mut err = not_live(&state, &tenant, id).await;
+            err.detail = format!("{at}{}", err.detail);
+            return Err(err);
+        };
+        let net = &h.plan().net;
+        let accepted = net
+            .event_id(&e.ty)
+            .is_some_and(|ev| net.event(ev).kind == weft_core::EventKind::Input);
+        if !accepted {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "event_not_accepted",
+                format!(
+                    "{at}plan `{}` of instance `{id}` has no input event `{}`",
+                    h.plan().name,
+                    e.ty
+                ),
+            )
+            .hint("the event's `type` must be an input event of the instance's plan"));
+        }
+    }
     let mut targets: BTreeSet<String> = BTreeSet::new();
     let mut routed = 0;
     let started = Instant::now();
@@ -265,6 +309,7 @@ pub async fn ingest(
 
 /// `GET /v1/events/stream` query.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct StreamQuery {
     /// Comma-separated event types (`plan.completed`); `plan.step.*` matches a prefix.
     #[serde(rename = "type")]

@@ -137,12 +137,14 @@ pub async fn start(
 
 /// `GET /v1/instances` query.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// `running`, `waiting` (= running), `completed`, `stuck`, `failed`, `paused`, `stopped`.
     pub status: Option<String>,
     /// Only instances of this plan.
     pub plan: Option<String>,
     /// Page size (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
     /// `next` of the previous page.
     pub cursor: Option<String>,
@@ -248,12 +250,7 @@ pub(crate) struct Owned {
 /// The tenant's instance `id`, or `404` (also for other tenants' instances).
 pub(crate) async fn owned(state: &AppState, tenant: &str, id: &str) -> ApiResult<Owned> {
     check_name("instance id", id)?;
-    let live = state
-        .inner
-        .durable
-        .engine()
-        .handle(id)
-        .filter(|h| h.tenant() == tenant);
+    let live = state.handle(id).filter(|h| h.tenant() == tenant);
     let record = state
         .store()
         .get_instance(id)
@@ -396,7 +393,7 @@ fn state_view(
 
 /// Get an instance's state.
 #[utoipa::path(get, path = "/v1/instances/{id}", tag = "instances",
-    params(("id" = String, Path, description = "Instance id")),
+    params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = InstanceState),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -490,7 +487,7 @@ fn trace_json(t: &TraceEntry) -> Value {
 
 /// Get an instance's trace of firings.
 #[utoipa::path(get, path = "/v1/instances/{id}/trace", tag = "instances",
-    params(("id" = String, Path, description = "Instance id")),
+    params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = TraceView),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -518,10 +515,12 @@ pub async fn trace(
 
 /// `?from=SEQ&limit=N`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct JournalQuery {
     /// First sequence number (default 1).
     pub from: Option<u64>,
     /// Page size (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 
@@ -537,7 +536,7 @@ pub struct JournalPage {
 
 /// Read a page of an instance's journal.
 #[utoipa::path(get, path = "/v1/instances/{id}/journal", tag = "instances",
-    params(("id" = String, Path, description = "Instance id"), JournalQuery),
+    params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), JournalQuery),
     responses(
         (status = 200, body = JournalPage),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -580,6 +579,7 @@ pub async fn journal(
 
 /// `?at=SEQ`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AtQuery {
     /// Sequence number (default: the head).
     pub at: Option<u64>,
@@ -587,7 +587,7 @@ pub struct AtQuery {
 
 /// Time travel: the instance after record `at` (what `weft inspect --at SEQ --json` prints).
 #[utoipa::path(get, path = "/v1/instances/{id}/inspect", tag = "instances",
-    params(("id" = String, Path, description = "Instance id"), AtQuery),
+    params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), AtQuery),
     responses(
         (status = 200, body = Object, description = "The `weft inspect --json` document"),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -634,7 +634,7 @@ fn terminal_conflict(id: &str, status: &str) -> ApiError {
 
 /// Stop an instance.
 #[utoipa::path(post, path = "/v1/instances/{id}/stop", tag = "instances",
-    params(("id" = String, Path, description = "Instance id")),
+    params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = InstanceRef),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -678,7 +678,7 @@ pub struct ResumeRequest {
 
 /// Resume an instance (or fork it from a checkpoint).
 #[utoipa::path(post, path = "/v1/instances/{id}/resume", tag = "instances",
-    params(("id" = String, Path, description = "Instance id")),
+    params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     request_body(content = ResumeRequest, content_type = "application/json"),
     responses(
         (status = 200, body = InstanceRef),
@@ -741,7 +741,7 @@ pub struct CheckpointView {
 
 /// Name the instance's journal head as a checkpoint.
 #[utoipa::path(post, path = "/v1/instances/{id}/checkpoint", tag = "instances",
-    params(("id" = String, Path, description = "Instance id")),
+    params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = CheckpointView),
         (status = 400, body = Problem, content_type = "application/problem+json"),

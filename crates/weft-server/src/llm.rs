@@ -249,7 +249,7 @@ pub struct Repaired {
 
 /// Ask the model for a revised plan for a failed or paused instance.
 #[utoipa::path(post, path = "/v1/instances/{id}/repair", tag = "llm",
-    params(("id" = String, Path, description = "Instance id")),
+    params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = Repaired),
         (status = 400, body = Problem, content_type = "application/problem+json"),

@@ -266,7 +266,7 @@ pub struct PlanCreated {
     #[schema(value_type = Vec<Object>)]
     pub findings: Vec<Value>,
     /// Analysis summary: states, edges, complete, verdict, bounded, notes.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub analysis: Value,
 }
 
@@ -387,7 +387,7 @@ pub struct PlanDetail {
     #[schema(value_type = Vec<Object>)]
     pub findings: Vec<Value>,
     /// Analysis summary.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub analysis: Value,
 }
 
@@ -419,7 +419,7 @@ async fn detail(
 
 /// Get the latest version of a plan.
 #[utoipa::path(get, path = "/v1/plans/{name}", tag = "plans",
-    params(("name" = String, Path, description = "Plan name")),
+    params(("name" = String, Path, description = "Plan name", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = PlanDetail),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -438,7 +438,7 @@ pub async fn get_latest(
 
 /// Get one version of a plan.
 #[utoipa::path(get, path = "/v1/plans/{name}/versions/{version}", tag = "plans",
-    params(("name" = String, Path, description = "Plan name"), ("version" = u32, Path, description = "Version")),
+    params(("name" = String, Path, description = "Plan name", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), ("version" = u32, Path, description = "Version")),
     responses(
         (status = 200, body = PlanDetail),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -457,6 +457,7 @@ pub async fn get_version(
 
 /// `?version=N`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct VersionQuery {
     /// Version (latest when absent).
     pub version: Option<u32>,
@@ -652,7 +653,7 @@ pub fn net_view(plan: &Plan, c: &Checked) -> NetView {
 
 /// The plan's net for drawing.
 #[utoipa::path(get, path = "/v1/plans/{name}/net", tag = "plans",
-    params(("name" = String, Path, description = "Plan name"), VersionQuery),
+    params(("name" = String, Path, description = "Plan name", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), VersionQuery),
     responses(
         (status = 200, body = NetView),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -722,7 +723,7 @@ pub struct Analyzed {
     #[schema(value_type = Vec<Object>)]
     pub findings: Vec<Value>,
     /// Analysis summary (`null` when validation failed).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub analysis: Value,
 }
 

@@ -150,6 +150,9 @@ pub(crate) struct Inner {
     pub start_lock: Mutex<()>,
     /// Traces of finished instances, oldest first.
     pub traces: Mutex<Traces>,
+    /// Handles of instances this process runs, until their final status is durable (the
+    /// engine forgets an instance the moment it ends, before its journal is written).
+    pub handles: Mutex<HashMap<String, weft_runtime::InstanceHandle>>,
     /// Flipped on shutdown: SSE streams end.
     pub shutdown: tokio::sync::watch::Sender<bool>,
 }
@@ -203,6 +206,7 @@ impl AppState {
                 analyses: Mutex::new(HashMap::new()),
                 start_lock: Mutex::new(()),
                 traces: Mutex::new((HashMap::new(), VecDeque::new())),
+                handles: Mutex::new(HashMap::new()),
                 shutdown,
             }),
         }
@@ -309,6 +313,7 @@ impl AppState {
     /// Follows a live instance until it is terminal: each time it settles its status goes to
     /// the store (`Durable::wait`); a stuck or paused instance is polled until it moves.
     pub(crate) fn track(&self, h: weft_runtime::InstanceHandle) {
+        lock(&self.inner.handles).insert(h.id().to_string(), h.clone());
         let me = self.clone();
         tokio::spawn(async move {
             loop {
@@ -316,6 +321,7 @@ impl AppState {
                     Ok(o) => o,
                     Err(e) => {
                         tracing::warn!(instance = %h.id(), error = %e, "journal failed");
+                        lock(&me.inner.handles).remove(h.id());
                         return;
                     }
                 };
@@ -324,6 +330,7 @@ impl AppState {
                     if let Some(t) = h.trace() {
                         me.keep_trace(h.id(), t);
                     }
+                    lock(&me.inner.handles).remove(h.id());
                     return;
                 }
                 let settled = o.status.name();
@@ -352,6 +359,15 @@ impl AppState {
                 map.remove(&old);
             }
         }
+    }
+
+    /// The instance's handle if it is live here or ended but not yet durably finished.
+    pub(crate) fn handle(&self, id: &str) -> Option<weft_runtime::InstanceHandle> {
+        self.inner
+            .durable
+            .engine()
+            .handle(id)
+            .or_else(|| lock(&self.inner.handles).get(id).cloned())
     }
 
     pub(crate) fn kept_trace(&self, id: &str) -> Option<Vec<TraceEntry>> {

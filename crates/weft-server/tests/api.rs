@@ -118,6 +118,31 @@ async fn openapi_is_3_1_and_covers_every_route_with_its_statuses() {
         }
     }
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+    // Query parameters are optional and in the query; path names carry their charset.
+    let params = doc["paths"]["/v1/instances"]["get"]["parameters"]
+        .as_array()
+        .unwrap();
+    for p in params {
+        assert_eq!(p["in"], "query", "{p}");
+        assert_ne!(p["required"], true, "{p}");
+    }
+    let limit = params.iter().find(|p| p["name"] == "limit").unwrap();
+    assert_eq!(limit["schema"]["minimum"], 1, "{limit}");
+    let stream = doc["paths"]["/v1/events/stream"]["get"]["parameters"]
+        .as_array()
+        .unwrap();
+    assert!(
+        stream
+            .iter()
+            .any(|p| p["name"] == "type" && p["in"] == "query"),
+        "{stream:?}"
+    );
+    let id = &doc["paths"]["/v1/instances/{id}"]["get"]["parameters"][0];
+    assert_eq!(id["in"], "path");
+    assert!(id["schema"]["pattern"].is_string(), "{id}");
+    // `analysis` may be null (a plan that does not load).
+    let analyzed = doc["components"]["schemas"]["Analyzed"]["properties"]["analysis"].to_string();
+    assert!(analyzed.contains("null"), "{analyzed}");
     assert!(doc["components"]["schemas"]["Problem"].is_object());
 }
 
@@ -745,6 +770,51 @@ async fn events_single_batch_routing_and_invalid_cloudevents() {
         .post("/v1/events", A, &cloud_event("tick", 1, Some("i424242")))
         .await;
     assert_eq!((st, problem_code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+    // A batch with one bad target is refused whole: nothing of it is ingested.
+    let journal_len = |v: Value| v["records"].as_array().map_or(0, Vec::len);
+    let before = journal_len(
+        s.get(&format!("/v1/instances/{}/journal?limit=1000", ids[2]), A)
+            .await
+            .1,
+    );
+    for (batch, status, code) in [
+        (
+            json!([
+                cloud_event("tick", 7, Some(&ids[2])),
+                cloud_event("tick", 8, Some("i424242"))
+            ]),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            json!([
+                cloud_event("tick", 7, Some(&ids[2])),
+                cloud_event("seen", 8, Some(&ids[2]))
+            ]),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "event_not_accepted",
+        ),
+    ] {
+        let (st, v, _) = s
+            .call(
+                req("POST", "/v1/events", A)
+                    .header("content-type", "application/cloudevents-batch+json")
+                    .body(Body::from(batch.to_string()))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!((st, problem_code(&v)), (status, code), "{v}");
+        assert!(
+            v["detail"].as_str().unwrap().starts_with("event 1: "),
+            "{v}"
+        );
+    }
+    let after = journal_len(
+        s.get(&format!("/v1/instances/{}/journal?limit=1000", ids[2]), A)
+            .await
+            .1,
+    );
+    assert_eq!(before, after, "a refused batch must not reach the journal");
     // Metrics counted them.
     let (_, m) = s.get("/metrics", None).await;
     assert!(
