@@ -473,6 +473,7 @@ fn trace_json(t: &TraceEntry) -> Value {
     json!({
         "step": t.step,
         "seq": t.firing,
+        "firing": t.firing,
         "started_ms": t.started_ms,
         "finished_ms": t.finished_ms,
         "attempts": t.attempts,
