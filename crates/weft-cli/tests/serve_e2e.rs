@@ -933,10 +933,24 @@ async fn bad_input_is_a_4xx_problem_and_the_server_stays_up() {
     api.events(&[good.clone(), cases[0].1.clone()])
         .await
         .problem(400, "invalid_cloudevent", "batch with an invalid event");
+    // A batch whose later event names a missing or stopped instance is refused whole.
+    api.events(&[good.clone(), cloud_event(2, "ping", Some("i-missing"))])
+        .await
+        .problem(404, "not_found", "batch with an unknown instance");
+    api.events(&[good.clone(), cloud_event(3, "ping", Some(&id))])
+        .await
+        .problem(409, "instance_terminal", "batch with a stopped instance");
     assert_eq!(
         api.state(&live).await["fired"],
         0,
         "a rejected batch delivered nothing"
+    );
+    assert!(
+        !api.journal(&live)
+            .await
+            .iter()
+            .any(|r| r["kind"] == "token.added"),
+        "a rejected batch journaled an event"
     );
     // Missing and wrong tokens.
     let anon = server.api(None);
