@@ -22,7 +22,7 @@ use std::task::{Poll, Waker};
 use serde_json::Value;
 use weft_core::GraphType;
 use weft_runtime::{CompiledPlan, Input, Journal};
-use weft_store::{InstanceRecord, InstanceStatus, NewRecord, Snapshot, Store, now_ms};
+use weft_store::{InstanceRecord, InstanceStatus, NewRecord, Snapshot, Store, Timer, now_ms};
 use weft_tools::{BoxFuture, Tool, ToolContext, ToolError, ToolSpec};
 
 use crate::error::DurableError;
@@ -68,6 +68,45 @@ struct LaneState {
     /// The folded state, kept only for reactive instances when compaction is on.
     shadow: Option<Folded>,
     since_snapshot: u64,
+    /// The instance's pending timers as rows of the store's timer table (by timer id).
+    timers: HashMap<u64, Timer>,
+    /// Timer-table writes that go with the records in `buf`.
+    timer_ops: Vec<TimerOp>,
+}
+
+/// A write to the store's timer table, mirroring `timer.set` / `timer.fired` records.
+#[derive(Clone)]
+enum TimerOp {
+    Put(Timer),
+    Delete(String, String),
+}
+
+impl TimerOp {
+    fn target(&self) -> (&str, &str) {
+        match self {
+            TimerOp::Put(t) => (&t.instance, &t.timer_id),
+            TimerOp::Delete(i, t) => (i, t),
+        }
+    }
+}
+
+/// The timer-table row of a pending timer (`timer_id` is `t<id>`, as the tools report it).
+pub(crate) fn timer_row(
+    instance: &str,
+    id: u64,
+    event: &str,
+    payload: &Value,
+    due_ms: i64,
+    cron: Option<&str>,
+    remaining: Option<u32>,
+) -> Timer {
+    Timer {
+        instance: instance.to_string(),
+        timer_id: format!("t{id}"),
+        due_ms,
+        payload: serde_json::json!({"event": event, "payload": payload, "cron": cron,
+            "remaining": remaining}),
+    }
 }
 
 #[derive(Default)]
@@ -101,6 +140,8 @@ struct Counters {
 
 /// The runtime's journal over a store.
 pub struct StoreJournal {
+    /// This journal (the `Journal` hook gets `&self`; flushing needs the `Arc`).
+    me: std::sync::Weak<StoreJournal>,
     store: Arc<dyn Store>,
     rt: tokio::runtime::Handle,
     plans: RwLock<HashMap<String, PlanEntry>>,
@@ -127,8 +168,9 @@ impl StoreJournal {
         store: Arc<dyn Store>,
         rt: tokio::runtime::Handle,
         snapshot_every: Option<u64>,
-    ) -> Self {
-        StoreJournal {
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me| StoreJournal {
+            me: me.clone(),
             store,
             rt,
             plans: RwLock::new(HashMap::new()),
@@ -138,7 +180,7 @@ impl StoreJournal {
             dispatch_idempotent: std::sync::atomic::AtomicBool::new(false),
             queue: Mutex::new(Queue::default()),
             counters: Counters::default(),
-        }
+        })
     }
 
     /// Also journal `action.dispatched` for idempotent tools (off by default; makes
@@ -189,15 +231,49 @@ impl StoreJournal {
         lock(self.shard(instance)).get(instance).cloned()
     }
 
-    /// Forgets an instance's lane (after its last record is durable).
+    /// Forgets an instance's lane (after its last record is durable); the timer-table
+    /// rows of timers it left pending (an ended instance never fires them) are deleted.
     pub(crate) fn forget(&self, instance: &str) {
-        lock(self.shard(instance)).remove(instance);
+        let lane = lock(self.shard(instance)).remove(instance);
+        let rows: Vec<Timer> = lane
+            .map(|l| lock(&l.st).timers.drain().map(|(_, t)| t).collect())
+            .unwrap_or_default();
+        if !rows.is_empty() {
+            let store = Arc::clone(&self.store);
+            self.rt.spawn(async move {
+                for t in rows {
+                    if let Err(e) = store.delete_timer(&t.instance, &t.timer_id).await {
+                        tracing::warn!(weft.instance = %t.instance, error = %e, message = "Timer row not deleted");
+                    }
+                }
+            });
+        }
     }
 
-    /// Prepares the lane of a restored instance (its records go after the stored ones).
-    pub(crate) fn adopt(&self, instance: &str, plan: PlanEntry, folded: Option<Folded>) {
+    /// Is timer `timer_id` (`t<id>`) of `instance` pending in this process?
+    pub(crate) fn has_timer(&self, instance: &str, timer_id: &str) -> bool {
+        let Some(id) = timer_id
+            .strip_prefix('t')
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            return false;
+        };
+        self.existing(instance)
+            .is_some_and(|l| lock(&l.st).timers.contains_key(&id))
+    }
+
+    /// Prepares the lane of a restored instance (its records go after the stored ones);
+    /// `timers` are the rows of its pending timers.
+    pub(crate) fn adopt(
+        &self,
+        instance: &str,
+        plan: PlanEntry,
+        folded: Option<Folded>,
+        timers: &[(u64, Timer)],
+    ) {
         let lane = self.lane(instance);
         let mut s = lock(&lane.st);
+        s.timers = timers.iter().cloned().collect();
         if self.snapshot_every.is_some() && plan.plan.net.graph_type == GraphType::Reactive {
             s.shadow = folded;
         }
@@ -207,6 +283,58 @@ impl StoreJournal {
     fn push(&self, s: &mut LaneState, instance: &str, entry: &Entry) {
         if let (Some(sh), Some(p)) = (s.shadow.as_mut(), s.plan.as_ref()) {
             let _ = sh.apply_entry(&p.plan.net, instance, entry);
+        }
+        match entry {
+            Entry::TimerSet {
+                timer_id,
+                event,
+                payload,
+                due_ms,
+                cron,
+                remaining,
+                ..
+            } => {
+                let row = timer_row(
+                    instance,
+                    *timer_id,
+                    event,
+                    payload,
+                    *due_ms,
+                    cron.as_deref(),
+                    *remaining,
+                );
+                s.timers.insert(*timer_id, row.clone());
+                s.timer_ops.push(TimerOp::Put(row));
+            }
+            Entry::Timer {
+                timer_id,
+                event,
+                payload,
+                next_due_ms,
+                ..
+            } => match next_due_ms {
+                Some(next) => {
+                    let row = s.timers.entry(*timer_id).or_insert_with(|| {
+                        timer_row(instance, *timer_id, event, payload, *next, None, None)
+                    });
+                    row.due_ms = *next;
+                    if let Some(r) = row.payload.get_mut("remaining")
+                        && let Some(n) = r.as_u64()
+                    {
+                        *r = Value::from(n.saturating_sub(1));
+                    }
+                    let row = row.clone();
+                    s.timer_ops.push(TimerOp::Put(row));
+                }
+                None => {
+                    s.timers.remove(timer_id);
+                    s.timer_ops.push(TimerOp::Delete(
+                        instance.to_string(),
+                        format!("t{timer_id}"),
+                    ));
+                }
+            },
+            _ => {}
         }
         s.buf.push(entry.to_record(now_ms()));
         s.recorded += 1;
@@ -322,9 +450,11 @@ impl StoreJournal {
             let mut creates = Vec::new();
             let mut appends = Vec::with_capacity(lanes.len());
             let mut taken = Vec::with_capacity(lanes.len());
+            let mut timer_ops: Vec<TimerOp> = Vec::new();
             for (name, lane) in &lanes {
                 let mut s = lock(&lane.st);
                 let records = std::mem::take(&mut s.buf);
+                timer_ops.append(&mut s.timer_ops);
                 let due = self
                     .snapshot_every
                     .is_some_and(|every| s.since_snapshot >= every);
@@ -349,6 +479,9 @@ impl StoreJournal {
             let res = self.store.write_batch(creates, appends, statuses).await;
             match res {
                 Ok(done) => {
+                    if !timer_ops.is_empty() {
+                        self.write_timer_ops(timer_ops).await;
+                    }
                     for (((name, lane), (n, snap)), app) in lanes.into_iter().zip(taken).zip(done) {
                         {
                             let mut s = lock(&lane.st);
@@ -384,6 +517,30 @@ impl StoreJournal {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Mirrors a batch's timer records into the store's timer table (after the records are
+    /// durable; the journal stays the truth, recovery re-puts the rows of pending timers).
+    /// Only the last write per timer counts, so the rest can run concurrently.
+    async fn write_timer_ops(&self, ops: Vec<TimerOp>) {
+        let mut last: HashMap<(String, String), TimerOp> = HashMap::new();
+        for op in ops {
+            let (i, t) = op.target();
+            last.insert((i.to_string(), t.to_string()), op);
+        }
+        let store = &self.store;
+        let results = futures::future::join_all(last.into_values().map(|op| async move {
+            match op {
+                TimerOp::Put(t) => store.put_timer(t).await,
+                TimerOp::Delete(i, t) => store.delete_timer(&i, &t).await.map(|_| ()),
+            }
+        }))
+        .await;
+        for r in results {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, message = "Timer table not updated");
             }
         }
     }
@@ -473,6 +630,23 @@ impl Journal for StoreJournal {
         };
         let entry = Entry::from_input(&p.plan.net, tenant, p.version, input);
         self.push(&mut s, instance, &entry);
+    }
+
+    /// Writes what the instance recorded without waiting for it: nothing else would (its
+    /// next dispatch may be a timer or an event away).
+    fn idle(&self, _tenant: &str, instance: &str) {
+        let Some(lane) = self.existing(instance) else {
+            return;
+        };
+        let mut s = lock(&lane.st);
+        if s.flushing || s.buf.is_empty() || s.failed.is_some() {
+            return;
+        }
+        s.flushing = true;
+        drop(s);
+        if let Some(me) = self.me.upgrade() {
+            me.enqueue(Arc::from(instance), lane);
+        }
     }
 }
 

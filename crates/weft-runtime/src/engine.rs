@@ -45,6 +45,7 @@ pub struct EngineOptions {
     /// Reactive instances with no input for this long are stopped.
     pub idle_expiry_ms: Option<u64>,
     /// Next-occurrence function for repeating (`cron`) timers; without it they fire once.
+    /// Default: `weft_tools::timer::next_occurrence` (croner, UTC).
     pub cron: Option<CronNext>,
     /// Record a trace of firings for every instance.
     pub trace: bool,
@@ -75,7 +76,7 @@ impl Default for EngineOptions {
             check_tools: true,
             max_firings_per_sec: Some(10_000),
             idle_expiry_ms: None,
-            cron: None,
+            cron: Some(Arc::new(weft_tools::timer::next_occurrence)),
             trace: false,
             runtime: None,
         }
@@ -527,6 +528,19 @@ impl InstanceHandle {
     /// and replay checks.
     pub fn core_instance(&self) -> Option<weft_core::Instance> {
         lock(&self.cell.core).inst.clone()
+    }
+
+    /// How many timers the instance has set that have not fired for the last time.
+    pub fn pending_timers(&self) -> usize {
+        self.cell.timers.load(Ordering::Acquire) as usize
+    }
+
+    /// The instance's key-value context (`context.put`), as it stands.
+    pub fn context(&self) -> serde_json::Map<String, Value> {
+        lock(&self.cell.kv)
+            .as_ref()
+            .map(|m| (**m).clone())
+            .unwrap_or_default()
     }
 
     /// The plan the instance runs.
