@@ -13,7 +13,7 @@ use weft_tools::Registry;
 
 use crate::error::DurableError;
 use crate::history::{self, PlanCache, read_range};
-use crate::journal::{Gate, PlanEntry, StoreJournal};
+use crate::journal::{Gate, GatedBus, PlanEntry, StoreJournal};
 use crate::record::{Entry, Folded};
 
 /// Pseudo-journal that reserves blocks of instance ids, so a restarted process never hands
@@ -166,6 +166,7 @@ impl Durable {
             reg.register(Arc::new(Gate::new(Arc::clone(t), Arc::clone(&journal))));
         }
         opts.registry = Arc::new(reg);
+        opts.bus = Arc::new(GatedBus::new(Arc::clone(&opts.bus), Arc::clone(&journal)));
         opts.journal = Some(journal.clone() as Arc<dyn weft_runtime::Journal>);
         let engine = Engine::new(opts);
         // Reserve a block of ids: the head record of the ids journal says where the last

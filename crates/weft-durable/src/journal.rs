@@ -21,7 +21,7 @@ use std::task::{Poll, Waker};
 
 use serde_json::Value;
 use weft_core::GraphType;
-use weft_runtime::{CompiledPlan, Input, Journal};
+use weft_runtime::{Bus, CloudEvent, CompiledPlan, Filter, Input, Journal, Subscription};
 use weft_store::{InstanceRecord, InstanceStatus, NewRecord, Snapshot, Store, Timer, now_ms};
 use weft_tools::{BoxFuture, Tool, ToolContext, ToolError, ToolSpec};
 
@@ -72,6 +72,9 @@ struct LaneState {
     timers: HashMap<u64, Timer>,
     /// Timer-table writes that go with the records in `buf`.
     timer_ops: Vec<TimerOp>,
+    /// Lifecycle events held until `durable` reaches the record count they were published
+    /// at (they report those records).
+    held: std::collections::VecDeque<(u64, CloudEvent)>,
 }
 
 /// A write to the store's timer table, mirroring `timer.set` / `timer.fired` records.
@@ -151,6 +154,8 @@ pub struct StoreJournal {
     dispatch_idempotent: std::sync::atomic::AtomicBool,
     queue: Mutex<Queue>,
     counters: Counters,
+    /// Where held lifecycle events go once durable (see [`GatedBus`]).
+    bus: std::sync::OnceLock<Arc<dyn Bus>>,
 }
 
 impl std::fmt::Debug for StoreJournal {
@@ -180,6 +185,7 @@ impl StoreJournal {
             dispatch_idempotent: std::sync::atomic::AtomicBool::new(false),
             queue: Mutex::new(Queue::default()),
             counters: Counters::default(),
+            bus: std::sync::OnceLock::new(),
         })
     }
 
@@ -489,6 +495,20 @@ impl StoreJournal {
                             for w in s.wakers.drain(..) {
                                 w.wake();
                             }
+                            if !s.held.is_empty() {
+                                let durable = s.durable;
+                                let ready: Vec<CloudEvent> = std::iter::from_fn(|| {
+                                    s.held
+                                        .pop_front_if(|(t, _)| *t <= durable)
+                                        .map(|(_, ev)| ev)
+                                })
+                                .collect();
+                                if let Some(bus) = self.bus.get() {
+                                    for ev in ready {
+                                        bus.publish(ev);
+                                    }
+                                }
+                            }
                             if s.buf.is_empty() {
                                 s.flushing = false;
                             } else {
@@ -647,6 +667,67 @@ impl Journal for StoreJournal {
         if let Some(me) = self.me.upgrade() {
             me.enqueue(Arc::from(instance), lane);
         }
+    }
+}
+
+impl StoreJournal {
+    /// Publishes `ev` on the inner bus once every record its instance had recorded when it
+    /// was published is durable (in order per instance); at once if they already are.
+    fn publish_gated(&self, ev: CloudEvent) {
+        let Some(bus) = self.bus.get() else { return };
+        let lane = ev
+            .instance
+            .as_deref()
+            .and_then(|i| Some((Arc::<str>::from(i), self.existing(i)?)));
+        let Some((name, lane)) = lane else {
+            bus.publish(ev);
+            return;
+        };
+        let mut s = lock(&lane.st);
+        if s.held.is_empty() && s.durable >= s.recorded {
+            drop(s);
+            bus.publish(ev);
+            return;
+        }
+        let target = s.recorded;
+        s.held.push_back((target, ev));
+        // Write now rather than at the next dispatch, so the event is not late.
+        if !s.flushing && !s.buf.is_empty() && s.failed.is_none() {
+            s.flushing = true;
+            drop(s);
+            if let Some(me) = self.me.upgrade() {
+                me.enqueue(name, lane);
+            }
+        }
+    }
+}
+
+/// The bus of a durable engine: lifecycle events (`plan.started`, `plan.step.finished`,
+/// `plan.completed`, …) reach subscribers only after the journal records they report are
+/// durable, so nobody acts on an event whose cause a crash could undo. Events without an
+/// instance pass at once.
+pub struct GatedBus {
+    inner: Arc<dyn Bus>,
+    journal: Arc<StoreJournal>,
+}
+
+impl GatedBus {
+    /// Gates `inner` on `journal`'s durability.
+    pub fn new(inner: Arc<dyn Bus>, journal: Arc<StoreJournal>) -> Self {
+        let _ = journal.bus.set(Arc::clone(&inner));
+        GatedBus { inner, journal }
+    }
+}
+
+impl Bus for GatedBus {
+    fn publish(&self, event: CloudEvent) {
+        self.journal.publish_gated(event);
+    }
+    fn subscribe(&self, filter: Filter) -> Subscription {
+        self.inner.subscribe(filter)
+    }
+    fn wants(&self) -> bool {
+        self.inner.wants()
     }
 }
 

@@ -18,6 +18,10 @@
 //! When an instance has nothing left in flight (it waits for an event or a timer, or it
 //! ended) the runtime calls `Journal::idle` and its lane is written without anyone
 //! waiting, so a waiting instance's state is durable although no dispatch follows.
+//! Lifecycle events go through a [`GatedBus`]: an event about an instance is held until
+//! every record the instance had when the event was published is durable (and asks for
+//! that write at once), so no subscriber sees `plan.step.finished` or `plan.completed`
+//! for a step or result that a crash could still undo.
 //!
 //! `action.dispatched` is journaled only for non-idempotent tools (unless
 //! [`DurableConfig::record_idempotent_dispatch`]): recovery dispatches an in-flight
@@ -100,5 +104,5 @@ pub use history::{
     InFlightAction, InspectEvent, Inspection, PlanCache, ReplayReport, checkpoint, checkpoint_seq,
     inspect, replay, verify,
 };
-pub use journal::{Gate, JournalStats, StoreJournal};
+pub use journal::{Gate, GatedBus, JournalStats, StoreJournal};
 pub use record::{Entry, Folded, RECORD_VERSION};
