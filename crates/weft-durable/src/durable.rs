@@ -169,6 +169,23 @@ impl Durable {
         opts.bus = Arc::new(GatedBus::new(Arc::clone(&opts.bus), Arc::clone(&journal)));
         opts.journal = Some(journal.clone() as Arc<dyn weft_runtime::Journal>);
         let engine = Engine::new(opts);
+        // A store that refuses writes pauses the instances it concerns; they resume when
+        // the retried write succeeds.
+        let weak = engine.downgrade();
+        journal.set_listener(Arc::new(move |instance: &str, reason: Option<&str>| {
+            let Some(e) = weak.upgrade() else {
+                return false;
+            };
+            match reason {
+                Some(r) => e.pause(instance, r).is_ok(),
+                None => {
+                    let ours = e.state(instance).is_ok_and(|st| {
+                        matches!(&st.status, Status::Paused { reason } if reason.starts_with("store_unavailable"))
+                    });
+                    ours && e.resume(instance).is_ok()
+                }
+            }
+        }));
         // Reserve a block of ids: the head record of the ids journal says where the last
         // process's block ended.
         let next = match store.head(IDS_JOURNAL).await? {
@@ -401,6 +418,7 @@ impl Durable {
                 },
                 None,
                 &timer_rows(&plan, &rec.id, &folded.extras),
+                folded.seq,
             );
             self.journal.forget(&rec.id);
             self.journal
@@ -427,6 +445,7 @@ impl Durable {
             },
             shadow,
             &rows,
+            folded.seq,
         );
         let (h, actions) =
             self.engine

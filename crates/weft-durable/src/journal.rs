@@ -75,7 +75,22 @@ struct LaneState {
     /// Lifecycle events held until `durable` reaches the record count they were published
     /// at (they report those records).
     held: std::collections::VecDeque<(u64, CloudEvent)>,
+    /// Last sequence number known durable in the store (`None`: not known).
+    seq: Option<u64>,
+    /// Failed writes in a row (the instance is paused with `store_unavailable` while > 0).
+    stall: u32,
+    /// Records at the front of `buf` that a failed batch tried to write.
+    retry_len: u64,
+    /// The instance was paused because of failed writes.
+    paused: bool,
 }
+
+/// Told when an instance's journal writes start failing (`Some(reason)`: pause it) and
+/// when they succeed again (`None`: resume it); returns whether it could.
+pub(crate) type StoreListener = Arc<dyn Fn(&str, Option<&str>) -> bool + Send + Sync>;
+
+/// Longest wait between write retries.
+const MAX_BACKOFF_MS: u64 = 5_000;
 
 /// A write to the store's timer table, mirroring `timer.set` / `timer.fired` records.
 #[derive(Clone)]
@@ -156,6 +171,8 @@ pub struct StoreJournal {
     counters: Counters,
     /// Where held lifecycle events go once durable (see [`GatedBus`]).
     bus: std::sync::OnceLock<Arc<dyn Bus>>,
+    /// Pauses and resumes instances whose writes fail (set by `Durable::open`).
+    listener: std::sync::OnceLock<StoreListener>,
 }
 
 impl std::fmt::Debug for StoreJournal {
@@ -186,6 +203,7 @@ impl StoreJournal {
             queue: Mutex::new(Queue::default()),
             counters: Counters::default(),
             bus: std::sync::OnceLock::new(),
+            listener: std::sync::OnceLock::new(),
         })
     }
 
@@ -198,6 +216,14 @@ impl StoreJournal {
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    pub(crate) fn set_listener(&self, l: StoreListener) {
+        let _ = self.listener.set(l);
+    }
+
+    fn tell(&self, instance: &str, reason: Option<&str>) -> bool {
+        self.listener.get().is_some_and(|l| l(instance, reason))
     }
 
     /// Work done so far.
@@ -276,10 +302,12 @@ impl StoreJournal {
         plan: PlanEntry,
         folded: Option<Folded>,
         timers: &[(u64, Timer)],
+        seq: u64,
     ) {
         let lane = self.lane(instance);
         let mut s = lock(&lane.st);
         s.timers = timers.iter().cloned().collect();
+        s.seq = Some(seq);
         if self.snapshot_every.is_some() && plan.plan.net.graph_type == GraphType::Reactive {
             s.shadow = folded;
         }
@@ -457,9 +485,12 @@ impl StoreJournal {
             let mut appends = Vec::with_capacity(lanes.len());
             let mut taken = Vec::with_capacity(lanes.len());
             let mut timer_ops: Vec<TimerOp> = Vec::new();
+            // What a failed write gives back to its lanes (the store consumes the batch).
+            let mut backup = Vec::with_capacity(lanes.len());
             for (name, lane) in &lanes {
                 let mut s = lock(&lane.st);
                 let records = std::mem::take(&mut s.buf);
+                backup.push((records.clone(), s.create.clone(), s.timer_ops.clone()));
                 timer_ops.append(&mut s.timer_ops);
                 let due = self
                     .snapshot_every
@@ -482,6 +513,7 @@ impl StoreJournal {
                 taken.push((n, snap));
             }
             self.counters.appends.fetch_add(1, Ordering::Relaxed);
+            let statuses_backup = statuses.clone();
             let res = self.store.write_batch(creates, appends, statuses).await;
             match res {
                 Ok(done) => {
@@ -489,9 +521,16 @@ impl StoreJournal {
                         self.write_timer_ops(timer_ops).await;
                     }
                     for (((name, lane), (n, snap)), app) in lanes.into_iter().zip(taken).zip(done) {
+                        let mut resumed = false;
                         {
                             let mut s = lock(&lane.st);
                             s.durable += n;
+                            s.seq = Some(app.last_seq);
+                            if s.stall > 0 {
+                                s.stall = 0;
+                                s.retry_len = 0;
+                                resumed = std::mem::take(&mut s.paused);
+                            }
                             for w in s.wakers.drain(..) {
                                 w.wake();
                             }
@@ -518,6 +557,10 @@ impl StoreJournal {
                                     .push((Arc::clone(&name), Arc::clone(&lane)));
                             }
                         }
+                        if resumed {
+                            tracing::info!(weft.instance = %name, message = "Journal writes succeed again; resuming");
+                            self.tell(&name, None);
+                        }
                         if let Some(state) = snap {
                             let me = Arc::clone(&self);
                             self.rt.spawn(async move {
@@ -526,17 +569,106 @@ impl StoreJournal {
                         }
                     }
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, message = "Journal write failed");
-                    for (_, lane) in lanes {
-                        let mut s = lock(&lane.st);
-                        s.failed = Some(e.to_string());
-                        s.flushing = false;
-                        for w in s.wakers.drain(..) {
-                            w.wake();
-                        }
-                    }
-                }
+                Err(e) => self.write_failed(&e, lanes, backup, statuses_backup),
+            }
+        }
+    }
+
+    /// A batch could not be written: nothing in it counts as durable. Its records go back
+    /// to the front of their lanes, whose waiting gates stay waiting (nothing is dispatched
+    /// past an unjournaled record); each instance is paused with `store_unavailable` the
+    /// first time; the lanes are written again after a backoff (50 ms doubling to 5 s) until
+    /// the store takes them, which resumes the instances.
+    fn write_failed(
+        self: &Arc<Self>,
+        e: &weft_store::Error,
+        lanes: Vec<(Arc<str>, Arc<Lane>)>,
+        backup: Vec<(Vec<NewRecord>, Option<InstanceRecord>, Vec<TimerOp>)>,
+        statuses: Vec<Status>,
+    ) {
+        tracing::error!(error = %e, message = "Journal write failed; retrying with backoff");
+        let reason = format!(
+            "store_unavailable: {e} (the journal write is retried and the instance resumes when it succeeds)"
+        );
+        let mut paused = Vec::new();
+        let mut attempt = 0;
+        for ((name, lane), (records, create, ops)) in lanes.iter().zip(backup) {
+            let mut s = lock(&lane.st);
+            s.retry_len = records.len() as u64;
+            let mut buf = records;
+            buf.append(&mut s.buf);
+            s.buf = buf;
+            let mut o = ops;
+            o.append(&mut s.timer_ops);
+            s.timer_ops = o;
+            if create.is_some() {
+                s.create = create;
+            }
+            s.stall = s.stall.saturating_add(1);
+            attempt = attempt.max(s.stall);
+            if !s.paused {
+                paused.push((Arc::clone(name), Arc::clone(lane)));
+            }
+        }
+        // (Not yet possible for an instance whose first loop turn is still running: the
+        // next failed attempt tries again.)
+        for (name, lane) in paused {
+            if self.tell(&name, Some(&reason)) {
+                lock(&lane.st).paused = true;
+            }
+        }
+        let delay = (50u64 << attempt.min(8)).min(MAX_BACKOFF_MS);
+        let me = Arc::clone(self);
+        self.rt.spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+            for (name, lane) in lanes {
+                me.reconcile(&name, &lane).await;
+                me.enqueue(name, lane);
+            }
+            if !statuses.is_empty() {
+                let mut q = lock(&me.queue);
+                q.statuses.extend(statuses);
+                me.kick(&mut q);
+            }
+        });
+    }
+
+    /// Before a failed lane is written again: a backend whose batches are not atomic
+    /// (PostgreSQL's parts commit separately) may have written some of it. Whatever the
+    /// store already has is not written twice: the instance record if it exists, the
+    /// records if the head moved by exactly their number (they count as durable now).
+    async fn reconcile(&self, name: &str, lane: &Arc<Lane>) {
+        let (known, len, create) = {
+            let s = lock(&lane.st);
+            (s.seq, s.retry_len, s.create.is_some())
+        };
+        if create && let Ok(Some(_)) = self.store.get_instance(name).await {
+            lock(&lane.st).create = None;
+        }
+        let Some(known) = known else { return };
+        if len == 0 {
+            return;
+        }
+        let Ok(head) = self.store.last_seq(name).await else {
+            return;
+        };
+        let mut s = lock(&lane.st);
+        if head == known + len {
+            let n = usize::try_from(len).unwrap_or(usize::MAX).min(s.buf.len());
+            s.buf.drain(..n);
+            s.durable += len;
+            s.seq = Some(head);
+            s.retry_len = 0;
+            for w in s.wakers.drain(..) {
+                w.wake();
+            }
+        } else if head != known {
+            s.failed = Some(format!(
+                "the journal of {name} is at seq {head} in the store, expected {known} or {}",
+                known + len
+            ));
+            for w in s.wakers.drain(..) {
+                w.wake();
             }
         }
     }
@@ -634,6 +766,7 @@ impl Journal for StoreJournal {
                         s.shadow = Some(Folded::empty());
                     }
                     s.plan = Some(p);
+                    s.seq = Some(0);
                 }
                 None => {
                     s.failed = Some(format!(

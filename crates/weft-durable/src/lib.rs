@@ -23,6 +23,18 @@
 //! that write at once), so no subscriber sees `plan.step.finished` or `plan.completed`
 //! for a step or result that a crash could still undo.
 //!
+//! ## When the store fails
+//! A batch the store refuses (unreachable, `disk full`, …) counts as not written: its
+//! records go back to the front of their lanes and the gates waiting on them keep waiting,
+//! so nothing is dispatched past an unjournaled record. Each affected instance is paused
+//! with a reason starting `store_unavailable:` (with the store's message); the lanes are
+//! written again after a backoff (50 ms doubling to 5 s, for as long as it takes), and the
+//! first write that succeeds resumes the instance. Before a retry the lane is reconciled
+//! with the store (a backend whose batch parts commit separately, PostgreSQL, may have
+//! written some of it): an existing instance record is not created again, and records the
+//! head already holds count as durable instead of being appended twice. A retry costs one
+//! copy of the batch's records, kept while the write is in flight.
+//!
 //! `action.dispatched` is journaled only for non-idempotent tools (unless
 //! [`DurableConfig::record_idempotent_dispatch`]): recovery dispatches an in-flight
 //! idempotent action again whether or not its dispatch was recorded, so for them the row

@@ -432,6 +432,22 @@ impl Engine {
         Ok(())
     }
 
+    /// Pauses a live instance with `reason` (nothing new fires until [`Engine::resume`];
+    /// actions in flight still complete).
+    pub fn pause(&self, instance: &str, reason: impl Into<String>) -> Result<(), Error> {
+        self.live(None, instance)?.submit(Input::Pause {
+            reason: reason.into(),
+        });
+        Ok(())
+    }
+
+    /// A handle that does not keep the engine alive (for callbacks the engine itself owns).
+    pub fn downgrade(&self) -> WeakEngine {
+        WeakEngine {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
     /// Resumes a paused instance.
     pub fn resume(&self, instance: &str) -> Result<(), Error> {
         self.live(None, instance)?.submit(Input::Resume);
@@ -470,6 +486,25 @@ impl Engine {
     /// The clock.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.inner.clock
+    }
+}
+
+/// An [`Engine`] that does not keep it alive.
+#[derive(Clone)]
+pub struct WeakEngine {
+    inner: std::sync::Weak<Shared>,
+}
+
+impl std::fmt::Debug for WeakEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WeakEngine").finish_non_exhaustive()
+    }
+}
+
+impl WeakEngine {
+    /// The engine, if it still exists.
+    pub fn upgrade(&self) -> Option<Engine> {
+        self.inner.upgrade().map(|inner| Engine { inner })
     }
 }
 

@@ -87,6 +87,34 @@ impl SqliteStore {
         &self.path
     }
 
+    /// Caps the database at `pages` pages (`PRAGMA max_page_count`, 4 KiB pages by
+    /// default): a write that needs more fails with `disk full`, exactly as on a full disk
+    /// (the full-disk tests use it; operators can use it as a hard size limit). Lasts while
+    /// the store is open. Returns the cap in effect (never below the current size).
+    pub async fn set_max_pages(&self, pages: u64) -> Result<u64> {
+        let pages = i64::try_from(pages).unwrap_or(i64::MAX);
+        self.writer
+            .submit(move |c| {
+                c.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .map(|n| n.max(0) as u64)
+                .map_err(schema::map_err)
+            })
+            .await
+    }
+
+    /// The database's size in pages (`PRAGMA page_count`).
+    pub async fn page_count(&self) -> Result<u64> {
+        self.writer
+            .submit(|c| {
+                c.query_row("PRAGMA page_count", [], |r| r.get::<_, i64>(0))
+                    .map(|n| n.max(0) as u64)
+                    .map_err(schema::map_err)
+            })
+            .await
+    }
+
     /// Commits and jobs so far (commits are fsyncs), for measurements.
     pub fn writer_stats(&self) -> WriterStats {
         self.writer.stats()
