@@ -39,7 +39,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 use weft_store::{
-    Appended, EffectRecorded, Error, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
+    Appended, EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
     Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store,
     Timer, check_records,
 };
@@ -151,6 +151,33 @@ impl Store for SqliteStore {
         let instance = instance.to_string();
         self.writer
             .submit(move |c| journal::append(c, &instance, &records))
+            .await
+    }
+
+    async fn append_fenced(
+        &self,
+        instance: &str,
+        fence: &Fence,
+        records: Vec<NewRecord>,
+    ) -> Result<Appended> {
+        check_records(&records)?;
+        let instance = instance.to_string();
+        let fence = fence.clone();
+        // The writer thread is the only writer: the check and the append are one job.
+        self.writer
+            .submit(move |c| {
+                state::check_fence(c, &instance, &fence)?;
+                if records.is_empty() {
+                    let (seq, hash) =
+                        journal::head_row(c, &instance)?.map_or((0, GENESIS), |h| (h.0, h.1));
+                    return Ok(Appended {
+                        first_seq: seq + 1,
+                        last_seq: seq,
+                        head: hash,
+                    });
+                }
+                journal::append(c, &instance, &records)
+            })
             .await
     }
 

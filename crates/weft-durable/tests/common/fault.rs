@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use async_trait::async_trait;
 use serde_json::Value;
 use weft_store::{
-    Appended, EffectRecorded, Error, Hash, InstanceRecord, InstanceStatus, Lease, NewRecord, Page,
-    PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store, Timer,
+    Appended, EffectRecorded, Error, Fence, Hash, InstanceRecord, InstanceStatus, Lease, NewRecord,
+    Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store, Timer,
 };
 
 pub struct FaultStore {
@@ -78,6 +78,15 @@ impl Store for FaultStore {
     async fn append(&self, instance: &str, records: Vec<NewRecord>) -> Result<Appended> {
         self.gate().await?;
         self.inner.append(instance, records).await
+    }
+    async fn append_fenced(
+        &self,
+        instance: &str,
+        fence: &Fence,
+        records: Vec<NewRecord>,
+    ) -> Result<Appended> {
+        self.gate().await?;
+        self.inner.append_fenced(instance, fence, records).await
     }
     async fn read(&self, instance: &str, from_seq: u64, limit: u32) -> Result<Vec<Record>> {
         self.inner.read(instance, from_seq, limit).await
