@@ -13,7 +13,7 @@ use weft_tools::Registry;
 
 use crate::error::DurableError;
 use crate::history::{self, PlanCache, read_range};
-use crate::journal::{Gate, PlanEntry, StoreJournal};
+use crate::journal::{Gate, GatedBus, PlanEntry, StoreJournal};
 use crate::record::{Entry, Folded};
 
 /// Pseudo-journal that reserves blocks of instance ids, so a restarted process never hands
@@ -59,11 +59,50 @@ pub struct RecoveryReport {
     pub redispatched: usize,
     /// In-flight actions completed with `outcome_unknown`.
     pub unknown: usize,
+    /// Pending timers re-armed (those already due fire at once, with their lateness).
+    pub timers: usize,
+    /// Rows of the store's timer table that belonged to no pending timer and were deleted.
+    pub stale_timer_rows: usize,
     /// Instances that could not be restored, with the error.
     pub errors: Vec<(String, String)>,
     /// Handles of the restored instances.
     #[serde(skip)]
     pub handles: Vec<InstanceHandle>,
+}
+
+/// A restored instance: its handle, what was done with its in-flight actions, how many
+/// timers were re-armed.
+type Restored = (InstanceHandle, Vec<Redispatch>, usize);
+
+/// The timer-table rows of an instance's pending timers.
+fn timer_rows(
+    plan: &CompiledPlan,
+    instance: &str,
+    extras: &weft_runtime::Extras,
+) -> Vec<(u64, weft_store::Timer)> {
+    extras
+        .timers
+        .iter()
+        .map(|(id, t)| {
+            let event = plan
+                .net
+                .events
+                .get(t.event as usize)
+                .map_or("", |e| e.name.as_str());
+            (
+                *id,
+                crate::journal::timer_row(
+                    instance,
+                    *id,
+                    event,
+                    &t.payload,
+                    t.due_ms,
+                    t.cron.as_deref(),
+                    t.remaining,
+                ),
+            )
+        })
+        .collect()
 }
 
 /// A durable engine.
@@ -120,19 +159,33 @@ impl Durable {
             .ok_or_else(|| DurableError::Unavailable {
                 message: "the durable engine needs a tokio runtime".into(),
             })?;
-        let journal = Arc::new(StoreJournal::new(
-            Arc::clone(&store),
-            rt,
-            config.snapshot_every,
-        ));
+        let journal = StoreJournal::new(Arc::clone(&store), rt, config.snapshot_every);
         journal.set_record_idempotent_dispatch(config.record_idempotent_dispatch);
         let mut reg = Registry::new();
         for t in opts.registry.iter() {
             reg.register(Arc::new(Gate::new(Arc::clone(t), Arc::clone(&journal))));
         }
         opts.registry = Arc::new(reg);
+        opts.bus = Arc::new(GatedBus::new(Arc::clone(&opts.bus), Arc::clone(&journal)));
         opts.journal = Some(journal.clone() as Arc<dyn weft_runtime::Journal>);
         let engine = Engine::new(opts);
+        // A store that refuses writes pauses the instances it concerns; they resume when
+        // the retried write succeeds.
+        let weak = engine.downgrade();
+        journal.set_listener(Arc::new(move |instance: &str, reason: Option<&str>| {
+            let Some(e) = weak.upgrade() else {
+                return false;
+            };
+            match reason {
+                Some(r) => e.pause(instance, r).is_ok(),
+                None => {
+                    let ours = e.state(instance).is_ok_and(|st| {
+                        matches!(&st.status, Status::Paused { reason } if reason.starts_with("store_unavailable"))
+                    });
+                    ours && e.resume(instance).is_ok()
+                }
+            }
+        }));
         // Reserve a block of ids: the head record of the ids journal says where the last
         // process's block ended.
         let next = match store.head(IDS_JOURNAL).await? {
@@ -279,8 +332,9 @@ impl Durable {
                 for (rec, (snap, records)) in batch.into_iter().zip(loaded) {
                     let id = rec.id.clone();
                     match self.restore_loaded(rec, snap, records).await {
-                        Ok(Some((h, actions))) => {
+                        Ok(Some((h, actions, timers))) => {
                             report.restored += 1;
+                            report.timers += timers;
                             for a in actions {
                                 match a {
                                     Redispatch::Again { .. } => report.redispatched += 1,
@@ -298,7 +352,31 @@ impl Durable {
                 break;
             }
         }
+        report.stale_timer_rows = self.sweep_timer_rows().await?;
         Ok(report)
+    }
+
+    /// Deletes timer-table rows that no pending timer of this process owns (their instance
+    /// ended, or the timer fired before the row's deletion was written). Looks at the
+    /// earliest 10,000 rows per round.
+    async fn sweep_timer_rows(&self) -> Result<usize, DurableError> {
+        let mut deleted = 0;
+        loop {
+            let rows = self.store.due_timers(i64::MAX, 10_000).await?;
+            let full = rows.len() == 10_000;
+            let mut round = 0;
+            for t in rows {
+                if !self.journal.has_timer(&t.instance, &t.timer_id)
+                    && self.store.delete_timer(&t.instance, &t.timer_id).await?
+                {
+                    round += 1;
+                }
+            }
+            deleted += round;
+            if !full || round == 0 {
+                return Ok(deleted);
+            }
+        }
     }
 
     async fn restore_loaded(
@@ -306,7 +384,7 @@ impl Durable {
         rec: InstanceRecord,
         snap: Option<weft_store::Snapshot>,
         records: Vec<weft_store::Record>,
-    ) -> Result<Option<(InstanceHandle, Vec<Redispatch>)>, DurableError> {
+    ) -> Result<Option<Restored>, DurableError> {
         let plan = self
             .plans
             .get(self.store.as_ref(), &self.engine, &rec)
@@ -320,7 +398,7 @@ impl Durable {
         &self,
         rec: InstanceRecord,
         upto: Option<u64>,
-    ) -> Result<Option<(InstanceHandle, Vec<Redispatch>)>, DurableError> {
+    ) -> Result<Option<Restored>, DurableError> {
         let plan = self
             .plans
             .get(self.store.as_ref(), &self.engine, &rec)
@@ -335,7 +413,7 @@ impl Durable {
         rec: InstanceRecord,
         plan: Arc<CompiledPlan>,
         mut folded: Folded,
-    ) -> Result<Option<(InstanceHandle, Vec<Redispatch>)>, DurableError> {
+    ) -> Result<Option<Restored>, DurableError> {
         let Some(inst) = folded.instance.take() else {
             // Started but the start never became durable: nothing ran; drop it.
             self.journal
@@ -348,19 +426,34 @@ impl Durable {
             return Ok(None);
         };
         if inst.status.is_terminal() {
+            // Its pending timers never fire: drop their rows (through the lane).
+            self.journal.adopt(
+                &rec.id,
+                PlanEntry {
+                    plan: Arc::clone(&plan),
+                    version: rec.plan_version,
+                },
+                None,
+                &timer_rows(&plan, &rec.id, &folded.extras),
+                folded.seq,
+            );
+            self.journal.forget(&rec.id);
             self.journal
                 .set_status(&rec.id, store_status(&inst.status), reason_of(&inst.status))
                 .await?;
             return Ok(None);
         }
         let dispatched = std::mem::take(&mut folded.dispatched);
+        let extras = std::mem::take(&mut folded.extras);
         let shadow = (plan.net.graph_type == weft_core::GraphType::Reactive
             && self.config.snapshot_every.is_some())
         .then(|| Folded {
             instance: Some(inst.clone()),
             dispatched: dispatched.clone(),
             seq: folded.seq,
+            extras: extras.clone(),
         });
+        let rows = timer_rows(&plan, &rec.id, &extras);
         self.journal.adopt(
             &rec.id,
             PlanEntry {
@@ -368,9 +461,18 @@ impl Durable {
                 version: rec.plan_version,
             },
             shadow,
+            &rows,
+            folded.seq,
         );
-        let r = self.engine.restore(&rec.tenant, &plan, inst, &dispatched)?;
-        Ok(Some(r))
+        let (h, actions) =
+            self.engine
+                .restore_with(&rec.tenant, &plan, inst, &dispatched, &extras)?;
+        let timers = rows.len();
+        // The journal is the truth; the rows may lag it by a crash: put them again.
+        for (_, t) in rows {
+            self.store.put_timer(t).await?;
+        }
+        Ok(Some((h, actions, timers)))
     }
 
     /// Makes `instance` live again. Without `from`, from its journal head (a paused instance
@@ -394,7 +496,7 @@ impl Durable {
                 return Ok(h);
             }
             let restored = self.restore_one(rec, None).await?;
-            let Some((h, _)) = restored else {
+            let Some((h, _, _)) = restored else {
                 return Err(DurableError::NotFound {
                     what: format!("{instance} has finished; nothing to resume"),
                 });
@@ -431,7 +533,7 @@ impl Durable {
         self.store.append(&new_id, copy).await?;
         let restored = self.restore_one(new_rec, None).await?;
         restored
-            .map(|(h, _)| h)
+            .map(|(h, _, _)| h)
             .ok_or_else(|| DurableError::NotFound {
                 what: format!("{instance} at {} has finished; nothing to resume", at),
             })

@@ -21,8 +21,8 @@ use std::task::{Poll, Waker};
 
 use serde_json::Value;
 use weft_core::GraphType;
-use weft_runtime::{CompiledPlan, Input, Journal};
-use weft_store::{InstanceRecord, InstanceStatus, NewRecord, Snapshot, Store, now_ms};
+use weft_runtime::{Bus, CloudEvent, CompiledPlan, Filter, Input, Journal, Subscription};
+use weft_store::{InstanceRecord, InstanceStatus, NewRecord, Snapshot, Store, Timer, now_ms};
 use weft_tools::{BoxFuture, Tool, ToolContext, ToolError, ToolSpec};
 
 use crate::error::DurableError;
@@ -68,6 +68,63 @@ struct LaneState {
     /// The folded state, kept only for reactive instances when compaction is on.
     shadow: Option<Folded>,
     since_snapshot: u64,
+    /// The instance's pending timers as rows of the store's timer table (by timer id).
+    timers: HashMap<u64, Timer>,
+    /// Timer-table writes that go with the records in `buf`.
+    timer_ops: Vec<TimerOp>,
+    /// Lifecycle events held until `durable` reaches the record count they were published
+    /// at (they report those records).
+    held: std::collections::VecDeque<(u64, CloudEvent)>,
+    /// Last sequence number known durable in the store (`None`: not known).
+    seq: Option<u64>,
+    /// Failed writes in a row (the instance is paused with `store_unavailable` while > 0).
+    stall: u32,
+    /// Records at the front of `buf` that a failed batch tried to write.
+    retry_len: u64,
+    /// The instance was paused because of failed writes.
+    paused: bool,
+}
+
+/// Told when an instance's journal writes start failing (`Some(reason)`: pause it) and
+/// when they succeed again (`None`: resume it); returns whether it could.
+pub(crate) type StoreListener = Arc<dyn Fn(&str, Option<&str>) -> bool + Send + Sync>;
+
+/// Longest wait between write retries.
+const MAX_BACKOFF_MS: u64 = 5_000;
+
+/// A write to the store's timer table, mirroring `timer.set` / `timer.fired` records.
+#[derive(Clone)]
+enum TimerOp {
+    Put(Timer),
+    Delete(String, String),
+}
+
+impl TimerOp {
+    fn target(&self) -> (&str, &str) {
+        match self {
+            TimerOp::Put(t) => (&t.instance, &t.timer_id),
+            TimerOp::Delete(i, t) => (i, t),
+        }
+    }
+}
+
+/// The timer-table row of a pending timer (`timer_id` is `t<id>`, as the tools report it).
+pub(crate) fn timer_row(
+    instance: &str,
+    id: u64,
+    event: &str,
+    payload: &Value,
+    due_ms: i64,
+    cron: Option<&str>,
+    remaining: Option<u32>,
+) -> Timer {
+    Timer {
+        instance: instance.to_string(),
+        timer_id: format!("t{id}"),
+        due_ms,
+        payload: serde_json::json!({"event": event, "payload": payload, "cron": cron,
+            "remaining": remaining}),
+    }
 }
 
 #[derive(Default)]
@@ -101,6 +158,8 @@ struct Counters {
 
 /// The runtime's journal over a store.
 pub struct StoreJournal {
+    /// This journal (the `Journal` hook gets `&self`; flushing needs the `Arc`).
+    me: std::sync::Weak<StoreJournal>,
     store: Arc<dyn Store>,
     rt: tokio::runtime::Handle,
     plans: RwLock<HashMap<String, PlanEntry>>,
@@ -110,6 +169,10 @@ pub struct StoreJournal {
     dispatch_idempotent: std::sync::atomic::AtomicBool,
     queue: Mutex<Queue>,
     counters: Counters,
+    /// Where held lifecycle events go once durable (see [`GatedBus`]).
+    bus: std::sync::OnceLock<Arc<dyn Bus>>,
+    /// Pauses and resumes instances whose writes fail (set by `Durable::open`).
+    listener: std::sync::OnceLock<StoreListener>,
 }
 
 impl std::fmt::Debug for StoreJournal {
@@ -127,8 +190,9 @@ impl StoreJournal {
         store: Arc<dyn Store>,
         rt: tokio::runtime::Handle,
         snapshot_every: Option<u64>,
-    ) -> Self {
-        StoreJournal {
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me| StoreJournal {
+            me: me.clone(),
             store,
             rt,
             plans: RwLock::new(HashMap::new()),
@@ -138,7 +202,9 @@ impl StoreJournal {
             dispatch_idempotent: std::sync::atomic::AtomicBool::new(false),
             queue: Mutex::new(Queue::default()),
             counters: Counters::default(),
-        }
+            bus: std::sync::OnceLock::new(),
+            listener: std::sync::OnceLock::new(),
+        })
     }
 
     /// Also journal `action.dispatched` for idempotent tools (off by default; makes
@@ -150,6 +216,14 @@ impl StoreJournal {
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    pub(crate) fn set_listener(&self, l: StoreListener) {
+        let _ = self.listener.set(l);
+    }
+
+    fn tell(&self, instance: &str, reason: Option<&str>) -> bool {
+        self.listener.get().is_some_and(|l| l(instance, reason))
     }
 
     /// Work done so far.
@@ -189,15 +263,51 @@ impl StoreJournal {
         lock(self.shard(instance)).get(instance).cloned()
     }
 
-    /// Forgets an instance's lane (after its last record is durable).
+    /// Forgets an instance's lane (after its last record is durable); the timer-table
+    /// rows of timers it left pending (an ended instance never fires them) are deleted.
     pub(crate) fn forget(&self, instance: &str) {
-        lock(self.shard(instance)).remove(instance);
+        let lane = lock(self.shard(instance)).remove(instance);
+        let rows: Vec<Timer> = lane
+            .map(|l| lock(&l.st).timers.drain().map(|(_, t)| t).collect())
+            .unwrap_or_default();
+        if !rows.is_empty() {
+            let store = Arc::clone(&self.store);
+            self.rt.spawn(async move {
+                for t in rows {
+                    if let Err(e) = store.delete_timer(&t.instance, &t.timer_id).await {
+                        tracing::warn!(weft.instance = %t.instance, error = %e, message = "Timer row not deleted");
+                    }
+                }
+            });
+        }
     }
 
-    /// Prepares the lane of a restored instance (its records go after the stored ones).
-    pub(crate) fn adopt(&self, instance: &str, plan: PlanEntry, folded: Option<Folded>) {
+    /// Is timer `timer_id` (`t<id>`) of `instance` pending in this process?
+    pub(crate) fn has_timer(&self, instance: &str, timer_id: &str) -> bool {
+        let Some(id) = timer_id
+            .strip_prefix('t')
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            return false;
+        };
+        self.existing(instance)
+            .is_some_and(|l| lock(&l.st).timers.contains_key(&id))
+    }
+
+    /// Prepares the lane of a restored instance (its records go after the stored ones);
+    /// `timers` are the rows of its pending timers.
+    pub(crate) fn adopt(
+        &self,
+        instance: &str,
+        plan: PlanEntry,
+        folded: Option<Folded>,
+        timers: &[(u64, Timer)],
+        seq: u64,
+    ) {
         let lane = self.lane(instance);
         let mut s = lock(&lane.st);
+        s.timers = timers.iter().cloned().collect();
+        s.seq = Some(seq);
         if self.snapshot_every.is_some() && plan.plan.net.graph_type == GraphType::Reactive {
             s.shadow = folded;
         }
@@ -207,6 +317,58 @@ impl StoreJournal {
     fn push(&self, s: &mut LaneState, instance: &str, entry: &Entry) {
         if let (Some(sh), Some(p)) = (s.shadow.as_mut(), s.plan.as_ref()) {
             let _ = sh.apply_entry(&p.plan.net, instance, entry);
+        }
+        match entry {
+            Entry::TimerSet {
+                timer_id,
+                event,
+                payload,
+                due_ms,
+                cron,
+                remaining,
+                ..
+            } => {
+                let row = timer_row(
+                    instance,
+                    *timer_id,
+                    event,
+                    payload,
+                    *due_ms,
+                    cron.as_deref(),
+                    *remaining,
+                );
+                s.timers.insert(*timer_id, row.clone());
+                s.timer_ops.push(TimerOp::Put(row));
+            }
+            Entry::Timer {
+                timer_id,
+                event,
+                payload,
+                next_due_ms,
+                ..
+            } => match next_due_ms {
+                Some(next) => {
+                    let row = s.timers.entry(*timer_id).or_insert_with(|| {
+                        timer_row(instance, *timer_id, event, payload, *next, None, None)
+                    });
+                    row.due_ms = *next;
+                    if let Some(r) = row.payload.get_mut("remaining")
+                        && let Some(n) = r.as_u64()
+                    {
+                        *r = Value::from(n.saturating_sub(1));
+                    }
+                    let row = row.clone();
+                    s.timer_ops.push(TimerOp::Put(row));
+                }
+                None => {
+                    s.timers.remove(timer_id);
+                    s.timer_ops.push(TimerOp::Delete(
+                        instance.to_string(),
+                        format!("t{timer_id}"),
+                    ));
+                }
+            },
+            _ => {}
         }
         s.buf.push(entry.to_record(now_ms()));
         s.recorded += 1;
@@ -322,9 +484,14 @@ impl StoreJournal {
             let mut creates = Vec::new();
             let mut appends = Vec::with_capacity(lanes.len());
             let mut taken = Vec::with_capacity(lanes.len());
+            let mut timer_ops: Vec<TimerOp> = Vec::new();
+            // What a failed write gives back to its lanes (the store consumes the batch).
+            let mut backup = Vec::with_capacity(lanes.len());
             for (name, lane) in &lanes {
                 let mut s = lock(&lane.st);
                 let records = std::mem::take(&mut s.buf);
+                backup.push((records.clone(), s.create.clone(), s.timer_ops.clone()));
+                timer_ops.append(&mut s.timer_ops);
                 let due = self
                     .snapshot_every
                     .is_some_and(|every| s.since_snapshot >= every);
@@ -346,15 +513,40 @@ impl StoreJournal {
                 taken.push((n, snap));
             }
             self.counters.appends.fetch_add(1, Ordering::Relaxed);
+            let statuses_backup = statuses.clone();
             let res = self.store.write_batch(creates, appends, statuses).await;
             match res {
                 Ok(done) => {
+                    if !timer_ops.is_empty() {
+                        self.write_timer_ops(timer_ops).await;
+                    }
                     for (((name, lane), (n, snap)), app) in lanes.into_iter().zip(taken).zip(done) {
+                        let mut resumed = false;
                         {
                             let mut s = lock(&lane.st);
                             s.durable += n;
+                            s.seq = Some(app.last_seq);
+                            if s.stall > 0 {
+                                s.stall = 0;
+                                s.retry_len = 0;
+                                resumed = std::mem::take(&mut s.paused);
+                            }
                             for w in s.wakers.drain(..) {
                                 w.wake();
+                            }
+                            if !s.held.is_empty() {
+                                let durable = s.durable;
+                                let ready: Vec<CloudEvent> = std::iter::from_fn(|| {
+                                    s.held
+                                        .pop_front_if(|(t, _)| *t <= durable)
+                                        .map(|(_, ev)| ev)
+                                })
+                                .collect();
+                                if let Some(bus) = self.bus.get() {
+                                    for ev in ready {
+                                        bus.publish(ev);
+                                    }
+                                }
                             }
                             if s.buf.is_empty() {
                                 s.flushing = false;
@@ -365,6 +557,10 @@ impl StoreJournal {
                                     .push((Arc::clone(&name), Arc::clone(&lane)));
                             }
                         }
+                        if resumed {
+                            tracing::info!(weft.instance = %name, message = "Journal writes succeed again; resuming");
+                            self.tell(&name, None);
+                        }
                         if let Some(state) = snap {
                             let me = Arc::clone(&self);
                             self.rt.spawn(async move {
@@ -373,17 +569,130 @@ impl StoreJournal {
                         }
                     }
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, message = "Journal write failed");
-                    for (_, lane) in lanes {
-                        let mut s = lock(&lane.st);
-                        s.failed = Some(e.to_string());
-                        s.flushing = false;
-                        for w in s.wakers.drain(..) {
-                            w.wake();
-                        }
-                    }
-                }
+                Err(e) => self.write_failed(&e, lanes, backup, statuses_backup),
+            }
+        }
+    }
+
+    /// A batch could not be written: nothing in it counts as durable. Its records go back
+    /// to the front of their lanes, whose waiting gates stay waiting (nothing is dispatched
+    /// past an unjournaled record); each instance is paused with `store_unavailable` the
+    /// first time; the lanes are written again after a backoff (50 ms doubling to 5 s) until
+    /// the store takes them, which resumes the instances.
+    fn write_failed(
+        self: &Arc<Self>,
+        e: &weft_store::Error,
+        lanes: Vec<(Arc<str>, Arc<Lane>)>,
+        backup: Vec<(Vec<NewRecord>, Option<InstanceRecord>, Vec<TimerOp>)>,
+        statuses: Vec<Status>,
+    ) {
+        tracing::error!(error = %e, message = "Journal write failed; retrying with backoff");
+        let reason = format!(
+            "store_unavailable: {e} (the journal write is retried and the instance resumes when it succeeds)"
+        );
+        let mut paused = Vec::new();
+        let mut attempt = 0;
+        for ((name, lane), (records, create, ops)) in lanes.iter().zip(backup) {
+            let mut s = lock(&lane.st);
+            s.retry_len = records.len() as u64;
+            let mut buf = records;
+            buf.append(&mut s.buf);
+            s.buf = buf;
+            let mut o = ops;
+            o.append(&mut s.timer_ops);
+            s.timer_ops = o;
+            if create.is_some() {
+                s.create = create;
+            }
+            s.stall = s.stall.saturating_add(1);
+            attempt = attempt.max(s.stall);
+            if !s.paused {
+                paused.push((Arc::clone(name), Arc::clone(lane)));
+            }
+        }
+        // (Not yet possible for an instance whose first loop turn is still running: the
+        // next failed attempt tries again.)
+        for (name, lane) in paused {
+            if self.tell(&name, Some(&reason)) {
+                lock(&lane.st).paused = true;
+            }
+        }
+        let delay = (50u64 << attempt.min(8)).min(MAX_BACKOFF_MS);
+        let me = Arc::clone(self);
+        self.rt.spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+            for (name, lane) in lanes {
+                me.reconcile(&name, &lane).await;
+                me.enqueue(name, lane);
+            }
+            if !statuses.is_empty() {
+                let mut q = lock(&me.queue);
+                q.statuses.extend(statuses);
+                me.kick(&mut q);
+            }
+        });
+    }
+
+    /// Before a failed lane is written again: a backend whose batches are not atomic
+    /// (PostgreSQL's parts commit separately) may have written some of it. Whatever the
+    /// store already has is not written twice: the instance record if it exists, the
+    /// records if the head moved by exactly their number (they count as durable now).
+    async fn reconcile(&self, name: &str, lane: &Arc<Lane>) {
+        let (known, len, create) = {
+            let s = lock(&lane.st);
+            (s.seq, s.retry_len, s.create.is_some())
+        };
+        if create && let Ok(Some(_)) = self.store.get_instance(name).await {
+            lock(&lane.st).create = None;
+        }
+        let Some(known) = known else { return };
+        if len == 0 {
+            return;
+        }
+        let Ok(head) = self.store.last_seq(name).await else {
+            return;
+        };
+        let mut s = lock(&lane.st);
+        if head == known + len {
+            let n = usize::try_from(len).unwrap_or(usize::MAX).min(s.buf.len());
+            s.buf.drain(..n);
+            s.durable += len;
+            s.seq = Some(head);
+            s.retry_len = 0;
+            for w in s.wakers.drain(..) {
+                w.wake();
+            }
+        } else if head != known {
+            s.failed = Some(format!(
+                "the journal of {name} is at seq {head} in the store, expected {known} or {}",
+                known + len
+            ));
+            for w in s.wakers.drain(..) {
+                w.wake();
+            }
+        }
+    }
+
+    /// Mirrors a batch's timer records into the store's timer table (after the records are
+    /// durable; the journal stays the truth, recovery re-puts the rows of pending timers).
+    /// Only the last write per timer counts, so the rest can run concurrently.
+    async fn write_timer_ops(&self, ops: Vec<TimerOp>) {
+        let mut last: HashMap<(String, String), TimerOp> = HashMap::new();
+        for op in ops {
+            let (i, t) = op.target();
+            last.insert((i.to_string(), t.to_string()), op);
+        }
+        let store = &self.store;
+        let results = futures::future::join_all(last.into_values().map(|op| async move {
+            match op {
+                TimerOp::Put(t) => store.put_timer(t).await,
+                TimerOp::Delete(i, t) => store.delete_timer(&i, &t).await.map(|_| ()),
+            }
+        }))
+        .await;
+        for r in results {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, message = "Timer table not updated");
             }
         }
     }
@@ -457,6 +766,7 @@ impl Journal for StoreJournal {
                         s.shadow = Some(Folded::empty());
                     }
                     s.plan = Some(p);
+                    s.seq = Some(0);
                 }
                 None => {
                     s.failed = Some(format!(
@@ -473,6 +783,84 @@ impl Journal for StoreJournal {
         };
         let entry = Entry::from_input(&p.plan.net, tenant, p.version, input);
         self.push(&mut s, instance, &entry);
+    }
+
+    /// Writes what the instance recorded without waiting for it: nothing else would (its
+    /// next dispatch may be a timer or an event away).
+    fn idle(&self, _tenant: &str, instance: &str) {
+        let Some(lane) = self.existing(instance) else {
+            return;
+        };
+        let mut s = lock(&lane.st);
+        if s.flushing || s.buf.is_empty() || s.failed.is_some() {
+            return;
+        }
+        s.flushing = true;
+        drop(s);
+        if let Some(me) = self.me.upgrade() {
+            me.enqueue(Arc::from(instance), lane);
+        }
+    }
+}
+
+impl StoreJournal {
+    /// Publishes `ev` on the inner bus once every record its instance had recorded when it
+    /// was published is durable (in order per instance); at once if they already are.
+    fn publish_gated(&self, ev: CloudEvent) {
+        let Some(bus) = self.bus.get() else { return };
+        let lane = ev
+            .instance
+            .as_deref()
+            .and_then(|i| Some((Arc::<str>::from(i), self.existing(i)?)));
+        let Some((name, lane)) = lane else {
+            bus.publish(ev);
+            return;
+        };
+        let mut s = lock(&lane.st);
+        if s.held.is_empty() && s.durable >= s.recorded {
+            drop(s);
+            bus.publish(ev);
+            return;
+        }
+        let target = s.recorded;
+        s.held.push_back((target, ev));
+        // Write now rather than at the next dispatch, so the event is not late.
+        if !s.flushing && !s.buf.is_empty() && s.failed.is_none() {
+            s.flushing = true;
+            drop(s);
+            if let Some(me) = self.me.upgrade() {
+                me.enqueue(name, lane);
+            }
+        }
+    }
+}
+
+/// The bus of a durable engine: lifecycle events (`plan.started`, `plan.step.finished`,
+/// `plan.completed`, …) reach subscribers only after the journal records they report are
+/// durable, so nobody acts on an event whose cause a crash could undo. Events without an
+/// instance pass at once.
+pub struct GatedBus {
+    inner: Arc<dyn Bus>,
+    journal: Arc<StoreJournal>,
+}
+
+impl GatedBus {
+    /// Gates `inner` on `journal`'s durability.
+    pub fn new(inner: Arc<dyn Bus>, journal: Arc<StoreJournal>) -> Self {
+        let _ = journal.bus.set(Arc::clone(&inner));
+        GatedBus { inner, journal }
+    }
+}
+
+impl Bus for GatedBus {
+    fn publish(&self, event: CloudEvent) {
+        self.journal.publish_gated(event);
+    }
+    fn subscribe(&self, filter: Filter) -> Subscription {
+        self.inner.subscribe(filter)
+    }
+    fn wants(&self) -> bool {
+        self.inner.wants()
     }
 }
 

@@ -15,6 +15,25 @@
 //! [`Durable::wait`] waits for the final records before it returns an outcome. So a step's
 //! outcome is durable before the next step starts and the result before the run returns;
 //! an engine without a durable journal has no gates and keeps its in-memory hot path.
+//! When an instance has nothing left in flight (it waits for an event or a timer, or it
+//! ended) the runtime calls `Journal::idle` and its lane is written without anyone
+//! waiting, so a waiting instance's state is durable although no dispatch follows.
+//! Lifecycle events go through a [`GatedBus`]: an event about an instance is held until
+//! every record the instance had when the event was published is durable (and asks for
+//! that write at once), so no subscriber sees `plan.step.finished` or `plan.completed`
+//! for a step or result that a crash could still undo.
+//!
+//! ## When the store fails
+//! A batch the store refuses (unreachable, `disk full`, …) counts as not written: its
+//! records go back to the front of their lanes and the gates waiting on them keep waiting,
+//! so nothing is dispatched past an unjournaled record. Each affected instance is paused
+//! with a reason starting `store_unavailable:` (with the store's message); the lanes are
+//! written again after a backoff (50 ms doubling to 5 s, for as long as it takes), and the
+//! first write that succeeds resumes the instance. Before a retry the lane is reconciled
+//! with the store (a backend whose batch parts commit separately, PostgreSQL, may have
+//! written some of it): an existing instance record is not created again, and records the
+//! head already holds count as durable instead of being appended twice. A retry costs one
+//! copy of the batch's records, kept while the write is in flight.
 //!
 //! `action.dispatched` is journaled only for non-idempotent tools (unless
 //! [`DurableConfig::record_idempotent_dispatch`]): recovery dispatches an in-flight
@@ -28,7 +47,23 @@
 //! durable is dispatched again with the same idempotency key if its tool is idempotent,
 //! otherwise it completes with the error `outcome_unknown`; one whose dispatch was never
 //! durable cannot have run and is dispatched again. Instances whose journal shows them
-//! finished only get their status fixed. Each process reserves a block of 2^32 instance ids
+//! finished only get their status fixed.
+//!
+//! ## Timers and the instance context
+//! `timer.after` / `at` / `cron` and `context.put` are journaled by the runtime's tool
+//! services while the tool runs (`timer.set`, `context.put`), so before the step's
+//! outcome; the fold (`weft_runtime::journal::fold`, the one rule) keeps the pending
+//! timers and the context in [`Folded::extras`]. Recovery hands them to
+//! `Engine::restore_with`: the context comes back and every pending timer is re-armed
+//! under its id at its due time; one that came due while weft was down fires at once and
+//! its `timer.fired` record carries `late_ms`. A cron timer's next occurrence travels in
+//! its `timer.fired` record (`next_due_ms`), so the re-arm is as durable as the firing. A
+//! `timer.*` step dispatched again after a restart finds the timer its first dispatch set
+//! (by idempotency key) instead of setting a second one. The store's timer table
+//! (`put_timer` / `delete_timer`) mirrors the pending timers, written right after the batch
+//! that made their records durable; the journal stays the truth: recovery puts the rows of
+//! every re-armed timer again and deletes rows no pending timer owns
+//! ([`RecoveryReport::stale_timer_rows`]). Each process reserves a block of 2^32 instance ids
 //! (journal `weft.ids`) so ids never repeat across restarts.
 //!
 //! ## Compaction policy (bounded storage for reactive plans)
@@ -44,8 +79,8 @@
 //!
 //! ## Records
 //! See [`Entry`]: `instance.started` (plan, plan version, input, record version `v`),
-//! `token.added`, `timer.fired`, `action.result` / `action.error`, `action.dispatched`,
-//! `instance.paused` / `resumed` / `stopped`. A journal whose `v` is newer than
+//! `token.added`, `timer.set`, `timer.fired`, `context.put`, `action.result` /
+//! `action.error`, `action.dispatched`, `instance.paused` / `resumed` / `stopped`. A journal whose `v` is newer than
 //! [`RECORD_VERSION`] is refused with `journal_too_new`; an unknown kind is named.
 
 //! ## Measured (2 cores shared with other builds, load 2.5–5; release build)
@@ -81,5 +116,5 @@ pub use history::{
     InFlightAction, InspectEvent, Inspection, PlanCache, ReplayReport, checkpoint, checkpoint_seq,
     inspect, replay, verify,
 };
-pub use journal::{Gate, JournalStats, StoreJournal};
+pub use journal::{Gate, GatedBus, JournalStats, StoreJournal};
 pub use record::{Entry, Folded, RECORD_VERSION};

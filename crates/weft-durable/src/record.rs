@@ -5,7 +5,12 @@
 //! - `instance.started` `{v, tenant, plan, plan_version, input, now}` (`v` is the record
 //!   schema version; a journal with a newer `v` is refused with `journal_too_new`);
 //! - `token.added` `{event, payload, correlation, now}`;
-//! - `timer.fired` `{timer_id, event, payload, now, lateness_ms}`;
+//! - `timer.set` `{timer_id, event, payload, due_ms, cron, remaining, key, now}`: written
+//!   while `timer.after` / `at` / `cron` runs, before its outcome;
+//! - `timer.fired` `{timer_id, event, payload, now, late_ms, next_due_ms}` (`late_ms`: how
+//!   long after its due time it fired, large for a timer that came due while weft was down;
+//!   `next_due_ms`: a cron timer's next occurrence, absent when it does not fire again);
+//! - `context.put` `{key, value, now}`: a write to the instance's key-value context;
 //! - `action.result` `{firing, result, now}` / `action.error` `{firing, error, now}`;
 //! - `instance.paused` `{reason}`, `instance.resumed` `{}`, `instance.stopped` `{reason}`;
 //! - `action.dispatched` `{firing, step, key, attempt, idempotent}`: derived, written by the
@@ -20,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use weft_core::token::FiringId;
 use weft_core::{ActionError, Instance, Net};
-use weft_runtime::Input;
+use weft_runtime::{Extras, Input};
 use weft_store::{NewRecord, Record};
 
 use crate::error::DurableError;
@@ -68,8 +73,12 @@ pub enum Entry {
         payload: Value,
         /// Clock time.
         now: i64,
-        /// How late it fired, when known.
+        /// How late it fired (`now - due`), when known.
+        #[serde(rename = "late_ms", alias = "lateness_ms", default)]
         lateness_ms: Option<i64>,
+        /// A repeating timer's next due time (absent: it does not fire again).
+        #[serde(default)]
+        next_due_ms: Option<i64>,
     },
     /// `action.result` / `action.error`.
     Outcome {
@@ -104,6 +113,36 @@ pub enum Entry {
         attempt: u32,
         /// Whether the tool is idempotent.
         idempotent: bool,
+    },
+    /// `timer.set`.
+    TimerSet {
+        /// Timer id.
+        timer_id: u64,
+        /// Event name.
+        event: String,
+        /// Payload.
+        payload: Value,
+        /// Due time (epoch ms).
+        due_ms: i64,
+        /// Cron expression of a repeating timer.
+        #[serde(default)]
+        cron: Option<String>,
+        /// How many more times it fires at most.
+        #[serde(default)]
+        remaining: Option<u32>,
+        /// Idempotency key of the firing that set it.
+        key: String,
+        /// Clock time.
+        now: i64,
+    },
+    /// `context.put`.
+    ContextPut {
+        /// Key.
+        key: String,
+        /// Value.
+        value: Value,
+        /// Clock time.
+        now: i64,
     },
 }
 
@@ -140,6 +179,8 @@ impl Entry {
             Entry::Resumed => "instance.resumed",
             Entry::Stopped { .. } => "instance.stopped",
             Entry::Dispatched { .. } => "action.dispatched",
+            Entry::TimerSet { .. } => "timer.set",
+            Entry::ContextPut { .. } => "context.put",
         }
     }
 
@@ -170,12 +211,15 @@ impl Entry {
                 event,
                 payload,
                 now,
+                late_ms,
+                next_due_ms,
             } => Entry::Timer {
                 timer_id: *id,
                 event: event_name(net, *event),
                 payload: payload.clone(),
                 now: *now,
-                lateness_ms: None,
+                lateness_ms: Some(*late_ms),
+                next_due_ms: *next_due_ms,
             },
             Input::Outcome {
                 firing,
@@ -192,6 +236,30 @@ impl Entry {
             Input::Resume => Entry::Resumed,
             Input::Stop { reason } => Entry::Stopped {
                 reason: reason.clone(),
+            },
+            Input::TimerSet {
+                id,
+                event,
+                payload,
+                due_ms,
+                cron,
+                remaining,
+                key,
+                now,
+            } => Entry::TimerSet {
+                timer_id: *id,
+                event: event_name(net, *event),
+                payload: payload.clone(),
+                due_ms: *due_ms,
+                cron: cron.clone(),
+                remaining: *remaining,
+                key: key.clone(),
+                now: *now,
+            },
+            Input::ContextPut { key, value, now } => Entry::ContextPut {
+                key: key.clone(),
+                value: value.clone(),
+                now: *now,
             },
         }
     }
@@ -223,8 +291,15 @@ impl Entry {
                 payload,
                 now,
                 lateness_ms,
-            } => json!({"timer_id": timer_id, "event": event, "payload": payload, "now": now,
-                "lateness_ms": lateness_ms}),
+                next_due_ms,
+            } => {
+                let mut b = json!({"timer_id": timer_id, "event": event, "payload": payload,
+                    "now": now, "late_ms": lateness_ms});
+                if let Some(n) = next_due_ms {
+                    b["next_due_ms"] = json!(n);
+                }
+                b
+            }
             Entry::Outcome {
                 firing,
                 result: Ok(v),
@@ -245,6 +320,20 @@ impl Entry {
                 idempotent,
             } => json!({"firing": firing, "step": step, "key": key, "attempt": attempt,
                 "idempotent": idempotent}),
+            Entry::TimerSet {
+                timer_id,
+                event,
+                payload,
+                due_ms,
+                cron,
+                remaining,
+                key,
+                now,
+            } => json!({"timer_id": timer_id, "event": event, "payload": payload,
+                "due_ms": due_ms, "cron": cron, "remaining": remaining, "key": key, "now": now}),
+            Entry::ContextPut { key, value, now } => {
+                json!({"key": key, "value": value, "now": now})
+            }
         };
         NewRecord {
             kind: self.kind().to_string(),
@@ -285,6 +374,8 @@ impl Entry {
                     "instance.resumed" => "resumed",
                     "instance.stopped" => "stopped",
                     "action.dispatched" => "dispatched",
+                    "timer.set" => "timer_set",
+                    "context.put" => "context_put",
                     other => {
                         return Err(DurableError::Journal {
                             message: format!(
@@ -344,12 +435,15 @@ impl Entry {
                 event,
                 payload,
                 now,
-                ..
+                lateness_ms,
+                next_due_ms,
             } => Input::Timer {
                 id: *timer_id,
                 event: ev(event)?,
                 payload: payload.clone(),
                 now: *now,
+                late_ms: lateness_ms.unwrap_or(0),
+                next_due_ms: *next_due_ms,
             },
             Entry::Outcome {
                 firing,
@@ -368,6 +462,30 @@ impl Entry {
                 reason: reason.clone(),
             },
             Entry::Dispatched { .. } => return Ok(None),
+            Entry::TimerSet {
+                timer_id,
+                event,
+                payload,
+                due_ms,
+                cron,
+                remaining,
+                key,
+                now,
+            } => Input::TimerSet {
+                id: *timer_id,
+                event: ev(event)?,
+                payload: payload.clone(),
+                due_ms: *due_ms,
+                cron: cron.clone(),
+                remaining: *remaining,
+                key: key.clone(),
+                now: *now,
+            },
+            Entry::ContextPut { key, value, now } => Input::ContextPut {
+                key: key.clone(),
+                value: value.clone(),
+                now: *now,
+            },
         }))
     }
 }
@@ -382,6 +500,9 @@ pub struct Folded {
     pub dispatched: BTreeSet<FiringId>,
     /// Last record folded.
     pub seq: u64,
+    /// Pending timers and the key-value context (absent in snapshots of older builds).
+    #[serde(default)]
+    pub extras: Extras,
 }
 
 impl Folded {
@@ -391,6 +512,7 @@ impl Folded {
             instance: None,
             dispatched: BTreeSet::new(),
             seq: 0,
+            extras: Extras::default(),
         }
     }
 
@@ -413,7 +535,7 @@ impl Folded {
         {
             self.dispatched.remove(firing);
         }
-        weft_runtime::journal::apply(net, id, &mut self.instance, input);
+        weft_runtime::journal::fold(net, id, &mut self.instance, &mut self.extras, input);
     }
 
     /// Folds one stored entry.

@@ -1,8 +1,8 @@
-//! The crash test: runs the real `weft-crashtest` binary on a durable SQLite store,
-//! `kill -9`s it at random moments (50 times by default; `WEFT_CRASH_KILLS` for a longer
-//! run), restarts it, lets the last run finish, and proves: every run reaches its expected
-//! outcome, every journal verifies, no idempotent effect ran twice with different outcomes
-//! and no non-idempotent effect ran twice.
+//! The crash test: runs the real `weft-crashtest` binary (its runs wait on a durable
+//! timer between two steps) on a durable SQLite store, `kill -9`s it at random moments
+//! (50 times by default; `WEFT_CRASH_KILLS` for a longer run), restarts it, lets the last run finish, and proves: every run reaches its expected
+//! outcome, every journal verifies, no idempotent effect ran twice with different outcomes,
+//! no non-idempotent effect ran twice, and every timer was set and fired exactly once.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -121,6 +121,7 @@ fn kill_9_at_random_moments_loses_and_duplicates_nothing() {
         let mut by_k: BTreeMap<u64, Vec<String>> = BTreeMap::new();
         let mut unknown = 0;
         let mut completed = 0;
+        let mut late_timers = 0;
         let mut page = Page::first(10_000);
         loop {
             let recs = store.list_instances("crash", None, page.clone()).await.unwrap();
@@ -142,6 +143,20 @@ fn kill_9_at_random_moments_loses_and_duplicates_nothing() {
                         for (step, prefix) in [("a", 'i'), ("b", 'o'), ("c", 'i')] {
                             let got = res[step].as_str().unwrap();
                             assert!(got.starts_with(prefix), "{}: {step} = {got}", r.id);
+                        }
+                        // The timer was set once and fired once, across every restart.
+                        for kind in ["timer.set", "timer.fired"] {
+                            let n = recs.iter().filter(|x| x.kind == kind).count();
+                            assert_eq!(n, 1, "{}: {n} × {kind}", r.id);
+                        }
+                        let fired: Value = recs
+                            .iter()
+                            .find(|x| x.kind == "timer.fired")
+                            .unwrap()
+                            .json()
+                            .unwrap();
+                        if fired["late_ms"].as_i64().unwrap() > 100 {
+                            late_timers += 1;
                         }
                         // b's effect ran exactly once, with the outcome the run recorded.
                         let b_key = recs
@@ -168,9 +183,13 @@ fn kill_9_at_random_moments_loses_and_duplicates_nothing() {
             }
         }
         eprintln!(
-            "{completed} completed, {unknown} outcome_unknown (b in flight at a kill), {repeated_idem} idempotent effects repeated with the same outcome"
+            "{completed} completed, {unknown} outcome_unknown (b in flight at a kill), {repeated_idem} idempotent effects repeated with the same outcome, {late_timers} timers fired more than 100 ms late (re-armed after a kill)"
         );
+        assert!(late_timers > 0, "no timer was pending at any kill");
         assert_eq!(by_k.len() as u64, n, "every run exists");
+        // Every timer fired: none is left in the store's timer table.
+        let left = store.due_timers(i64::MAX, 10).await.unwrap();
+        assert!(left.is_empty(), "timers left: {left:?}");
         for (k, ids) in &by_k {
             assert_eq!(ids.len(), 1, "run {k} started twice: {ids:?}");
         }

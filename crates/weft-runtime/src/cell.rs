@@ -74,6 +74,8 @@ pub(crate) struct Cell {
     pub timers: AtomicU32,
     /// The instance's key-value context (`context.get` / `context.put`).
     pub kv: Mutex<Option<Box<serde_json::Map<String, Value>>>>,
+    /// Restored only: idempotency key → timer id of timers set by firings still in flight.
+    pub timer_keys: Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl Cell {
@@ -105,6 +107,7 @@ impl Cell {
             mailbox: Mutex::new(Vec::new()),
             timers: AtomicU32::new(0),
             kv: Mutex::new(None),
+            timer_keys: Mutex::new(std::collections::BTreeMap::new()),
         })
     }
 
@@ -219,8 +222,12 @@ impl Cell {
                 event,
                 payload,
                 now,
+                next_due_ms,
                 ..
             } => {
+                if next_due_ms.is_none() {
+                    self.timers.fetch_sub(1, Ordering::AcqRel);
+                }
                 if let Some(i) = core.inst.as_mut() {
                     let _ = i.add_token(net, event, payload, None, now);
                 }
@@ -243,6 +250,8 @@ impl Cell {
                     core.window = (self.engine.clock.now_ms(), i.fired);
                 }
             }
+            // Recorded by the tool services (services.rs), never submitted to the loop.
+            Input::TimerSet { .. } | Input::ContextPut { .. } => return,
             Input::Stop { reason } => {
                 if let Some(i) = core.inst.as_mut()
                     && !i.status.is_terminal()
@@ -345,11 +354,20 @@ impl Cell {
                 core.registered = false;
                 self.engine.unregister(self);
             }
+            if let Some(j) = &self.engine.journal {
+                j.idle(&self.tenant, &self.name);
+            }
             return;
         }
         if !core.registered {
             core.registered = true;
             self.engine.register_cell(self);
+        }
+        if let Some(j) = &self.engine.journal
+            && core.active.as_ref().is_none_or(|a| a.pending.is_empty())
+        {
+            // Nothing in flight: no dispatch will make the journal durable, so say so.
+            j.idle(&self.tenant, &self.name);
         }
         if let Some(a) = core.active.as_mut()
             && !a.pending.is_empty()

@@ -45,6 +45,7 @@ pub struct EngineOptions {
     /// Reactive instances with no input for this long are stopped.
     pub idle_expiry_ms: Option<u64>,
     /// Next-occurrence function for repeating (`cron`) timers; without it they fire once.
+    /// Default: `weft_tools::timer::next_occurrence` (croner, UTC).
     pub cron: Option<CronNext>,
     /// Record a trace of firings for every instance.
     pub trace: bool,
@@ -75,7 +76,7 @@ impl Default for EngineOptions {
             check_tools: true,
             max_firings_per_sec: Some(10_000),
             idle_expiry_ms: None,
-            cron: None,
+            cron: Some(Arc::new(weft_tools::timer::next_occurrence)),
             trace: false,
             runtime: None,
         }
@@ -446,6 +447,22 @@ impl Engine {
         Ok(())
     }
 
+    /// Pauses a live instance with `reason` (nothing new fires until [`Engine::resume`];
+    /// actions in flight still complete).
+    pub fn pause(&self, instance: &str, reason: impl Into<String>) -> Result<(), Error> {
+        self.live(None, instance)?.submit(Input::Pause {
+            reason: reason.into(),
+        });
+        Ok(())
+    }
+
+    /// A handle that does not keep the engine alive (for callbacks the engine itself owns).
+    pub fn downgrade(&self) -> WeakEngine {
+        WeakEngine {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
     /// Resumes a paused instance.
     pub fn resume(&self, instance: &str) -> Result<(), Error> {
         self.live(None, instance)?.submit(Input::Resume);
@@ -484,6 +501,25 @@ impl Engine {
     /// The clock.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.inner.clock
+    }
+}
+
+/// An [`Engine`] that does not keep it alive.
+#[derive(Clone)]
+pub struct WeakEngine {
+    inner: std::sync::Weak<Shared>,
+}
+
+impl std::fmt::Debug for WeakEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WeakEngine").finish_non_exhaustive()
+    }
+}
+
+impl WeakEngine {
+    /// The engine, if it still exists.
+    pub fn upgrade(&self) -> Option<Engine> {
+        self.inner.upgrade().map(|inner| Engine { inner })
     }
 }
 
@@ -548,6 +584,19 @@ impl InstanceHandle {
     /// ([`StartOptions::trace`]).
     pub fn trace(&self) -> Option<Vec<crate::outcome::TraceEntry>> {
         lock(&self.cell.core).trace.clone()
+    }
+
+    /// How many timers the instance has set that have not fired for the last time.
+    pub fn pending_timers(&self) -> usize {
+        self.cell.timers.load(Ordering::Acquire) as usize
+    }
+
+    /// The instance's key-value context (`context.put`), as it stands.
+    pub fn context(&self) -> serde_json::Map<String, Value> {
+        lock(&self.cell.kv)
+            .as_ref()
+            .map(|m| (**m).clone())
+            .unwrap_or_default()
     }
 
     /// The plan the instance runs.

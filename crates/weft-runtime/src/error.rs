@@ -43,6 +43,9 @@ pub enum Error {
         /// Its status name.
         status: &'static str,
     },
+    /// Timers cannot be armed (no tokio runtime to run the timer service on).
+    #[error("timers are unavailable: {0}")]
+    TimersUnavailable(String),
 }
 
 impl Error {
@@ -55,6 +58,7 @@ impl Error {
             Error::UnknownInstance(_) => "unknown_instance",
             Error::EventNotAccepted { .. } => "event_not_accepted",
             Error::Ended { .. } => "instance_ended",
+            Error::TimersUnavailable(_) => "timer_unavailable",
         }
     }
 }

@@ -4,11 +4,16 @@
 //! Every change to an instance's marking is caused by exactly one [`Input`] applied by the
 //! instance's loop, followed by "fire everything enabled" (deterministic in the core). So
 //! the sequence of inputs is a complete history: replaying it into a fresh
-//! `weft_core::Instance` (see [`replay`]) rebuilds the same marking. The durability layer
+//! `weft_core::Instance` (see [`replay`]) rebuilds the same marking. Two inputs change only
+//! what the instance keeps beside its marking ([`Extras`]): `TimerSet` and `ContextPut` are
+//! recorded by the engine's tool services while the tool runs (before its outcome), not
+//! applied by the loop. [`fold`] is the one rule for both parts. The durability layer
 //! implements [`Journal`] to persist these records; the default is no journal at all.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use weft_core::instance::Completion;
 use weft_core::token::FiringId;
@@ -47,6 +52,10 @@ pub enum Input {
         payload: Value,
         /// Clock time.
         now: i64,
+        /// How late it fired (`now - due`; large after a restart).
+        late_ms: i64,
+        /// A repeating (cron) timer's next due time, if it fires again; `None` ends it.
+        next_due_ms: Option<i64>,
     },
     /// An action's outcome for a firing.
     Outcome {
@@ -69,12 +78,133 @@ pub enum Input {
         /// Why (`stopped by request`, `idle for 60000 ms`).
         reason: String,
     },
+    /// A tool set a timer (`timer.after` / `at` / `cron`). Recorded by the engine's tool
+    /// services when the tool asks, before the tool returns (so before its outcome); it does
+    /// not change the marking, only the pending timers of [`Extras`].
+    TimerSet {
+        /// Timer id (unique within the instance, also across restarts).
+        id: u64,
+        /// The event it puts a token on.
+        event: EventId,
+        /// Token payload.
+        payload: Value,
+        /// When it is due (epoch ms).
+        due_ms: i64,
+        /// Cron expression of a repeating timer.
+        cron: Option<String>,
+        /// How many more times a repeating timer fires at most.
+        remaining: Option<u32>,
+        /// Idempotency key of the firing that set it (a re-dispatch after a restart finds
+        /// the timer already set instead of setting a second one).
+        key: String,
+        /// Clock time.
+        now: i64,
+    },
+    /// A tool wrote a key of the instance's key-value context (`context.put`). Recorded
+    /// before the tool returns; changes only the context of [`Extras`].
+    ContextPut {
+        /// Key.
+        key: String,
+        /// Value.
+        value: Value,
+        /// Clock time.
+        now: i64,
+    },
+}
+
+/// A timer an instance has set that has not fired for the last time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingTimer {
+    /// The event it puts a token on.
+    pub event: EventId,
+    /// Token payload.
+    pub payload: Value,
+    /// When it is next due (epoch ms).
+    pub due_ms: i64,
+    /// Cron expression of a repeating timer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// How many more times it fires at most (`None`: a one-shot fires once, a cron timer
+    /// until the instance ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<u32>,
+}
+
+/// What the fold keeps beside the core instance's marking: the timers that are set and
+/// have not fired for the last time, and the key-value context. [`fold`] rebuilds it from
+/// the inputs; `Engine::restore_with` makes it live again (timers re-armed, context back).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Extras {
+    /// Pending timers by id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub timers: BTreeMap<u64, PendingTimer>,
+    /// The idempotency key of each firing that set a timer and has no outcome yet, with the
+    /// timer id (so a re-dispatched `timer.*` step does not set a second timer).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub set_by: BTreeMap<String, u64>,
+    /// The key-value context (`context.put`).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub context: serde_json::Map<String, Value>,
+}
+
+impl Extras {
+    /// Applies the part of `input` that concerns timers and the context.
+    fn apply(&mut self, input: &Input) {
+        match input {
+            Input::TimerSet {
+                id,
+                event,
+                payload,
+                due_ms,
+                cron,
+                remaining,
+                key,
+                ..
+            } => {
+                self.timers.insert(
+                    *id,
+                    PendingTimer {
+                        event: *event,
+                        payload: payload.clone(),
+                        due_ms: *due_ms,
+                        cron: cron.clone(),
+                        remaining: *remaining,
+                    },
+                );
+                self.set_by.insert(key.clone(), *id);
+            }
+            Input::Timer {
+                id, next_due_ms, ..
+            } => match (next_due_ms, self.timers.get_mut(id)) {
+                (Some(due), Some(t)) => {
+                    t.due_ms = *due;
+                    t.remaining = t.remaining.map(|r| r.saturating_sub(1));
+                }
+                _ => {
+                    self.timers.remove(id);
+                }
+            },
+            Input::Outcome { firing, .. } if !self.set_by.is_empty() => {
+                let suffix = format!("/{firing}");
+                self.set_by.retain(|k, _| !k.ends_with(&suffix));
+            }
+            Input::ContextPut { key, value, .. } => {
+                self.context.insert(key.clone(), value.clone());
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Receives every input of every instance, in order, before its effects are dispatched.
 pub trait Journal: Send + Sync {
     /// Records `input` for `instance` of `tenant`.
     fn record(&self, tenant: &str, instance: &str, input: &Input);
+
+    /// The instance has nothing in flight after its loop's last turn (it waits for an
+    /// event or a timer, or it has ended): no dispatch will follow that would make its
+    /// records durable, so a durable journal should write them now. Default: nothing.
+    fn idle(&self, _tenant: &str, _instance: &str) {}
 }
 
 /// A journal in memory, for tests and replay checks.
@@ -118,10 +248,27 @@ impl Journal for MemoryJournal {
     }
 }
 
-/// Applies one input with the pure core exactly as the runtime's loop does: apply it, then
-/// fire everything enabled (outcomes come from the journal, never from running tools).
-/// Returns false when the input needs an instance and `inst` has none yet. Replay and the
-/// durable fold both go through here, so they cannot drift from each other.
+/// The fold of one input: [`apply`] for the marking, then the timers and context of
+/// `extras`. Returns false when the input needs an instance and `inst` has none yet.
+/// Replay and the durable fold both go through here, so they cannot drift from each other.
+pub fn fold(
+    net: &Net,
+    id: &str,
+    inst: &mut Option<Instance>,
+    extras: &mut Extras,
+    input: &Input,
+) -> bool {
+    if !apply(net, id, inst, input) {
+        return false;
+    }
+    extras.apply(input);
+    true
+}
+
+/// Applies one input to the marking with the pure core exactly as the runtime's loop does:
+/// apply it, then fire everything enabled (outcomes come from the journal, never from
+/// running tools). Returns false when the input needs an instance and `inst` has none yet.
+/// `TimerSet` and `ContextPut` leave the marking alone (see [`fold`]).
 pub fn apply(net: &Net, id: &str, inst: &mut Option<Instance>, input: &Input) -> bool {
     match input {
         Input::Start { input, now, .. } => {
@@ -158,12 +305,18 @@ pub fn apply(net: &Net, id: &str, inst: &mut Option<Instance>, input: &Input) ->
                 Input::Pause { reason } => i.pause(reason.clone()),
                 Input::Resume => i.resume(net),
                 Input::Stop { .. } => i.stop(),
-                Input::Start { .. } => {}
+                Input::Start { .. } | Input::TimerSet { .. } | Input::ContextPut { .. } => {}
             }
         }
     }
     if let Some(i) = inst.as_mut()
-        && !matches!(input, Input::Pause { .. } | Input::Stop { .. })
+        && !matches!(
+            input,
+            Input::Pause { .. }
+                | Input::Stop { .. }
+                | Input::TimerSet { .. }
+                | Input::ContextPut { .. }
+        )
     {
         while i.next(net).is_some() {}
     }
@@ -173,14 +326,19 @@ pub fn apply(net: &Net, id: &str, inst: &mut Option<Instance>, input: &Input) ->
 /// Rebuilds an instance from its inputs with the pure core (see [`apply`]); the result
 /// equals the live instance.
 pub fn replay(net: &Net, id: &str, inputs: &[Input]) -> Option<Instance> {
+    replay_with_extras(net, id, inputs).map(|(i, _)| i)
+}
+
+/// [`replay`], also returning the pending timers and context.
+pub fn replay_with_extras(net: &Net, id: &str, inputs: &[Input]) -> Option<(Instance, Extras)> {
     let mut inst: Option<Instance> = None;
+    let mut extras = Extras::default();
     for input in inputs {
-        if !apply(net, id, &mut inst, input) {
+        if !fold(net, id, &mut inst, &mut extras, input) {
             return None;
         }
     }
-    if let Some(i) = inst.as_mut() {
-        i.settle(net);
-    }
-    inst
+    let mut inst = inst?;
+    inst.settle(net);
+    Some((inst, extras))
 }

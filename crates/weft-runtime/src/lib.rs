@@ -26,9 +26,9 @@ mod timers;
 
 pub use bus::{Bus, CloudEvent, Delivery, Filter, InProcessBus, Subscription};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use engine::{CronNext, Engine, EngineOptions, InstanceHandle, StartOptions};
+pub use engine::{CronNext, Engine, EngineOptions, InstanceHandle, StartOptions, WeakEngine};
 pub use error::Error;
-pub use journal::{Input, Journal, MemoryJournal};
+pub use journal::{Extras, Input, Journal, MemoryJournal, PendingTimer};
 pub use outcome::{InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
 pub use plans::CompiledPlan;
 pub use recover::Redispatch;

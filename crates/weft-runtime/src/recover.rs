@@ -19,7 +19,7 @@ use weft_core::{ActionError, Instance};
 use crate::Error;
 use crate::cell::{Cell, Ready, lock};
 use crate::engine::{Engine, InstanceHandle};
-use crate::journal::Input;
+use crate::journal::{Extras, Input};
 use crate::plans::CompiledPlan;
 
 /// What [`Engine::restore`] did with an in-flight action.
@@ -67,6 +67,22 @@ impl Engine {
         instance: Instance,
         dispatched: &BTreeSet<FiringId>,
     ) -> Result<(InstanceHandle, Vec<Redispatch>), Error> {
+        self.restore_with(tenant, plan, instance, dispatched, &Extras::default())
+    }
+
+    /// [`Engine::restore`] with what the fold kept beside the marking: the key-value
+    /// context comes back and every pending timer is re-armed under its id at its due time
+    /// (one whose due time passed while weft was down fires at once; its `Timer` input
+    /// carries the lateness). Timers come back before in-flight actions are dispatched
+    /// again, so a re-dispatched `timer.*` step finds its timer instead of setting another.
+    pub fn restore_with(
+        &self,
+        tenant: &str,
+        plan: &Arc<CompiledPlan>,
+        instance: Instance,
+        dispatched: &BTreeSet<FiringId>,
+        extras: &Extras,
+    ) -> Result<(InstanceHandle, Vec<Redispatch>), Error> {
         let id: u64 = instance
             .id
             .strip_prefix('i')
@@ -87,6 +103,12 @@ impl Engine {
             Arc::clone(shared),
             shared.trace,
         );
+        if !extras.context.is_empty() {
+            *lock(&cell.kv) = Some(Box::new(extras.context.clone()));
+        }
+        if !extras.set_by.is_empty() {
+            *lock(&cell.timer_keys) = extras.set_by.clone();
+        }
         let mut actions = Vec::new();
         {
             let mut g = lock(&cell.core);
@@ -101,7 +123,15 @@ impl Engine {
                     (*f, inf.attempt, idem, srt.name.to_string())
                 })
                 .collect();
+            let name = instance.id.to_string();
             g.inst = Some(instance);
+            // Armed once the instance is in place (a timer already due fires at once and
+            // must find it live), before in-flight actions are dispatched again.
+            for (id, t) in &extras.timers {
+                shared.timers.reserve(*id);
+                cell.arm(*id, t.due_ms, t.clone())
+                    .map_err(|e| Error::TimersUnavailable(format!("timer t{id} of {name}: {e}")))?;
+            }
             let mut ready: VecDeque<Ready> = VecDeque::new();
             for (firing, attempt, idempotent, step) in in_flight {
                 if !dispatched.contains(&firing) || idempotent {

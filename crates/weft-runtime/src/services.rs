@@ -3,7 +3,10 @@
 //! services object for its own tool calls, so no lookup by id is needed.
 //!
 //! Architecture invariant: nothing here takes the instance's loop lock (tools run while the
-//! loop holds it); the key-value context and the timer count live outside it.
+//! loop holds it); the key-value context and the timer count live outside it. Setting a
+//! timer and writing the context are journaled here (`Input::TimerSet`,
+//! `Input::ContextPut`), while the tool runs, so they are recorded before the tool's
+//! outcome and recovery rebuilds them.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -14,7 +17,7 @@ use weft_tools::{BoxFuture, ChildPlan, TimerRequest, ToolContext, ToolError, Too
 
 use crate::cell::{Cell, lock};
 use crate::engine::{Engine, StartOptions};
-use crate::journal::Input;
+use crate::journal::{Input, PendingTimer};
 use crate::timers::{TimerEntry, TimerKind};
 
 impl ToolServices for Cell {
@@ -22,7 +25,7 @@ impl ToolServices for Cell {
         self.engine.clock.now_ms()
     }
 
-    fn set_timer(&self, _ctx: &ToolContext, timer: TimerRequest) -> Result<String, ToolError> {
+    fn set_timer(&self, ctx: &ToolContext, timer: TimerRequest) -> Result<String, ToolError> {
         let Some(event) = self.plan.net.event_id(&timer.event) else {
             return Err(ToolError::fatal(
                 "unknown_event",
@@ -32,22 +35,42 @@ impl ToolServices for Cell {
         let Some(cell) = self.me.upgrade() else {
             return Err(ToolError::fatal("instance_ended", "the instance has ended"));
         };
+        // A step re-dispatched after a restart finds the timer its first dispatch set.
+        let known = lock(&self.timer_keys).get(&*ctx.idempotency_key).copied();
+        if let Some(id) = known {
+            return Ok(format!("t{id}"));
+        }
         let id = self.engine.timers.next_id();
-        self.timers.fetch_add(1, Ordering::AcqRel);
-        let entry = TimerEntry {
+        // Journaled before it is armed and before the tool returns, so the timer is durable
+        // before the step's outcome is and recovery re-arms it.
+        if let Some(j) = &self.engine.journal {
+            j.record(
+                &self.tenant,
+                &self.name,
+                &Input::TimerSet {
+                    id,
+                    event,
+                    payload: timer.data.clone(),
+                    due_ms: timer.due_ms,
+                    cron: timer.cron.clone(),
+                    remaining: timer.count,
+                    key: ctx.idempotency_key.to_string(),
+                    now: self.engine.clock.now_ms(),
+                },
+            );
+        }
+        cell.arm(
             id,
-            cell: Arc::downgrade(&cell),
-            kind: TimerKind::Event {
+            timer.due_ms,
+            PendingTimer {
                 event,
-                data: timer.data,
+                payload: timer.data,
+                due_ms: timer.due_ms,
                 cron: timer.cron,
                 remaining: timer.count,
             },
-        };
-        if let Err(e) = self.engine.timers.add(&self.engine, timer.due_ms, entry) {
-            self.timers.fetch_sub(1, Ordering::AcqRel);
-            return Err(ToolError::fatal("timer_unavailable", e));
-        }
+        )
+        .map_err(|e| ToolError::fatal("timer_unavailable", e))?;
         Ok(format!("t{id}"))
     }
 
@@ -56,6 +79,18 @@ impl ToolServices for Cell {
     }
 
     fn context_put(&self, _ctx: &ToolContext, key: &str, value: Value) -> Result<(), ToolError> {
+        // Journaled first, like every change, so the fold rebuilds the context.
+        if let Some(j) = &self.engine.journal {
+            j.record(
+                &self.tenant,
+                &self.name,
+                &Input::ContextPut {
+                    key: key.to_string(),
+                    value: value.clone(),
+                    now: self.engine.clock.now_ms(),
+                },
+            );
+        }
         lock(&self.kv)
             .get_or_insert_with(Default::default)
             .insert(key.to_string(), value);
@@ -115,6 +150,32 @@ impl ToolServices for Cell {
 }
 
 impl Cell {
+    /// Schedules timer `id` of this instance on the engine's timer service (a due time in
+    /// the past fires at once, late).
+    pub(crate) fn arm(
+        self: &Arc<Self>,
+        id: u64,
+        due_ms: i64,
+        t: PendingTimer,
+    ) -> Result<(), String> {
+        self.timers.fetch_add(1, Ordering::AcqRel);
+        let entry = TimerEntry {
+            id,
+            cell: Arc::downgrade(self),
+            kind: TimerKind::Event {
+                event: t.event,
+                data: t.payload,
+                cron: t.cron,
+                remaining: t.remaining,
+            },
+        };
+        if let Err(e) = self.engine.timers.add(&self.engine, due_ms, entry) {
+            self.timers.fetch_sub(1, Ordering::AcqRel);
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Is the instance still able to take input?
     pub(crate) fn is_live(&self) -> bool {
         match self.core.try_lock() {

@@ -53,6 +53,11 @@ impl Timers {
         self.next.fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// Makes sure ids handed out from now on are above `id` (restored timers keep theirs).
+    pub(crate) fn reserve(&self, id: u64) {
+        self.next.fetch_max(id, Ordering::Relaxed);
+    }
+
     /// Schedules `entry` at `due_ms`; starts the service task if needed.
     pub(crate) fn add(
         &self,
@@ -91,7 +96,8 @@ async fn run(engine: Weak<Shared>) {
                 if entry.key().0 > now {
                     break;
                 }
-                due.push(entry.remove());
+                let at = entry.key().0;
+                due.push((at, entry.remove()));
             }
             let next = st.due.first_key_value().map(|(k, _)| k.0);
             if due.is_empty() && next.is_none() {
@@ -101,8 +107,8 @@ async fn run(engine: Weak<Shared>) {
             (due, next)
         };
         if !due.is_empty() {
-            for entry in due {
-                fire(&e, entry, now);
+            for (at, entry) in due {
+                fire(&e, entry, at, now);
             }
             continue;
         }
@@ -117,7 +123,10 @@ async fn run(engine: Weak<Shared>) {
     }
 }
 
-fn fire(engine: &Arc<Shared>, entry: TimerEntry, now: i64) {
+/// Fires a timer that was due at `due` (`now - due` is its lateness: large when weft was
+/// down at the due time). A cron timer's next occurrence is computed here and travels in
+/// the `Timer` input, so the journal re-arms it in the same record.
+fn fire(engine: &Arc<Shared>, entry: TimerEntry, due: i64, now: i64) {
     let Some(cell) = entry.cell.upgrade() else {
         return;
     };
@@ -133,32 +142,35 @@ fn fire(engine: &Arc<Shared>, entry: TimerEntry, now: i64) {
                 (Some(expr), Some(next)) if remaining.is_none_or(|r| r > 1) => next(expr, now),
                 _ => None,
             };
-            match again {
-                Some(due) if cell.is_live() => {
-                    let _ = engine.timers.add(
-                        engine,
-                        due,
-                        TimerEntry {
-                            id: entry.id,
-                            cell: Arc::downgrade(&cell),
-                            kind: TimerKind::Event {
-                                event,
-                                data: data.clone(),
-                                cron,
-                                remaining: remaining.map(|r| r - 1),
-                            },
-                        },
-                    );
-                }
-                _ => {
-                    cell.timers.fetch_sub(1, Ordering::AcqRel);
-                }
+            if !cell.is_live() {
+                cell.timers.fetch_sub(1, Ordering::AcqRel);
+                return;
             }
+            if let Some(next) = again {
+                let _ = engine.timers.add(
+                    engine,
+                    next,
+                    TimerEntry {
+                        id: entry.id,
+                        cell: Arc::downgrade(&cell),
+                        kind: TimerKind::Event {
+                            event,
+                            data: data.clone(),
+                            cron,
+                            remaining: remaining.map(|r| r - 1),
+                        },
+                    },
+                );
+            }
+            // The loop counts the timer off when it applies its last firing (`Cell::apply`),
+            // so the instance is never seen settled between the count and the token.
             cell.submit(crate::journal::Input::Timer {
                 id: entry.id,
                 event,
                 payload: data,
                 now,
+                late_ms: now.saturating_sub(due).max(0),
+                next_due_ms: again,
             });
         }
     }

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde_json::Value;
 use weft_store::{
-    Appended, EffectRecorded, Error, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
+    Appended, EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
     Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store,
     Timer, check_records,
 };
@@ -135,7 +135,20 @@ impl Store for PgStore {
                 head: hash,
             });
         }
-        self.writer.append(instance, records).await
+        self.writer.append(instance, records, None).await
+    }
+
+    async fn append_fenced(
+        &self,
+        instance: &str,
+        fence: &Fence,
+        records: Vec<NewRecord>,
+    ) -> Result<Appended> {
+        check_records(&records)?;
+        // The lease check runs in the append's transaction (writer.rs).
+        self.writer
+            .append(instance, records, Some(fence.clone()))
+            .await
     }
 
     async fn read(&self, instance: &str, from_seq: u64, limit: u32) -> Result<Vec<Record>> {

@@ -587,9 +587,11 @@ pub async fn acquire_lease(
 ) -> Result<bool> {
     let n = execute(
         pool,
-        "INSERT INTO leases (instance, owner, expires_at_ms) VALUES ($1, $2, $3)
+        "INSERT INTO leases (instance, owner, expires_at_ms, epoch) VALUES ($1, $2, $3, 1)
          ON CONFLICT (instance) DO UPDATE SET owner = excluded.owner,
-           expires_at_ms = excluded.expires_at_ms
+           expires_at_ms = excluded.expires_at_ms,
+           epoch = CASE WHEN leases.owner = excluded.owner THEN leases.epoch
+                        ELSE leases.epoch + 1 END
          WHERE leases.owner = excluded.owner OR leases.expires_at_ms <= $4",
         &[&instance, &owner, &expiry(now, ttl)?, &now],
     )
@@ -614,12 +616,14 @@ pub async fn renew_lease(
     Ok(n > 0)
 }
 
-/// Gives a lease up.
+/// Gives a lease up: it expires at once; the row (and its epoch) stays, so the next
+/// owner's epoch is higher.
 pub async fn release_lease(pool: &Pool, instance: &str, owner: &str) -> Result<bool> {
     Ok(execute(
         pool,
-        "DELETE FROM leases WHERE instance = $1 AND owner = $2",
-        &[&instance, &owner],
+        "UPDATE leases SET expires_at_ms = $3
+         WHERE instance = $1 AND owner = $2 AND expires_at_ms <> $3",
+        &[&instance, &owner, &i64::MIN],
     )
     .await?
         > 0)
@@ -629,7 +633,7 @@ pub async fn release_lease(pool: &Pool, instance: &str, owner: &str) -> Result<b
 pub async fn owner_of(pool: &Pool, instance: &str, now: i64) -> Result<Option<Lease>> {
     let rows = query(
         pool,
-        "SELECT owner, expires_at_ms FROM leases WHERE instance = $1 AND expires_at_ms > $2",
+        "SELECT owner, expires_at_ms, epoch FROM leases WHERE instance = $1 AND expires_at_ms > $2",
         &[&instance, &now],
     )
     .await?;
@@ -638,6 +642,7 @@ pub async fn owner_of(pool: &Pool, instance: &str, now: i64) -> Result<Option<Le
             Ok(Lease {
                 owner: get(r, 0)?,
                 expires_at_ms: get(r, 1)?,
+                epoch: get::<i64>(r, 2)?.max(0) as u64,
             })
         })
         .transpose()

@@ -6,7 +6,7 @@ use tokio_postgres::error::SqlState;
 use weft_store::Error;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Advisory lock key serialising schema creation (any fixed number; "weft" in ASCII).
 const SCHEMA_LOCK: i64 = 0x7765_6674;
@@ -39,6 +39,9 @@ CREATE INDEX timers_by_due ON timers (due_ms);
 CREATE TABLE effects (key TEXT PRIMARY KEY, outcome TEXT NOT NULL);
 CREATE TABLE leases (instance TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at_ms BIGINT NOT NULL);
 ";
+
+/// Version 2: leases carry an epoch (the fencing token of `append_fenced`).
+const DDL_V2: &str = "ALTER TABLE leases ADD COLUMN epoch BIGINT NOT NULL DEFAULT 1;";
 
 /// Maps a driver failure: lost connections are `store_unavailable`, the rest `backend`.
 pub fn map_err(e: tokio_postgres::Error) -> Error {
@@ -94,6 +97,7 @@ pub async fn migrate(pool: &Pool) -> Result<(), Error> {
         .get(0);
     if !exists {
         tx.batch_execute(DDL_V1).await.map_err(map_err)?;
+        tx.batch_execute(DDL_V2).await.map_err(map_err)?;
         tx.execute(
             "INSERT INTO weft_meta VALUES ('schema_version', $1)",
             &[&SCHEMA_VERSION],
@@ -119,6 +123,16 @@ pub async fn migrate(pool: &Pool) -> Result<(), Error> {
             found: v,
             supported: SCHEMA_VERSION,
         }),
+        Some(1) => {
+            tx.batch_execute(DDL_V2).await.map_err(map_err)?;
+            tx.execute(
+                "UPDATE weft_meta SET value = $1 WHERE key = 'schema_version'",
+                &[&SCHEMA_VERSION],
+            )
+            .await
+            .map_err(map_err)?;
+            tx.commit().await.map_err(map_err)
+        }
         Some(_) => Ok(()),
     }
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot};
-use weft_store::{Appended, Error, GENESIS, Hash, NewRecord, Result};
+use weft_store::{Appended, Error, Fence, GENESIS, Hash, NewRecord, Result};
 
 use crate::schema::{is_transient, map_err, map_pool};
 
@@ -22,6 +22,8 @@ const TRIES: usize = 5;
 struct Request {
     instance: String,
     records: Vec<NewRecord>,
+    /// Append only if the instance's lease still matches (`append_fenced`).
+    fence: Option<Fence>,
     reply: oneshot::Sender<Result<Appended>>,
 }
 
@@ -55,12 +57,18 @@ impl Writer {
     }
 
     /// Appends in the next batch; resolves after it committed.
-    pub async fn append(&self, instance: &str, records: Vec<NewRecord>) -> Result<Appended> {
+    pub async fn append(
+        &self,
+        instance: &str,
+        records: Vec<NewRecord>,
+        fence: Option<Fence>,
+    ) -> Result<Appended> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(Request {
                 instance: instance.to_string(),
                 records,
+                fence,
                 reply,
             })
             .map_err(|_| Error::Closed)?;
@@ -82,7 +90,7 @@ async fn run(
                 Err(_) => break,
             }
         }
-        let mut outcome: std::result::Result<Vec<Appended>, Retry> = Err(Retry::Transient);
+        let mut outcome: std::result::Result<Vec<Result<Appended>>, Retry> = Err(Retry::Transient);
         for _ in 0..TRIES {
             outcome = commit_batch(&pool, &batch).await;
             match &outcome {
@@ -101,7 +109,7 @@ async fn run(
                     s.appends += batch.len() as u64;
                 }
                 for (req, res) in batch.drain(..).zip(results) {
-                    let _ = req.reply.send(Ok(res));
+                    let _ = req.reply.send(res);
                 }
             }
             Err(e) => {
@@ -133,11 +141,50 @@ fn to_i64(seq: u64) -> std::result::Result<i64, Retry> {
 }
 
 /// One transaction for the batch; the results are in request order.
-async fn commit_batch(pool: &Pool, batch: &[Request]) -> std::result::Result<Vec<Appended>, Retry> {
+async fn commit_batch(
+    pool: &Pool,
+    batch: &[Request],
+) -> std::result::Result<Vec<Result<Appended>>, Retry> {
     let mut client = pool.get().await.map_err(|e| Retry::Fatal(map_pool(e)))?;
     let tx = client.transaction().await?;
+    // Fenced requests: the lease rows, share-locked so no takeover commits in between.
+    let fenced: Vec<&str> = batch
+        .iter()
+        .filter(|r| r.fence.is_some())
+        .map(|r| r.instance.as_str())
+        .collect();
+    let mut leases: BTreeMap<String, (String, u64)> = BTreeMap::new();
+    if !fenced.is_empty() {
+        let rows = tx
+            .query(
+                "SELECT instance, owner, epoch FROM leases WHERE instance = ANY($1)
+                 ORDER BY instance FOR SHARE",
+                &[&fenced],
+            )
+            .await?;
+        for row in rows {
+            let epoch: i64 = row.try_get(2)?;
+            leases.insert(row.try_get(0)?, (row.try_get(1)?, epoch.max(0) as u64));
+        }
+    }
+    // A refused request writes nothing (not even an empty chain head).
+    let refused: Vec<Option<Error>> = batch
+        .iter()
+        .map(|r| {
+            let f = r.fence.as_ref()?;
+            let found = leases.get(&r.instance);
+            found
+                .is_none_or(|(o, e)| *o != f.owner || *e != f.epoch)
+                .then(|| Error::lease_lost(&r.instance, f, found.map(|(o, e)| (o.as_str(), *e))))
+        })
+        .collect();
     let instances: Vec<&str> = {
-        let mut v: Vec<&str> = batch.iter().map(|r| r.instance.as_str()).collect();
+        let mut v: Vec<&str> = batch
+            .iter()
+            .zip(&refused)
+            .filter(|(_, x)| x.is_none())
+            .map(|(r, _)| r.instance.as_str())
+            .collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -183,7 +230,11 @@ async fn commit_batch(pool: &Pool, batch: &[Request]) -> std::result::Result<Vec
         Vec::with_capacity(total),
     );
     let mut results = Vec::with_capacity(batch.len());
-    for req in batch {
+    for (req, refused) in batch.iter().zip(refused) {
+        if let Some(e) = refused {
+            results.push(Err(e));
+            continue;
+        }
         let (mut seq, mut prev) = heads.get(&req.instance).copied().unwrap_or((0, GENESIS));
         let first_seq = seq + 1;
         for r in &req.records {
@@ -199,11 +250,11 @@ async fn commit_batch(pool: &Pool, batch: &[Request]) -> std::result::Result<Vec
             prev = hash;
         }
         heads.insert(req.instance.clone(), (seq, prev));
-        results.push(Appended {
+        results.push(Ok(Appended {
             first_seq,
             last_seq: seq,
             head: prev,
-        });
+        }));
     }
     tx.execute(
         "INSERT INTO journal (instance, seq, kind, body, at_ms, prev_hash, hash)

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 use weft_store::{
-    Appended, EffectRecorded, Error, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
+    Appended, EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
     Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store,
     Timer, check_records,
 };
@@ -87,6 +87,34 @@ impl SqliteStore {
         &self.path
     }
 
+    /// Caps the database at `pages` pages (`PRAGMA max_page_count`, 4 KiB pages by
+    /// default): a write that needs more fails with `disk full`, exactly as on a full disk
+    /// (the full-disk tests use it; operators can use it as a hard size limit). Lasts while
+    /// the store is open. Returns the cap in effect (never below the current size).
+    pub async fn set_max_pages(&self, pages: u64) -> Result<u64> {
+        let pages = i64::try_from(pages).unwrap_or(i64::MAX);
+        self.writer
+            .submit(move |c| {
+                c.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .map(|n| n.max(0) as u64)
+                .map_err(schema::map_err)
+            })
+            .await
+    }
+
+    /// The database's size in pages (`PRAGMA page_count`).
+    pub async fn page_count(&self) -> Result<u64> {
+        self.writer
+            .submit(|c| {
+                c.query_row("PRAGMA page_count", [], |r| r.get::<_, i64>(0))
+                    .map(|n| n.max(0) as u64)
+                    .map_err(schema::map_err)
+            })
+            .await
+    }
+
     /// Commits and jobs so far (commits are fsyncs), for measurements.
     pub fn writer_stats(&self) -> WriterStats {
         self.writer.stats()
@@ -123,6 +151,33 @@ impl Store for SqliteStore {
         let instance = instance.to_string();
         self.writer
             .submit(move |c| journal::append(c, &instance, &records))
+            .await
+    }
+
+    async fn append_fenced(
+        &self,
+        instance: &str,
+        fence: &Fence,
+        records: Vec<NewRecord>,
+    ) -> Result<Appended> {
+        check_records(&records)?;
+        let instance = instance.to_string();
+        let fence = fence.clone();
+        // The writer thread is the only writer: the check and the append are one job.
+        self.writer
+            .submit(move |c| {
+                state::check_fence(c, &instance, &fence)?;
+                if records.is_empty() {
+                    let (seq, hash) =
+                        journal::head_row(c, &instance)?.map_or((0, GENESIS), |h| (h.0, h.1));
+                    return Ok(Appended {
+                        first_seq: seq + 1,
+                        last_seq: seq,
+                        head: hash,
+                    });
+                }
+                journal::append(c, &instance, &records)
+            })
             .await
     }
 

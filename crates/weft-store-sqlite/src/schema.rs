@@ -8,7 +8,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use weft_store::Error;
 
 /// The schema version this build writes. Bump it with a migration in [`migrate`].
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 const DDL_V1: &str = "
 CREATE TABLE weft_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
@@ -40,6 +40,9 @@ CREATE TABLE effects (key TEXT PRIMARY KEY, outcome TEXT NOT NULL) WITHOUT ROWID
 CREATE TABLE leases (
   instance TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at_ms INTEGER NOT NULL) WITHOUT ROWID;
 ";
+
+/// Version 2: leases carry an epoch (the fencing token of `append_fenced`).
+const DDL_V2: &str = "ALTER TABLE leases ADD COLUMN epoch INTEGER NOT NULL DEFAULT 1;";
 
 /// Maps a SQLite failure to the store error, keeping damage distinct from other failures.
 pub fn map_err(e: rusqlite::Error) -> Error {
@@ -145,7 +148,7 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
     match stored_version(conn)? {
         None => {
             let ddl = format!(
-                "BEGIN IMMEDIATE; {DDL_V1} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;"
+                "BEGIN IMMEDIATE; {DDL_V1} {DDL_V2} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;"
             );
             conn.execute_batch(&ddl).map_err(|e| {
                 let _ = conn.execute_batch("ROLLBACK");
@@ -156,6 +159,15 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
             found: v,
             supported: SCHEMA_VERSION,
         }),
+        Some(1) => {
+            let ddl = format!(
+                "BEGIN IMMEDIATE; {DDL_V2} UPDATE weft_meta SET value = {SCHEMA_VERSION} WHERE key = 'schema_version'; COMMIT;"
+            );
+            conn.execute_batch(&ddl).map_err(|e| {
+                let _ = conn.execute_batch("ROLLBACK");
+                map_err(e)
+            })
+        }
         Some(_) => Ok(()),
     }
 }

@@ -4,8 +4,8 @@
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 use weft_store::{
-    EffectRecorded, Error, InstanceRecord, InstanceStatus, Lease, Page, PlanInfo, PlanRecord,
-    PlanStatus, Result, Timer,
+    EffectRecorded, Error, Fence, InstanceRecord, InstanceStatus, Lease, Page, PlanInfo,
+    PlanRecord, PlanStatus, Result, Timer,
 };
 
 use crate::schema::map_err;
@@ -364,9 +364,11 @@ pub fn acquire_lease(
     let expires = expiry(now, ttl)?;
     let n = conn
         .prepare_cached(
-            "INSERT INTO leases (instance, owner, expires_at_ms) VALUES (?1, ?2, ?3)
+            "INSERT INTO leases (instance, owner, expires_at_ms, epoch) VALUES (?1, ?2, ?3, 1)
              ON CONFLICT (instance) DO UPDATE SET owner = excluded.owner,
-               expires_at_ms = excluded.expires_at_ms
+               expires_at_ms = excluded.expires_at_ms,
+               epoch = CASE WHEN leases.owner = excluded.owner THEN leases.epoch
+                            ELSE leases.epoch + 1 END
              WHERE leases.owner = excluded.owner OR leases.expires_at_ms <= ?4",
         )
         .and_then(|mut s| s.execute(params![instance, owner, expires, now]))
@@ -393,25 +395,50 @@ pub fn renew_lease(
     Ok(n > 0)
 }
 
-/// Gives a lease up.
+/// Gives a lease up: it expires at once; the row (and its epoch) stays, so the next
+/// owner's epoch is higher.
 pub fn release_lease(conn: &Connection, instance: &str, owner: &str) -> Result<bool> {
     let n = conn
-        .prepare_cached("DELETE FROM leases WHERE instance = ?1 AND owner = ?2")
-        .and_then(|mut s| s.execute([instance, owner]))
+        .prepare_cached(
+            "UPDATE leases SET expires_at_ms = ?3
+             WHERE instance = ?1 AND owner = ?2 AND expires_at_ms <> ?3",
+        )
+        .and_then(|mut s| s.execute(params![instance, owner, i64::MIN]))
         .map_err(map_err)?;
     Ok(n > 0)
+}
+
+/// Refuses with `lease_lost` unless `fence` matches the instance's lease row.
+pub fn check_fence(conn: &Connection, instance: &str, fence: &Fence) -> Result<()> {
+    let row: Option<(String, i64)> = conn
+        .prepare_cached("SELECT owner, epoch FROM leases WHERE instance = ?1")
+        .and_then(|mut s| {
+            s.query_row([instance], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .map_err(map_err)?;
+    match row {
+        Some((owner, epoch)) if owner == fence.owner && epoch as u64 == fence.epoch => Ok(()),
+        Some((owner, epoch)) => Err(Error::lease_lost(
+            instance,
+            fence,
+            Some((&owner, epoch.max(0) as u64)),
+        )),
+        None => Err(Error::lease_lost(instance, fence, None)),
+    }
 }
 
 /// The live lease.
 pub fn owner_of(conn: &Connection, instance: &str, now: i64) -> Result<Option<Lease>> {
     conn.prepare_cached(
-        "SELECT owner, expires_at_ms FROM leases WHERE instance = ?1 AND expires_at_ms > ?2",
+        "SELECT owner, expires_at_ms, epoch FROM leases WHERE instance = ?1 AND expires_at_ms > ?2",
     )
     .and_then(|mut s| {
         s.query_row(params![instance, now], |r| {
             Ok(Lease {
                 owner: r.get(0)?,
                 expires_at_ms: r.get(1)?,
+                epoch: r.get::<_, i64>(2)?.max(0) as u64,
             })
         })
         .optional()

@@ -221,3 +221,48 @@ async fn data_survives_reopen() {
         .unwrap();
     assert_eq!(a.first_seq, 6);
 }
+
+/// A store written by the previous schema (version 1: leases without an epoch) is migrated
+/// on open: its leases get epoch 1, its data stays, and fencing works.
+#[tokio::test]
+async fn version_1_store_is_migrated() {
+    let path = five_records("v1").await;
+    {
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(
+            "DROP TABLE leases;
+             CREATE TABLE leases (instance TEXT PRIMARY KEY, owner TEXT NOT NULL,
+               expires_at_ms INTEGER NOT NULL) WITHOUT ROWID;
+             INSERT INTO leases VALUES ('i', 'old', 9000000000000);
+             UPDATE weft_meta SET value = 1 WHERE key = 'schema_version';",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.verify("i").await.unwrap().records, 5);
+    let l = store.owner_of("i", 0).await.unwrap().unwrap();
+    assert_eq!((l.owner.as_str(), l.epoch), ("old", 1));
+    let rec = NewRecord {
+        kind: "step".into(),
+        body: b"{}".to_vec(),
+        at_ms: 6,
+    };
+    assert_eq!(
+        store
+            .append_fenced("i", &l.fence(), vec![rec.clone()])
+            .await
+            .unwrap()
+            .last_seq,
+        6
+    );
+    drop(store);
+    let v: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM weft_meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(v, weft_store_sqlite::SCHEMA_VERSION);
+}

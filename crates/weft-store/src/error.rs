@@ -68,6 +68,13 @@ pub enum Error {
     /// The store was closed (its writer stopped).
     #[error("[store_closed] the store is closed")]
     Closed,
+    /// A fenced append came from a writer whose lease was taken over (or never held): the
+    /// instance belongs to another process now, so this one must stop writing it.
+    #[error("[lease_lost] {message}")]
+    LeaseLost {
+        /// Whose lease, and who holds it now.
+        message: String,
+    },
     /// Any other database or I/O failure (disk full, permission denied, …).
     #[error("[backend] {message}")]
     Backend {
@@ -91,6 +98,7 @@ impl Error {
             Error::Chain(_) => "chain_broken",
             Error::Closed => "store_closed",
             Error::Backend { .. } => "backend",
+            Error::LeaseLost { .. } => "lease_lost",
         }
     }
 
@@ -105,6 +113,21 @@ impl Error {
     pub fn invalid(message: impl std::fmt::Display) -> Self {
         Error::InvalidInput {
             message: message.to_string(),
+        }
+    }
+
+    /// The [`Error::LeaseLost`] for `fence` on `instance`, given the lease row found
+    /// (`(owner, epoch)`, or none).
+    pub fn lease_lost(instance: &str, fence: &crate::Fence, found: Option<(&str, u64)>) -> Self {
+        let now = match found {
+            Some((owner, epoch)) => format!("`{owner}` holds it at epoch {epoch}"),
+            None => "nobody has leased it".to_string(),
+        };
+        Error::LeaseLost {
+            message: format!(
+                "append to {instance} refused: `{}` wrote with the lease of epoch {}, but {now}; this writer must stop (another process owns the instance)",
+                fence.owner, fence.epoch
+            ),
         }
     }
 

@@ -24,7 +24,9 @@
 //!   [`Store::latest_snapshot`], `read` from `snapshot.seq + 1` and fold; an
 //!   `action.dispatched` without a result is re-dispatched with the same key (or gets
 //!   `outcome_unknown`); [`Store::get_effect`] tells what an idempotent tool already did.
-//!   With several processes, take [`Store::acquire_lease`] first and keep renewing it.
+//!   With several processes, take [`Store::acquire_lease`] first and keep renewing it, and
+//!   write with [`Store::append_fenced`] and the lease's [`Fence`]: once another process
+//!   has taken the lease over, the old owner's appends fail with `lease_lost`.
 //! - **Timers**: `put_timer` in the same turn as the `timer.set` record; a poller calls
 //!   [`Store::due_timers`], fires, journals `timer.fired`, then `delete_timer`.
 //! - **Checkpoints / time travel**: a checkpoint is a (seq, hash) of the chain
@@ -49,6 +51,6 @@ pub use error::{Error, Result};
 pub use location::Location;
 pub use store::Store;
 pub use types::{
-    Appended, EffectRecorded, InstanceRecord, InstanceStatus, Lease, NewRecord, Page, PlanInfo,
-    PlanRecord, PlanStatus, Record, Snapshot, Timer, check_records, now_ms,
+    Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, NewRecord, Page,
+    PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer, check_records, now_ms,
 };

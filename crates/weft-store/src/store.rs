@@ -7,8 +7,8 @@ use serde_json::Value;
 use crate::chain::{Hash, Verifier, VerifyReport};
 use crate::error::{Error, Result};
 use crate::types::{
-    Appended, EffectRecorded, InstanceRecord, InstanceStatus, Lease, NewRecord, Page, PlanInfo,
-    PlanRecord, PlanStatus, Record, Snapshot, Timer,
+    Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, NewRecord, Page,
+    PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer,
 };
 
 /// Polls futures concurrently (a minimal `join_all`, so the trait crate needs no
@@ -53,6 +53,17 @@ pub trait Store: Send + Sync + 'static {
     /// Resolves after the commit is durable; concurrent calls may share one commit (group
     /// commit). An empty batch changes nothing and returns the current head.
     async fn append(&self, instance: &str, records: Vec<NewRecord>) -> Result<Appended>;
+
+    /// [`Store::append`], only if `fence` still holds, checked in the append's transaction:
+    /// the instance's lease row has `fence.owner` at `fence.epoch` (a lease that expired
+    /// without being taken over still counts). Otherwise nothing is written and the error
+    /// is [`Error::LeaseLost`] (`lease_lost`).
+    async fn append_fenced(
+        &self,
+        instance: &str,
+        fence: &Fence,
+        records: Vec<NewRecord>,
+    ) -> Result<Appended>;
 
     /// Up to `limit` records with `seq >= from_seq`, in sequence order.
     async fn read(&self, instance: &str, from_seq: u64, limit: u32) -> Result<Vec<Record>>;
@@ -250,7 +261,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Takes or extends the lease on an instance for `ttl_ms` from `now_ms`. Succeeds if
     /// there is no lease, it is `owner`'s, or it expired (`expires_at_ms <= now_ms`); a live
-    /// lease of another owner is never taken.
+    /// lease of another owner is never taken. Taking over another owner's lease raises its
+    /// epoch (the fencing token, see [`Store::append_fenced`]).
     async fn acquire_lease(
         &self,
         instance: &str,
@@ -268,7 +280,8 @@ pub trait Store: Send + Sync + 'static {
         now_ms: i64,
     ) -> Result<bool>;
 
-    /// Gives the lease up; `false` if `owner` did not hold it.
+    /// Gives the lease up; `false` if `owner` did not hold it. The epoch is kept, so the
+    /// next owner's is higher.
     async fn release_lease(&self, instance: &str, owner: &str) -> Result<bool>;
 
     /// The live lease on an instance, if any.

@@ -295,6 +295,30 @@ pub struct Lease {
     pub owner: String,
     /// When the lease runs out unless renewed.
     pub expires_at_ms: i64,
+    /// The fencing token: 1 for the instance's first lease, one more each time another
+    /// owner takes it over (renewing or re-taking one's own lease keeps it).
+    #[serde(default)]
+    pub epoch: u64,
+}
+
+impl Lease {
+    /// The fence a holder of this lease writes with.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            owner: self.owner.clone(),
+            epoch: self.epoch,
+        }
+    }
+}
+
+/// What a writer proves with [`crate::Store::append_fenced`]: it holds the instance's lease
+/// as `owner` at `epoch` (from [`crate::Store::owner_of`] after acquiring it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    /// The lease owner.
+    pub owner: String,
+    /// The lease's epoch when it was taken.
+    pub epoch: u64,
 }
 
 /// Rejects records the store cannot take, before any of them is written.

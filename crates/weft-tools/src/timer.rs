@@ -131,6 +131,18 @@ fn schedule(
     Ok(serde_json::json!({ "timer_id": timer_id, "due": due, "due_ms": due_ms }))
 }
 
+/// The next occurrence (epoch ms) of cron expression `expr` strictly after `after_ms`, or
+/// `None` if it does not parse or never fires again: what the engine re-arms a `timer.cron`
+/// timer with after each firing (`weft_runtime::EngineOptions::cron`).
+pub fn next_occurrence(expr: &str, after_ms: i64) -> Option<i64> {
+    let parsed = Cron::from_str(expr.trim()).ok()?;
+    let after = to_datetime(after_ms.div_euclid(1000) * 1000)?;
+    parsed
+        .find_next_occurrence(&after, false)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
+
 fn to_datetime(ms: i64) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_millis(ms)
 }

@@ -1,6 +1,6 @@
 //! The crash-test workload (driven by `tests/crash.rs`, which `kill -9`s it at random
-//! moments and restarts it): many instances of `a (idempotent) → b (not idempotent) →
-//! c (idempotent)` on the durable SQLite store. Every tool appends
+//! moments and restarts it): many instances of `a (idempotent) → 40 ms durable timer →
+//! b (not idempotent) → c (idempotent)` on the durable SQLite store. Every tool appends
 //! `<key>\t<tool>\t<outcome>` to an effects file *when its effect happens*, so the test can
 //! prove that no non-idempotent effect ran twice and no idempotent one ran twice with
 //! different outcomes. On start it recovers what a previous (killed) process left, starts
@@ -70,13 +70,17 @@ impl Tool for Fx {
     }
 }
 
-/// The plan every instance runs.
+/// The plan every instance runs: after `a`, a 40 ms durable timer must fire before `b`
+/// (kills land between its `timer.set` and its firing, so recovery re-arms it).
 pub fn plan() -> Value {
     json!({"plan_name": "crash", "graph_type": "acyclic",
-    "events": {"start": {}, "e1": {}, "e2": {}, "done": {"kind": "output"}},
+    "events": {"start": {}, "e1": {}, "armed": {}, "tick": {"kind": "input"}, "e2": {},
+        "done": {"kind": "output"}},
     "steps": {
         "a": {"on": ["start"], "action": "fx.idem", "args": {}, "emits": ["e1"]},
-        "b": {"on": ["e1"], "action": "fx.once", "args": {}, "emits": ["e2"]},
+        "t": {"on": ["e1"], "action": "timer.after", "args": {"ms": 40, "event": "tick"},
+            "emits": [{"event": "armed", "data": {"k": "${e1.k}", "a": "${e1.a}"}}]},
+        "b": {"on": ["armed", "tick"], "action": "fx.once", "args": {}, "emits": ["e2"]},
         "c": {"on": ["e2"], "action": "fx.idem", "args": {}, "emits": ["done"]}
     }})
 }
@@ -111,6 +115,7 @@ async fn run(db: &str, effects: &str, n: u64) -> Result<(), String> {
             log: Arc::clone(&log),
         }));
     }
+    weft_tools::timer::register(&mut reg);
     let d = Durable::open(
         Arc::clone(&store),
         EngineOptions {

@@ -237,6 +237,75 @@ pub async fn leases_exclusive_until_expiry(s: Arc<dyn Store>) {
     assert!(s.owner_of("other", 0).await.unwrap().is_none());
 }
 
+/// Fencing: appends carry the writer's lease (owner + epoch); once another owner takes the
+/// lease over, the old owner's appends fail with `lease_lost` and write nothing; renewing
+/// keeps the epoch, every takeover (also after a release) raises it.
+pub async fn appends_fenced_by_lease_epoch(s: Arc<dyn Store>) {
+    let rec = |n: i64| crate::NewRecord {
+        kind: "k".to_string(),
+        body: format!("{{\"n\":{n}}}").into_bytes(),
+        at_ms: n,
+    };
+    let lost = |r: crate::Result<crate::Appended>| match r {
+        Err(e) => assert_eq!(e.code(), "lease_lost", "{e}"),
+        Ok(a) => panic!("a fenced append of a lost lease was written: {a:?}"),
+    };
+    // No lease at all: refused.
+    let nobody = crate::Fence {
+        owner: "p1".into(),
+        epoch: 1,
+    };
+    lost(s.append_fenced("f", &nobody, vec![rec(1)]).await);
+    assert!(s.head("f").await.unwrap().is_none());
+    assert!(s.acquire_lease("f", "p1", 1_000, 0).await.unwrap());
+    let l1 = s.owner_of("f", 0).await.unwrap().unwrap();
+    let f1 = l1.fence();
+    assert_eq!(f1.owner, "p1");
+    let a = s
+        .append_fenced("f", &f1, vec![rec(1), rec(2)])
+        .await
+        .unwrap();
+    assert_eq!((a.first_seq, a.last_seq), (1, 2));
+    // Renewing and re-taking one's own lease keep the epoch.
+    assert!(s.renew_lease("f", "p1", 1_000, 500).await.unwrap());
+    assert!(s.acquire_lease("f", "p1", 1_000, 600).await.unwrap());
+    assert_eq!(s.owner_of("f", 700).await.unwrap().unwrap().epoch, f1.epoch);
+    // Expired but not taken over: the old fence still writes.
+    s.append_fenced("f", &f1, vec![rec(3)]).await.unwrap();
+    // p2 takes it over: a higher epoch; p1's appends are refused and write nothing.
+    assert!(s.acquire_lease("f", "p2", 1_000, 5_000).await.unwrap());
+    let f2 = s.owner_of("f", 5_000).await.unwrap().unwrap().fence();
+    assert!(f2.epoch > f1.epoch, "{f2:?} after {f1:?}");
+    lost(s.append_fenced("f", &f1, vec![rec(4)]).await);
+    // Same owner name with a stale epoch, or another epoch: refused too.
+    lost(
+        s.append_fenced(
+            "f",
+            &crate::Fence {
+                owner: "p2".into(),
+                epoch: f1.epoch,
+            },
+            vec![rec(4)],
+        )
+        .await,
+    );
+    assert_eq!(s.last_seq("f").await.unwrap(), 3);
+    let a = s.append_fenced("f", &f2, vec![rec(4)]).await.unwrap();
+    assert_eq!(a.last_seq, 4);
+    // Released and taken by p1 again: a new epoch, p2's fence is dead.
+    assert!(s.release_lease("f", "p2").await.unwrap());
+    assert!(s.acquire_lease("f", "p1", 1_000, 5_001).await.unwrap());
+    let f3 = s.owner_of("f", 5_001).await.unwrap().unwrap().fence();
+    assert!(f3.epoch > f2.epoch);
+    lost(s.append_fenced("f", &f2, vec![rec(5)]).await);
+    lost(s.append_fenced("f", &f1, vec![rec(5)]).await);
+    s.append_fenced("f", &f3, vec![rec(5)]).await.unwrap();
+    // Unfenced appends are unaffected, and the chain is whole.
+    s.append("f", vec![rec(6)]).await.unwrap();
+    let v = s.verify("f").await.unwrap();
+    assert_eq!(v.records, 6);
+}
+
 /// `write_batch` creates, appends (chained like `append`) and sets statuses; the loaded
 /// view (`load_many`) is the snapshot-less journal.
 pub async fn write_batch_creates_appends_and_sets_status(s: Arc<dyn Store>) {

@@ -103,6 +103,7 @@ macro_rules! conformance_tests {
             effects_recorded_once,
             leases_exclusive_until_expiry,
             write_batch_creates_appends_and_sets_status,
+            appends_fenced_by_lease_epoch,
         );
     };
     (@cases $factory:path; $($case:ident),* $(,)?) => {

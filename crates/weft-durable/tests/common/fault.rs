@@ -1,0 +1,224 @@
+//! A [`Store`] wrapper for fault tests: journal writes (`append`, `write_batch`) can be
+//! held until released, or made to fail a given number of times; everything else passes
+//! straight to the real store underneath.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use weft_store::{
+    Appended, EffectRecorded, Error, Fence, Hash, InstanceRecord, InstanceStatus, Lease, NewRecord,
+    Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store, Timer,
+};
+
+pub struct FaultStore {
+    inner: Arc<dyn Store>,
+    open: tokio::sync::watch::Sender<bool>,
+    fail_next: AtomicU32,
+    /// Journal writes refused so far.
+    pub failed: AtomicU64,
+    /// Journal writes that went through.
+    pub passed: AtomicU64,
+}
+
+impl FaultStore {
+    pub fn new(inner: Arc<dyn Store>) -> Arc<FaultStore> {
+        Arc::new(FaultStore {
+            inner,
+            open: tokio::sync::watch::channel(true).0,
+            fail_next: AtomicU32::new(0),
+            failed: AtomicU64::new(0),
+            passed: AtomicU64::new(0),
+        })
+    }
+
+    /// Journal writes wait from now on until [`FaultStore::release`].
+    pub fn hold(&self) {
+        self.open.send_replace(false);
+    }
+
+    pub fn release(&self) {
+        self.open.send_replace(true);
+    }
+
+    /// The next `n` journal writes fail with `store_unavailable`.
+    pub fn fail_next(&self, n: u32) {
+        self.fail_next.store(n, Ordering::SeqCst);
+    }
+
+    async fn gate(&self) -> Result<()> {
+        let mut rx = self.open.subscribe();
+        while !*rx.borrow_and_update() {
+            if rx.changed().await.is_err() {
+                break;
+            }
+        }
+        let refused = self
+            .fail_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if refused {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Err(Error::Unavailable {
+                message: "injected fault: the store refused the write".into(),
+            });
+        }
+        self.passed.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for FaultStore {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    async fn append(&self, instance: &str, records: Vec<NewRecord>) -> Result<Appended> {
+        self.gate().await?;
+        self.inner.append(instance, records).await
+    }
+    async fn append_fenced(
+        &self,
+        instance: &str,
+        fence: &Fence,
+        records: Vec<NewRecord>,
+    ) -> Result<Appended> {
+        self.gate().await?;
+        self.inner.append_fenced(instance, fence, records).await
+    }
+    async fn read(&self, instance: &str, from_seq: u64, limit: u32) -> Result<Vec<Record>> {
+        self.inner.read(instance, from_seq, limit).await
+    }
+    async fn head(&self, instance: &str) -> Result<Option<(u64, Hash)>> {
+        self.inner.head(instance).await
+    }
+    async fn chain_base(&self, instance: &str) -> Result<(u64, Hash)> {
+        self.inner.chain_base(instance).await
+    }
+    async fn truncate_before(&self, instance: &str, before: u64) -> Result<u64> {
+        self.inner.truncate_before(instance, before).await
+    }
+    async fn write_batch(
+        &self,
+        creates: Vec<InstanceRecord>,
+        appends: Vec<(String, Vec<NewRecord>)>,
+        statuses: Vec<(String, InstanceStatus, Option<String>, i64)>,
+    ) -> Result<Vec<Appended>> {
+        self.gate().await?;
+        self.inner.write_batch(creates, appends, statuses).await
+    }
+    async fn load_many(
+        &self,
+        instances: &[String],
+    ) -> Result<Vec<(Option<Snapshot>, Vec<Record>)>> {
+        self.inner.load_many(instances).await
+    }
+    async fn put_snapshot(&self, instance: &str, snapshot: Snapshot) -> Result<()> {
+        self.inner.put_snapshot(instance, snapshot).await
+    }
+    async fn latest_snapshot(&self, instance: &str) -> Result<Option<Snapshot>> {
+        self.inner.latest_snapshot(instance).await
+    }
+    async fn put_plan(
+        &self,
+        tenant: &str,
+        name: &str,
+        document: Value,
+        now_ms: i64,
+    ) -> Result<u32> {
+        self.inner.put_plan(tenant, name, document, now_ms).await
+    }
+    async fn get_plan(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Option<PlanRecord>> {
+        self.inner.get_plan(tenant, name, version).await
+    }
+    async fn list_plans(&self, tenant: &str) -> Result<Vec<PlanInfo>> {
+        self.inner.list_plans(tenant).await
+    }
+    async fn set_plan_status(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: u32,
+        status: PlanStatus,
+    ) -> Result<()> {
+        self.inner
+            .set_plan_status(tenant, name, version, status)
+            .await
+    }
+    async fn create_instance(&self, record: InstanceRecord) -> Result<()> {
+        self.inner.create_instance(record).await
+    }
+    async fn update_status(
+        &self,
+        id: &str,
+        status: InstanceStatus,
+        reason: Option<String>,
+        now_ms: i64,
+    ) -> Result<()> {
+        self.inner.update_status(id, status, reason, now_ms).await
+    }
+    async fn get_instance(&self, id: &str) -> Result<Option<InstanceRecord>> {
+        self.inner.get_instance(id).await
+    }
+    async fn list_instances(
+        &self,
+        tenant: &str,
+        status: Option<InstanceStatus>,
+        page: Page,
+    ) -> Result<Vec<InstanceRecord>> {
+        self.inner.list_instances(tenant, status, page).await
+    }
+    async fn non_terminal_instances(&self, page: Page) -> Result<Vec<InstanceRecord>> {
+        self.inner.non_terminal_instances(page).await
+    }
+    async fn put_timer(&self, timer: Timer) -> Result<()> {
+        self.inner.put_timer(timer).await
+    }
+    async fn due_timers(&self, now_ms: i64, limit: u32) -> Result<Vec<Timer>> {
+        self.inner.due_timers(now_ms, limit).await
+    }
+    async fn delete_timer(&self, instance: &str, timer_id: &str) -> Result<bool> {
+        self.inner.delete_timer(instance, timer_id).await
+    }
+    async fn record_effect(&self, key: &str, outcome: Value) -> Result<EffectRecorded> {
+        self.inner.record_effect(key, outcome).await
+    }
+    async fn get_effect(&self, key: &str) -> Result<Option<Value>> {
+        self.inner.get_effect(key).await
+    }
+    async fn acquire_lease(
+        &self,
+        instance: &str,
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
+        self.inner
+            .acquire_lease(instance, owner, ttl_ms, now_ms)
+            .await
+    }
+    async fn renew_lease(
+        &self,
+        instance: &str,
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
+        self.inner
+            .renew_lease(instance, owner, ttl_ms, now_ms)
+            .await
+    }
+    async fn release_lease(&self, instance: &str, owner: &str) -> Result<bool> {
+        self.inner.release_lease(instance, owner).await
+    }
+    async fn owner_of(&self, instance: &str, now_ms: i64) -> Result<Option<Lease>> {
+        self.inner.owner_of(instance, now_ms).await
+    }
+}

@@ -1,0 +1,217 @@
+//! Faults between the engine and its store: lifecycle events wait until the records they
+//! report are durable (a store whose writes are held publishes nothing), and a store that
+//! refuses writes pauses the instance (`store_unavailable`) until writes succeed again.
+//! Runs on SQLite and PostgreSQL (skipped with a message without `WEFT_TEST_POSTGRES_URL`).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+#[path = "common/fault.rs"]
+mod fault;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use fault::FaultStore;
+use serde_json::json;
+use weft_core::Status;
+use weft_durable::{DurableConfig, Entry};
+use weft_runtime::{Delivery, Filter};
+use weft_store::Store;
+
+async fn kinds(store: &dyn Store, id: &str) -> Vec<&'static str> {
+    store
+        .read(id, 1, 10_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| Entry::from_record(r).unwrap().kind())
+        .collect()
+}
+
+async fn events_wait_for_durability(inner: Arc<dyn Store>) {
+    let fs = FaultStore::new(Arc::clone(&inner));
+    let d = durable(fs.clone(), false, DurableConfig::default()).await;
+    d.register("t", two_step("two", "echo")).await.unwrap();
+    let mut sub = d.engine().subscribe(Filter::default());
+    fs.hold();
+    let h = d.start("t", "two", json!({"x": 1})).unwrap();
+    // The start is recorded but not durable: nothing is published.
+    let early = tokio::time::timeout(Duration::from_millis(300), sub.recv()).await;
+    assert!(early.is_err(), "published before durable: {early:?}");
+    assert_eq!(inner.head(h.id()).await.unwrap(), None);
+    fs.release();
+    let mut seen = Vec::new();
+    let mut finished = 0;
+    loop {
+        let got = tokio::time::timeout(Duration::from_secs(10), sub.recv())
+            .await
+            .expect("events after the release")
+            .unwrap();
+        let Delivery::Event(ev) = got else { continue };
+        // Whatever the event reports is already in the store.
+        let k = kinds(inner.as_ref(), h.id()).await;
+        match ev.ty.as_str() {
+            "plan.started" | "plan.step.started" => {
+                assert!(k.contains(&"instance.started"), "{}: {k:?}", ev.ty);
+            }
+            "plan.step.finished" => {
+                finished += 1;
+                let results = k.iter().filter(|x| **x == "action.result").count();
+                assert!(results >= finished, "{} before its result: {k:?}", ev.ty);
+            }
+            "plan.completed" => {
+                let results = k.iter().filter(|x| **x == "action.result").count();
+                assert_eq!(results, 2, "completed before durable: {k:?}");
+                seen.push(ev.ty.clone());
+                break;
+            }
+            _ => {}
+        }
+        seen.push(ev.ty.clone());
+    }
+    assert_eq!(
+        seen,
+        [
+            "plan.started",
+            "plan.step.started",
+            "plan.step.finished",
+            "plan.step.started",
+            "plan.step.finished",
+            "plan.completed"
+        ]
+    );
+    let o = d.wait(&h).await.unwrap();
+    assert_eq!(o.status, Status::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_events_wait_for_durability_sqlite() {
+    events_wait_for_durability(sqlite("gate").await.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_events_wait_for_durability_postgres() {
+    if let Some(s) = postgres("gate").await {
+        events_wait_for_durability(s).await;
+    }
+}
+
+/// Polls the live status until `pred` holds.
+async fn until_status(
+    h: &weft_runtime::InstanceHandle,
+    what: &str,
+    pred: impl Fn(&Status) -> bool,
+) -> Status {
+    for _ in 0..2_000 {
+        let st = h.state().status;
+        if pred(&st) {
+            return st;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{}: never {what}: {:?}", h.id(), h.state());
+}
+
+fn store_paused(s: &Status) -> bool {
+    matches!(s, Status::Paused { reason } if reason.starts_with("store_unavailable"))
+}
+
+/// Journal writes fail: the instance pauses with `store_unavailable` and nothing is
+/// dispatched; when writes succeed again it resumes by itself and completes, each step run
+/// once, its journal whole.
+async fn store_failure_pauses_then_resumes(inner: Arc<dyn Store>) {
+    let fs = FaultStore::new(Arc::clone(&inner));
+    let d = durable(fs.clone(), false, DurableConfig::default()).await;
+    d.register("t", two_step("two", "once")).await.unwrap();
+    fs.fail_next(u32::MAX);
+    let h = d.start("t", "two", json!({"x": 1})).unwrap();
+    let st = until_status(&h, "paused", store_paused).await;
+    let Status::Paused { reason } = st else {
+        unreachable!()
+    };
+    assert!(reason.contains("injected fault"), "{reason}");
+    // Retried with backoff, still refused; nothing journaled, nothing dispatched.
+    for _ in 0..400 {
+        if fs.failed.load(std::sync::atomic::Ordering::SeqCst) >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(fs.failed.load(std::sync::atomic::Ordering::SeqCst) >= 3);
+    assert_eq!(inner.head(h.id()).await.unwrap(), None);
+    let s = h.state();
+    assert_eq!(s.in_flight.len(), 1, "{s:?}");
+    assert_eq!(s.in_flight[0].step, "a");
+    assert!(store_paused(&s.status));
+    // The store comes back.
+    fs.fail_next(0);
+    until_status(&h, "completed", |s| *s == Status::Completed).await;
+    let o = d.wait(&h).await.unwrap();
+    assert_eq!(
+        o.results[0].payloads[0].as_ref(),
+        &json!({"x": 1, "a": 1, "b": 1}),
+        "each step ran once, first attempt"
+    );
+    let k = kinds(inner.as_ref(), h.id()).await;
+    assert_eq!(
+        k.iter().filter(|x| **x == "action.result").count(),
+        2,
+        "{k:?}"
+    );
+    assert!(
+        k.contains(&"instance.paused") && k.contains(&"instance.resumed"),
+        "{k:?}"
+    );
+    weft_durable::verify(inner.as_ref(), h.id()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_failure_pauses_then_resumes_sqlite() {
+    store_failure_pauses_then_resumes(sqlite("fail").await.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_failure_pauses_then_resumes_postgres() {
+    if let Some(s) = postgres("fail").await {
+        store_failure_pauses_then_resumes(s).await;
+    }
+}
+
+/// A real full disk on SQLite (`PRAGMA max_page_count` caps the file): appends fail with
+/// `disk full`, the instances pause with a clear reason, nothing committed is lost, and
+/// they all complete once the cap is raised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_disk_pauses_then_continues_sqlite() {
+    let path = temp_dir("full").join("weft.db");
+    let sq = Arc::new(weft_store_sqlite::SqliteStore::open(&path).await.unwrap());
+    let d = durable(sq.clone(), false, DurableConfig::default()).await;
+    d.register("t", two_step("two", "once")).await.unwrap();
+    // One run with room to spare.
+    let first = d.start("t", "two", json!({"n": 0})).unwrap();
+    assert_eq!(d.wait(&first).await.unwrap().status, Status::Completed);
+    // The disk is full: not one more page.
+    let pages = sq.page_count().await.unwrap();
+    assert_eq!(sq.set_max_pages(pages).await.unwrap(), pages);
+    let big = "x".repeat(64 * 1024);
+    let hs: Vec<_> = (0..4)
+        .map(|n| d.start("t", "two", json!({"n": n, "pad": big})).unwrap())
+        .collect();
+    for h in &hs {
+        let st = until_status(h, "paused by the full disk", store_paused).await;
+        let Status::Paused { reason } = st else {
+            unreachable!()
+        };
+        assert!(reason.contains("disk full"), "{reason}");
+    }
+    // The first run's journal is intact.
+    weft_durable::verify(sq.as_ref(), first.id()).await.unwrap();
+    sq.set_max_pages(1 << 30).await.unwrap();
+    for (n, h) in hs.iter().enumerate() {
+        until_status(h, "completed", |s| *s == Status::Completed).await;
+        let o = d.wait(h).await.unwrap();
+        assert_eq!(o.results[0].payloads[0]["n"], json!(n));
+        assert_eq!(o.results[0].payloads[0]["b"], json!(1));
+        weft_durable::verify(sq.as_ref(), h.id()).await.unwrap();
+    }
+}
