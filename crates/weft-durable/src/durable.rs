@@ -336,6 +336,12 @@ impl Durable {
                 .await?;
             return Ok(None);
         }
+        // A repaired instance continues on its revised plan, checked against this
+        // engine's tools.
+        let plan = match &folded.repaired {
+            Some(r) => self.engine.compile_value(r.document.clone())?,
+            None => plan,
+        };
         let dispatched = std::mem::take(&mut folded.dispatched);
         let shadow = (plan.net.graph_type == weft_core::GraphType::Reactive
             && self.config.snapshot_every.is_some())
@@ -343,6 +349,8 @@ impl Durable {
             instance: Some(inst.clone()),
             dispatched: dispatched.clone(),
             seq: folded.seq,
+            repaired: folded.repaired.clone(),
+            net: folded.net.clone(),
         });
         self.journal.adopt(
             &rec.id,

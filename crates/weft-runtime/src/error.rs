@@ -43,6 +43,17 @@ pub enum Error {
         /// Its status name.
         status: &'static str,
     },
+    /// A repair was asked for but the engine has no repairer.
+    #[error("no repairer is configured (give the engine one, e.g. an LLM repairer)")]
+    NoRepairer,
+    /// The instance cannot be repaired in its state.
+    #[error("instance `{instance}` is {status} and cannot be repaired")]
+    NotRepairable {
+        /// Instance.
+        instance: String,
+        /// Its status name.
+        status: &'static str,
+    },
 }
 
 impl Error {
@@ -55,6 +66,8 @@ impl Error {
             Error::UnknownInstance(_) => "unknown_instance",
             Error::EventNotAccepted { .. } => "event_not_accepted",
             Error::Ended { .. } => "instance_ended",
+            Error::NoRepairer => "no_repairer",
+            Error::NotRepairable { .. } => "not_repairable",
         }
     }
 }
