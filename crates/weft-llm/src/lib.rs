@@ -44,7 +44,7 @@ pub use openai::{OpenAiConfig, OpenAiProvider};
 pub use planner::{MemoryPlanCache, PlanCache, PlanOptions, PlanOutcome, plan};
 pub use provider::{BoxFuture, ChatProvider};
 pub use react::{PlannerRequest, PlannerResponse, ReactToolExecutor, RegistryExecutor, run_react};
-pub use repair::{Marking, RepairOutcome, RepairRequest, map_marking, repair};
+pub use repair::{LlmRepairer, Marking, RepairOutcome, RepairRequest, map_marking, repair};
 pub use replay::ReplayProvider;
 pub use scripted::{ScriptedExchange, ScriptedProvider};
 pub use session::{CallDefaults, Llm};
