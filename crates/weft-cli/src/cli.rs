@@ -6,7 +6,9 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use weft_core::Limits;
 
-use crate::cmd::{analyze, bench, explain, graph, journal, plan, run, schema, tools, validate};
+use crate::cmd::{
+    analyze, bench, explain, graph, journal, plan, repair, run, schema, summarize, tools, validate,
+};
 
 /// weft: check, analyse and export AI plans (colored Petri nets) before they run.
 #[derive(Debug, Parser)]
@@ -61,6 +63,12 @@ pub enum Command {
     Checkpoint(journal::CheckpointArgs),
     /// Continue an instance from its journal (or fork it from a checkpoint) until it settles.
     Resume(journal::ResumeArgs),
+    /// Repair a paused, stuck or running instance with the model (a revised plan, its
+    /// marking mapped by event name) and continue it until it settles.
+    Repair(repair::Args),
+    /// Summarize a run from its journal: what happened, problems, suggestions (template by
+    /// default, the model with --llm).
+    Summarize(summarize::Args),
 }
 
 /// When to colour human output.

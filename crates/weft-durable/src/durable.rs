@@ -364,6 +364,21 @@ impl Durable {
         Ok(Some(r))
     }
 
+    /// Makes `instance` live again from its journal head without resuming it: a paused
+    /// instance stays paused (e.g. for `weft repair`). Returns the live handle.
+    pub async fn restore(&self, instance: &str) -> Result<InstanceHandle, DurableError> {
+        if let Some(h) = self.engine.handle(instance) {
+            return Ok(h);
+        }
+        let rec = history::instance_record(self.store.as_ref(), instance).await?;
+        self.restore_one(rec, None)
+            .await?
+            .map(|(h, _)| h)
+            .ok_or_else(|| DurableError::NotFound {
+                what: format!("{instance} has finished; nothing to restore"),
+            })
+    }
+
     /// Makes `instance` live again. Without `from`, from its journal head (a paused instance
     /// is also resumed). With `from = cp-…` naming an earlier point, the journal up to that
     /// point is copied to a new instance (`weft resume --from` forks; the original journal

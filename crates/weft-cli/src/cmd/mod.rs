@@ -7,8 +7,10 @@ pub mod explain;
 pub mod graph;
 pub mod journal;
 pub mod plan;
+pub mod repair;
 pub mod run;
 pub mod schema;
+pub mod summarize;
 pub mod tools;
 pub mod validate;
 
@@ -77,5 +79,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
         Command::Journal(cmd) => journal::journal(&cmd, &ctx, out),
         Command::Checkpoint(args) => journal::checkpoint(&args, &ctx, out),
         Command::Resume(args) => journal::resume(&args, &ctx, out),
+        Command::Repair(args) => repair::run(&args, &ctx, out),
+        Command::Summarize(args) => summarize::run(&args, &ctx, out),
     }
 }
