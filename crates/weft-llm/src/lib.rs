@@ -28,6 +28,7 @@ pub mod repair;
 pub mod replay;
 pub mod scripted;
 pub mod session;
+pub mod stored;
 pub mod telemetry;
 pub mod tools;
 pub mod transcript;
@@ -48,6 +49,7 @@ pub use repair::{LlmRepairer, Marking, RepairOutcome, RepairRequest, map_marking
 pub use replay::ReplayProvider;
 pub use scripted::{ScriptedExchange, ScriptedProvider};
 pub use session::{CallDefaults, Llm};
+pub use stored::{StorePlanCache, StoreTranscript, TranscriptScope, list_transcripts};
 pub use telemetry::{MemoryTelemetry, TelemetryEvent, TelemetryKind, TelemetrySink};
 pub use tools::{AgentReactTool, LlmCompleteTool};
 pub use transcript::{Exchange, JsonlTranscript, MemoryTranscript, NoTranscript, TranscriptSink};
