@@ -101,6 +101,24 @@ fn repair_then_summarize() {
     let out = weft_in(&dir, &["journal", "verify", &id]);
     assert_eq!(code(&out), 0, "{}", stdout(&out));
 
+    // The model's exchange was kept in the store's transcripts, under the instance.
+    let tenant = ins["tenant"].as_str().unwrap().to_string();
+    let db = dir.join(".weft/weft.db");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let kept = rt.block_on(async {
+        let store = weft_store_sqlite::SqliteStore::open(&db).await.unwrap();
+        weft_llm::list_transcripts(
+            &store,
+            &tenant,
+            &weft_llm::TranscriptScope::Instance(id.clone()),
+        )
+        .await
+        .unwrap()
+    });
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].purpose, "repair");
+    drop(rt);
+
     // Template summary, grounded in the journal and the revised plan.
     let out = weft_in(&dir, &["summarize", &id, "--json"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -161,4 +179,31 @@ fn a_repair_that_would_lose_a_token_fails_with_r001() {
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     let out = weft_in(&dir, &["repair", "i999999", "--script", &script]);
     assert_eq!(code(&out), 2, "{}", stderr(&out));
+}
+
+#[test]
+fn plan_with_a_store_keeps_transcripts_and_answers_again_from_its_cache() {
+    let dir = temp_dir("plan-store");
+    let script = common::root()
+        .join("crates/weft-cli/tests/fixtures/plan-script.jsonl")
+        .display()
+        .to_string();
+    let args = [
+        "plan",
+        "email a@example.com hello",
+        "--script",
+        &script,
+        "--store",
+        ".weft/weft.db",
+        "--json",
+    ];
+    let first = json(&weft_in(&dir, &args));
+    assert_eq!(first["from_cache"], false);
+    assert_eq!(first["critic_rounds"], 1);
+    // A second process, same instruction: from the store's plan cache (the script would
+    // have served the invalid candidate first).
+    let again = json(&weft_in(&dir, &args));
+    assert_eq!(again["from_cache"], true, "{again}");
+    assert_eq!(again["plan"], first["plan"]);
+    assert_eq!(again["attempts"], 0);
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use weft_core::ToolSpec;
 use weft_durable::{Durable, DurableConfig};
-use weft_llm::{Llm, LlmRepairer, PlanOptions};
+use weft_llm::{Llm, LlmRepairer, PlanOptions, StoreTranscript};
 use weft_runtime::EngineOptions;
 
 use super::journal::{StoreArg, registry, runtime};
@@ -56,18 +56,21 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
     };
     let registry = registry()?;
     let tools: Vec<ToolSpec> = registry.iter().map(|t| t.spec().clone()).collect();
-    let mut repairer =
-        LlmRepairer::new(Arc::new(Llm::new(provider)), tools).with_options(PlanOptions {
+    let rt = runtime()?;
+    let (id, o, hash, repairs) = rt.block_on(async {
+        let store = crate::store::open(args.store.store.as_deref()).await?;
+        // The model's exchanges are kept in the store's transcripts, under the instance.
+        let transcript =
+            StoreTranscript::new(Arc::clone(&store), &tokio::runtime::Handle::current());
+        let llm = Llm::new(provider).with_transcripts(Arc::new(transcript.clone()));
+        let mut repairer = LlmRepairer::new(Arc::new(llm), tools).with_options(PlanOptions {
             max_attempts: args.max_attempts,
             limits: ctx.limits,
             ..PlanOptions::default()
         });
-    if let Some(i) = &args.instruction {
-        repairer = repairer.with_instruction(i.clone());
-    }
-    let rt = runtime()?;
-    let (id, o, hash, repairs) = rt.block_on(async {
-        let store = crate::store::open(args.store.store.as_deref()).await?;
+        if let Some(i) = &args.instruction {
+            repairer = repairer.with_instruction(i.clone());
+        }
         let opts = EngineOptions {
             registry: Arc::new(registry),
             repairer: Some(Arc::new(repairer)),
@@ -97,6 +100,9 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
             .repaired
             .map(|r| (Some(r.hash), r.version))
             .unwrap_or((None, 0));
+        if let Err(e) = transcript.flush().await {
+            eprintln!("warning: transcripts not stored: {e}");
+        }
         Ok::<_, anyhow::Error>((handle.id().to_string(), o, hash, repairs))
     })?;
     let status = o.status.name();
