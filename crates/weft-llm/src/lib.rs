@@ -4,7 +4,8 @@
 //!   vLLM, Ollama, llama.cpp's server), [`ScriptedProvider`] (a file of expected exchanges) and
 //!   [`ReplayProvider`] (a recorded transcript, failing loudly on divergence).
 //! - [`Llm`] wraps a provider with call defaults, a [`Budget`] checked before every call,
-//!   `planner.*` telemetry and a [`TranscriptSink`] recording every exchange.
+//!   `planner.*` telemetry and a [`TranscriptSink`] recording every exchange (in memory, a
+//!   JSONL file, or a weft store: [`StoreTranscript`], with [`StorePlanCache`]).
 //! - Roles on top: [`plan`] (instruction → verified plan through the critic loop),
 //!   [`repair`] (failure + marking → revised plan with the marking mapped), [`explain`] and
 //!   [`summarize`], the seed-004 ReAct loop ([`run_react`]), the seed-001 planner
