@@ -177,8 +177,15 @@ fn a_repair_that_would_lose_a_token_fails_with_r001() {
     // Unknown and finished instances are usage errors.
     let out = weft_in(&dir, &["repair", &id, "--script", &script]);
     assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("[not_repairable]"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("failed"), "{}", stderr(&out));
     let out = weft_in(&dir, &["repair", "i999999", "--script", &script]);
     assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("[not_found]"), "{}", stderr(&out));
 }
 
 #[test]

@@ -59,6 +59,19 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
     let rt = runtime()?;
     let (id, o, hash, repairs) = rt.block_on(async {
         let store = crate::store::open(args.store.store.as_deref()).await?;
+        match store.get_instance(&args.instance).await? {
+            None => anyhow::bail!("[not_found] no instance `{}` in the store", args.instance),
+            Some(r) if r.status.is_terminal() => anyhow::bail!(
+                "[not_repairable] instance `{}` is {}{} and has ended; only paused, stuck or \
+                 running instances can be repaired (fix the plan and start it again)",
+                args.instance,
+                serde_json::to_value(r.status)?
+                    .as_str()
+                    .unwrap_or("finished"),
+                r.reason.map(|x| format!(" ({x})")).unwrap_or_default()
+            ),
+            Some(_) => {}
+        }
         // The model's exchanges are kept in the store's transcripts, under the instance.
         let transcript =
             StoreTranscript::new(Arc::clone(&store), &tokio::runtime::Handle::current());
