@@ -360,7 +360,9 @@ impl Durable {
             },
             shadow,
         );
+        let repairs = folded.repaired.as_ref().map_or(0, |r| r.version);
         let r = self.engine.restore(&rec.tenant, &plan, inst, &dispatched)?;
+        r.0.set_repairs_used(repairs);
         Ok(Some(r))
     }
 

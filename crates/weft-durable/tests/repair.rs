@@ -123,6 +123,7 @@ async fn repaired_then_recovered(store: Arc<dyn Store>) {
         h2.plan().net.step_id("c").is_some(),
         "runs the revised plan"
     );
+    assert_eq!(h2.repairs_used(), 1, "the attempt count survives recovery");
     let o = d2.wait(h2).await.unwrap();
     assert_eq!(o.status, Status::Completed, "{o:?}");
     assert_eq!(

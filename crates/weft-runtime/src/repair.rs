@@ -299,6 +299,20 @@ impl Cell {
     }
 }
 
+impl InstanceHandle {
+    /// Repairs this instance has already used (recovery restores the count from the
+    /// journal, so the cap holds across restarts).
+    pub fn set_repairs_used(&self, n: u32) {
+        let mut g = lock(&self.cell.core);
+        g.repairs = g.repairs.max(n);
+    }
+
+    /// Repairs asked for so far.
+    pub fn repairs_used(&self) -> u32 {
+        lock(&self.cell.core).repairs
+    }
+}
+
 /// `input`, unless the instance ended while the repair was being made.
 fn input_if_live(core: &Core, input: Input) -> Option<Input> {
     let inst = core.inst.as_ref()?;
