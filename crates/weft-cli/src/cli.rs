@@ -7,7 +7,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use weft_core::Limits;
 
 use crate::cmd::{
-    analyze, bench, explain, graph, journal, plan, run, schema, serve, tools, validate,
+    analyze, bench, explain, graph, journal, plan, repair, run, schema, serve, summarize, tools,
+    validate,
 };
 
 /// weft: check, analyse and export AI plans (colored Petri nets) before they run.
@@ -65,6 +66,12 @@ pub enum Command {
     Resume(journal::ResumeArgs),
     /// Serve the HTTP API and web UI (embedded SQLite store and one local tenant by default).
     Serve(serve::Args),
+    /// Repair a paused, stuck or running instance with the model (a revised plan, its
+    /// marking mapped by event name) and continue it until it settles.
+    Repair(repair::Args),
+    /// Summarize a run from its journal: what happened, problems, suggestions (template by
+    /// default, the model with --llm).
+    Summarize(summarize::Args),
 }
 
 /// When to colour human output.

@@ -199,6 +199,48 @@ pub enum Completion {
     Unknown,
 }
 
+/// What a repair would lose: events that hold tokens and steps with an action in flight
+/// that the revised plan no longer has (code `R001`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebaseError {
+    /// Events holding tokens, missing from the revised plan.
+    pub events: Vec<String>,
+    /// Steps with an action in flight, missing from the revised plan.
+    pub steps: Vec<String>,
+}
+
+impl std::fmt::Display for RebaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = |v: &[String]| {
+            v.iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        write!(f, "[R001] the revised plan would lose state:")?;
+        if !self.events.is_empty() {
+            write!(
+                f,
+                " event(s) {} hold tokens but were removed",
+                names(&self.events)
+            )?;
+        }
+        if !self.steps.is_empty() {
+            if !self.events.is_empty() {
+                write!(f, ";")?;
+            }
+            write!(
+                f,
+                " step(s) {} have an action in flight but were removed",
+                names(&self.steps)
+            )?;
+        }
+        write!(f, " (keep them, under the same names)")
+    }
+}
+
+impl std::error::Error for RebaseError {}
+
 /// A step that holds some but not all of what it needs, for stuck diagnoses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Waiting {
@@ -762,6 +804,14 @@ impl Instance {
         match s.on_fail {
             FailPolicy::Continue => Completion::Dropped,
             FailPolicy::Repair => {
+                // The firing is rolled back: its tokens go back where they were taken from,
+                // so a revised plan (or a resume, which tries the step again) can use them.
+                let slots = &net.input_slots[inf.step as usize];
+                for (k, t) in inf.tokens.into_iter().enumerate() {
+                    if let Some(&slot) = slots.get(k) {
+                        self.marking.restore(net, slot, t);
+                    }
+                }
                 self.status = Status::Paused {
                     reason: format!(
                         "step `{}` failed and awaits repair: {}",
@@ -873,6 +923,110 @@ impl Instance {
                 (!toks.is_empty()).then(|| (e.name.clone(), toks))
             })
             .collect()
+    }
+
+    /// Moves the instance onto a revised plan's net (a repair): every token stays on the
+    /// event of the same name, every in-flight firing on the step of the same name, and the
+    /// instance runs again. A slot of `new` whose one consumer is a step that `old` also had
+    /// gets exactly the tokens that step had not yet consumed; other slots of an event get
+    /// every token still on it. Tokens on events, and firings of steps, that `new` no longer
+    /// has are dropped and named in the error (the instance is then failed by the caller);
+    /// the marking always ends up laid out for `new`. Pure and deterministic, so a journaled
+    /// repair replays exactly.
+    pub fn rebase(&mut self, old: &Net, new: &Net) -> Result<(), RebaseError> {
+        let mut lost = RebaseError::default();
+        let ev_map: Vec<Option<EventId>> =
+            old.events.iter().map(|e| new.event_id(&e.name)).collect();
+        let step_map: Vec<Option<StepId>> =
+            old.steps.iter().map(|s| new.step_id(&s.name)).collect();
+        let remap_origin = |o: &mut Origin| match o {
+            Origin::Step { step, .. } | Origin::Failure { step, .. } => {
+                if let Some(Some(n)) = step_map.get(*step as usize) {
+                    *step = *n;
+                }
+            }
+            _ => {}
+        };
+        let mut marking = Marking::new(new);
+        for (oe, ev) in old.events.iter().enumerate() {
+            let old_slots = &old.event_slots[oe];
+            let mut any: Vec<&Token> = old_slots
+                .iter()
+                .flat_map(|&sl| self.marking.slots[sl as usize].tokens.iter())
+                .collect();
+            if any.is_empty() {
+                continue;
+            }
+            let Some(ne) = ev_map[oe] else {
+                lost.events.push(ev.name.clone());
+                continue;
+            };
+            any.sort_by_key(|t| t.id);
+            any.dedup_by_key(|t| t.id);
+            for &nsl in &new.event_slots[ne as usize] {
+                let consumers = &new.slots[nsl as usize].consumers;
+                // The old slot the same consumer read from, if there is exactly one consumer.
+                let own = match consumers.as_slice() {
+                    [c] => old.step_id(&new.step(*c).name).and_then(|os| {
+                        old.steps[os as usize]
+                            .inputs
+                            .iter()
+                            .position(|&e| e as usize == oe)
+                            .map(|k| old.input_slots[os as usize][k])
+                    }),
+                    _ => None,
+                };
+                let toks: Vec<&Token> = match own {
+                    Some(osl) => self.marking.slots[osl as usize].tokens.iter().collect(),
+                    None => any.clone(),
+                };
+                for t in toks {
+                    let mut t = t.clone();
+                    t.event = ne;
+                    remap_origin(&mut t.origin);
+                    marking.push(new, nsl, t);
+                }
+            }
+        }
+        let mut in_flight = BTreeMap::new();
+        for (f, mut inf) in std::mem::take(&mut self.in_flight) {
+            let Some(Some(ns)) = step_map.get(inf.step as usize).copied() else {
+                lost.steps.push(old.step(inf.step).name.clone());
+                continue;
+            };
+            inf.step = ns;
+            for t in &mut inf.tokens {
+                match ev_map.get(t.event as usize).copied().flatten() {
+                    Some(ne) => t.event = ne,
+                    None => lost.events.push(old.event(t.event).name.clone()),
+                }
+                remap_origin(&mut t.origin);
+            }
+            in_flight.insert(f, inf);
+        }
+        self.marking = marking;
+        self.in_flight = in_flight;
+        if !self.status.is_terminal() {
+            self.status = Status::Running;
+        }
+        self.touch_all(new);
+        lost.events.sort();
+        lost.events.dedup();
+        if lost.events.is_empty() && lost.steps.is_empty() {
+            Ok(())
+        } else {
+            Err(lost)
+        }
+    }
+
+    /// Fails the instance with `reason` (a repair that could not be made), unless it has
+    /// already ended.
+    pub fn fail_with(&mut self, reason: impl Into<String>) {
+        if !self.status.is_terminal() {
+            self.status = Status::Failed {
+                reason: reason.into(),
+            };
+        }
     }
 
     /// Is anything left to examine or in flight?

@@ -82,6 +82,21 @@ impl Marking {
         s.tokens.push_back(token);
     }
 
+    /// Puts a token back into a slot at its place by age (a firing rolled back for a
+    /// repair), keeping the queue and its indexes ordered by token id.
+    pub fn restore(&mut self, net: &Net, slot: SlotId, token: Token) {
+        let s = &mut self.slots[slot as usize];
+        for (k, path) in net.slots[slot as usize].index_paths.iter().enumerate() {
+            if let Some(key) = key_at(&token.payload, path) {
+                let ids = s.indexes[k].entry(key).or_default();
+                let at = ids.partition_point(|&i| i < token.id);
+                ids.insert(at, token.id);
+            }
+        }
+        let at = s.tokens.partition_point(|t| t.id < token.id);
+        s.tokens.insert(at, token);
+    }
+
     /// Position of a token in a slot (binary search: ids increase along the queue).
     pub fn position(&self, slot: SlotId, id: TokenId) -> Option<usize> {
         let q = &self.slots[slot as usize].tokens;

@@ -176,8 +176,8 @@ impl Net {
 
     /// Does completing a firing of `step` read its consumed tokens (beyond their
     /// correlation)? True when an emit has `when` or `data`, when a failure can become an
-    /// error token (a `<step>.failed` listener or `on_fail: {emit: …}`), or when the step
-    /// retries. When false, the runtime may hand the tokens to the action
+    /// error token (a `<step>.failed` listener or `on_fail: {emit: …}`), when a failure
+    /// hands the tokens back for a repair (`on_fail: repair`), or when the step retries. When false, the runtime may hand the tokens to the action
     /// ([`crate::Instance::detach_inputs`]).
     pub fn keeps_inputs(&self, step: StepId) -> bool {
         self.keeps_inputs
@@ -262,7 +262,7 @@ impl Net {
             .iter()
             .map(|s| {
                 s.retry.is_some()
-                    || matches!(s.on_fail, FailPolicy::Emit(_))
+                    || matches!(s.on_fail, FailPolicy::Emit(_) | FailPolicy::Repair)
                     || s.failed_event
                         .is_some_and(|e| !events[e as usize].consumers.is_empty())
                     || s.emits.iter().any(|e| e.when.is_some() || e.data.is_some())

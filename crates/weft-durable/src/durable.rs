@@ -443,6 +443,12 @@ impl Durable {
                 .await?;
             return Ok(None);
         }
+        // A repaired instance continues on its revised plan, checked against this
+        // engine's tools.
+        let plan = match &folded.repaired {
+            Some(r) => self.engine.compile_value(r.document.clone())?,
+            None => plan,
+        };
         let dispatched = std::mem::take(&mut folded.dispatched);
         let extras = std::mem::take(&mut folded.extras);
         let shadow = (plan.net.graph_type == weft_core::GraphType::Reactive
@@ -452,6 +458,8 @@ impl Durable {
             dispatched: dispatched.clone(),
             seq: folded.seq,
             extras: extras.clone(),
+            repaired: folded.repaired.clone(),
+            net: folded.net.clone(),
         });
         let rows = timer_rows(&plan, &rec.id, &extras);
         self.journal.adopt(
@@ -464,15 +472,32 @@ impl Durable {
             &rows,
             folded.seq,
         );
+        let repairs = folded.repaired.as_ref().map_or(0, |r| r.version);
         let (h, actions) =
             self.engine
                 .restore_with(&rec.tenant, &plan, inst, &dispatched, &extras)?;
+        h.set_repairs_used(repairs);
         let timers = rows.len();
         // The journal is the truth; the rows may lag it by a crash: put them again.
         for (_, t) in rows {
             self.store.put_timer(t).await?;
         }
         Ok(Some((h, actions, timers)))
+    }
+
+    /// Makes `instance` live again from its journal head without resuming it: a paused
+    /// instance stays paused (e.g. for `weft repair`). Returns the live handle.
+    pub async fn restore(&self, instance: &str) -> Result<InstanceHandle, DurableError> {
+        if let Some(h) = self.engine.handle(instance) {
+            return Ok(h);
+        }
+        let rec = history::instance_record(self.store.as_ref(), instance).await?;
+        self.restore_one(rec, None)
+            .await?
+            .map(|(h, _, _)| h)
+            .ok_or_else(|| DurableError::NotFound {
+                what: format!("{instance} has finished; nothing to restore"),
+            })
     }
 
     /// Makes `instance` live again. Without `from`, from its journal head (a paused instance

@@ -229,7 +229,7 @@ fn marking_of(plan: &CompiledPlan, f: &Folded) -> Vec<(String, usize)> {
         .as_ref()
         .map(|i| {
             i.marking
-                .counts_by_event(&plan.net)
+                .counts_by_event(f.net(&plan.net))
                 .into_iter()
                 .filter(|(_, n)| *n > 0)
                 .collect()
@@ -278,14 +278,15 @@ pub async fn inspect(
         });
     })
     .await?;
+    let net = folded.net(&plan.net);
     let (waiting, in_flight, fired) = match &folded.instance {
         Some(i) => (
-            i.waiting(&plan.net),
+            i.waiting(net),
             i.in_flight
                 .iter()
                 .map(|(f, inf)| InFlightAction {
                     firing: *f,
-                    step: plan.net.step(inf.step).name.clone(),
+                    step: net.step(inf.step).name.clone(),
                     attempt: inf.attempt,
                     dispatched: folded.dispatched.contains(f),
                     args: inf.args.clone(),
@@ -376,7 +377,7 @@ pub async fn replay(
     }
     if let Some(l) = live {
         let mut l = l.clone();
-        l.settle(&plan.net);
+        l.settle(folded.net(&plan.net));
         if serde_json::to_value(Some(&l)).unwrap_or(Value::Null) != canonical(&folded) {
             matches = false;
         }

@@ -58,6 +58,8 @@ pub(crate) struct PlanEntry {
 #[derive(Default)]
 struct LaneState {
     plan: Option<PlanEntry>,
+    /// The net after a repair (records name events of the revised plan).
+    repaired: Option<Arc<weft_core::Net>>,
     buf: Vec<NewRecord>,
     recorded: u64,
     durable: u64,
@@ -738,6 +740,43 @@ impl StoreJournal {
 }
 
 impl Journal for StoreJournal {
+    /// The last durable records plus those still buffered, bodies cut at 400 bytes.
+    fn excerpt(
+        &self,
+        _tenant: &str,
+        instance: &str,
+        max: usize,
+    ) -> BoxFuture<'static, Option<String>> {
+        let store = Arc::clone(&self.store);
+        let name = instance.to_string();
+        let pending: Vec<String> = self
+            .existing(instance)
+            .map(|l| {
+                lock(&l.st)
+                    .buf
+                    .iter()
+                    .map(|r| excerpt_line(None, &r.kind, &r.body))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Box::pin(async move {
+            let head = store.last_seq(&name).await.ok()?;
+            let want = max.saturating_sub(pending.len()) as u64;
+            let from = head.saturating_sub(want.saturating_sub(1)).max(1);
+            let recs = if want == 0 || head == 0 {
+                Vec::new()
+            } else {
+                store.read(&name, from, want as u32).await.ok()?
+            };
+            let mut lines: Vec<String> = recs
+                .iter()
+                .map(|r| excerpt_line(Some(r.seq), &r.kind, &r.body))
+                .collect();
+            lines.extend(pending);
+            Some(lines.join("\n"))
+        })
+    }
+
     fn record(&self, tenant: &str, instance: &str, input: &Input) {
         let lane = self.lane(instance);
         let mut s = lock(&lane.st);
@@ -781,8 +820,15 @@ impl Journal for StoreJournal {
             }
             return;
         };
-        let entry = Entry::from_input(&p.plan.net, tenant, p.version, input);
+        let net = s
+            .repaired
+            .clone()
+            .unwrap_or_else(|| Arc::clone(&p.plan.net));
+        let entry = Entry::from_input(&net, tenant, p.version, input);
         self.push(&mut s, instance, &entry);
+        if let Input::Repair(r) = input {
+            s.repaired = Some(Arc::clone(&r.net));
+        }
     }
 
     /// Writes what the instance recorded without waiting for it: nothing else would (its
@@ -800,6 +846,23 @@ impl Journal for StoreJournal {
         if let Some(me) = self.me.upgrade() {
             me.enqueue(Arc::from(instance), lane);
         }
+    }
+}
+
+fn excerpt_line(seq: Option<u64>, kind: &str, body: &[u8]) -> String {
+    const MAX: usize = 400;
+    let mut text = String::from_utf8_lossy(body).into_owned();
+    if text.len() > MAX {
+        let mut cut = MAX;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    match seq {
+        Some(n) => format!("#{n} {kind} {text}"),
+        None => format!("(pending) {kind} {text}"),
     }
 }
 

@@ -15,17 +15,23 @@
 //! - `instance.paused` `{reason}`, `instance.resumed` `{}`, `instance.stopped` `{reason}`;
 //! - `action.dispatched` `{firing, step, key, attempt, idempotent}`: derived, written by the
 //!   dispatch gate just before a tool is called; the fold ignores it for the marking but
-//!   recovery needs it (a dispatched action without a result may have taken effect).
+//!   recovery needs it (a dispatched action without a result may have taken effect);
+//! - `repair.applied` `{document, hash, version, marking, reason, now}`: the instance moved
+//!   onto the revised plan `document` (the whole plan, so the record is self-contained);
+//!   records after it name events of that plan, and the fold, snapshots and recovery
+//!   continue on it ([`Folded::repaired`]);
+//! - `repair.failed` `{reason}`: a repair could not be made; the instance failed.
 //!
 //! Events are written by name, so a record stays readable without the compiled net.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use weft_core::token::FiringId;
 use weft_core::{ActionError, Instance, Net};
-use weft_runtime::{Extras, Input};
+use weft_runtime::{Extras, Input, Repair};
 use weft_store::{NewRecord, Record};
 
 use crate::error::DurableError;
@@ -144,6 +150,59 @@ pub enum Entry {
         /// Clock time.
         now: i64,
     },
+    /// `repair.applied`.
+    Repaired {
+        /// The revised plan document.
+        document: Value,
+        /// SHA-256 of the document.
+        hash: String,
+        /// Repairs of this instance so far (1 for the first).
+        version: u32,
+        /// Tokens per event after the repair.
+        marking: BTreeMap<String, usize>,
+        /// The failure that asked for it.
+        reason: String,
+        /// Clock time.
+        now: i64,
+    },
+    /// `repair.failed`.
+    RepairFailed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The plan an instance runs after a repair: what the fold, snapshots and recovery need.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepairedPlan {
+    /// The revised plan document.
+    pub document: Value,
+    /// SHA-256 of the document.
+    pub hash: String,
+    /// Repairs applied so far.
+    pub version: u32,
+}
+
+/// Compiles a revised plan document from the journal into a net (no tool check: the plan
+/// was checked against the registry when the repair was applied).
+pub fn compile_document(document: &Value) -> Result<Arc<Net>, DurableError> {
+    let limits = weft_core::Limits::default();
+    let bad = |m: String| DurableError::Journal {
+        message: format!("the repaired plan in the journal does not compile: {m}"),
+    };
+    let plan = weft_core::load::plan_from_value(document.clone(), &limits)
+        .map_err(|e| bad(e.to_string()))?;
+    let v = weft_core::validate(&plan, None, &limits);
+    match v.net {
+        Some(net) if !v.has_errors() => Ok(Arc::new(net)),
+        _ => Err(bad(v
+            .findings
+            .iter()
+            .filter(|f| f.is_error())
+            .map(|f| format!("{} {}", f.code, f.message))
+            .collect::<Vec<_>>()
+            .join("; "))),
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -181,6 +240,8 @@ impl Entry {
             Entry::Dispatched { .. } => "action.dispatched",
             Entry::TimerSet { .. } => "timer.set",
             Entry::ContextPut { .. } => "context.put",
+            Entry::Repaired { .. } => "repair.applied",
+            Entry::RepairFailed { .. } => "repair.failed",
         }
     }
 
@@ -261,6 +322,17 @@ impl Entry {
                 value: value.clone(),
                 now: *now,
             },
+            Input::Repair(r) => Entry::Repaired {
+                document: (*r.document).clone(),
+                hash: r.hash.clone(),
+                version: r.version,
+                marking: r.marking.clone(),
+                reason: r.reason.clone(),
+                now: r.now,
+            },
+            Input::RepairFailed { reason } => Entry::RepairFailed {
+                reason: reason.clone(),
+            },
         }
     }
 
@@ -310,7 +382,18 @@ impl Entry {
                 result: Err(e),
                 now,
             } => json!({"firing": firing, "error": e, "now": now}),
-            Entry::Paused { reason } | Entry::Stopped { reason } => json!({"reason": reason}),
+            Entry::Paused { reason }
+            | Entry::Stopped { reason }
+            | Entry::RepairFailed { reason } => json!({"reason": reason}),
+            Entry::Repaired {
+                document,
+                hash,
+                version,
+                marking,
+                reason,
+                now,
+            } => json!({"document": document, "hash": hash, "version": version,
+                "marking": marking, "reason": reason, "now": now}),
             Entry::Resumed => json!({}),
             Entry::Dispatched {
                 firing,
@@ -376,6 +459,8 @@ impl Entry {
                     "action.dispatched" => "dispatched",
                     "timer.set" => "timer_set",
                     "context.put" => "context_put",
+                    "repair.applied" => "repaired",
+                    "repair.failed" => "repair_failed",
                     other => {
                         return Err(DurableError::Journal {
                             message: format!(
@@ -486,6 +571,25 @@ impl Entry {
                 value: value.clone(),
                 now: *now,
             },
+            Entry::Repaired {
+                document,
+                hash,
+                version,
+                marking,
+                reason,
+                now,
+            } => Input::Repair(Box::new(Repair {
+                net: compile_document(document)?,
+                document: Arc::new(document.clone()),
+                hash: hash.clone(),
+                version: *version,
+                marking: marking.clone(),
+                reason: reason.clone(),
+                now: *now,
+            })),
+            Entry::RepairFailed { reason } => Input::RepairFailed {
+                reason: reason.clone(),
+            },
         }))
     }
 }
@@ -503,6 +607,12 @@ pub struct Folded {
     /// Pending timers and the key-value context (absent in snapshots of older builds).
     #[serde(default)]
     pub extras: Extras,
+    /// The plan the instance runs after its last repair (`None`: the one it started with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repaired: Option<RepairedPlan>,
+    /// `repaired` compiled.
+    #[serde(skip)]
+    pub(crate) net: Option<Arc<Net>>,
 }
 
 impl Folded {
@@ -513,7 +623,20 @@ impl Folded {
             dispatched: BTreeSet::new(),
             seq: 0,
             extras: Extras::default(),
+            repaired: None,
+            net: None,
         }
+    }
+
+    /// The net the instance runs on: the repaired plan's, else `base` (the plan it started
+    /// with).
+    pub fn net<'a>(&'a self, base: &'a Net) -> &'a Net {
+        self.net.as_deref().unwrap_or(base)
+    }
+
+    /// The compiled repaired net, if the instance was repaired.
+    pub fn repaired_net(&self) -> Option<&Arc<Net>> {
+        self.net.as_ref()
     }
 
     /// Decodes a snapshot body (re-indexing the marking).
@@ -521,6 +644,11 @@ impl Folded {
         let mut f: Folded = serde_json::from_slice(bytes).map_err(|e| DurableError::Journal {
             message: format!("snapshot is invalid: {e}"),
         })?;
+        if let Some(r) = &f.repaired {
+            f.net = Some(compile_document(&r.document)?);
+        }
+        let cur = f.net.clone();
+        let net = cur.as_deref().unwrap_or(net);
         if let Some(i) = f.instance.as_mut() {
             i.marking.reindex(net);
         }
@@ -529,13 +657,31 @@ impl Folded {
 
     /// Applies one input exactly as the runtime loop does (`weft_runtime::journal::replay`
     /// for a single step): apply, then fire everything enabled.
+    /// `net` is the plan the instance started with; after a repair the fold continues on
+    /// the repaired plan by itself.
     pub fn apply_input(&mut self, net: &Net, id: &str, input: &Input) {
         if let Input::Outcome { firing, .. } = input
             && self.instance.is_some()
         {
             self.dispatched.remove(firing);
         }
-        weft_runtime::journal::fold(net, id, &mut self.instance, &mut self.extras, input);
+        let cur = self.net.clone();
+        weft_runtime::journal::fold(
+            cur.as_deref().unwrap_or(net),
+            id,
+            &mut self.instance,
+            &mut self.extras,
+            input,
+        );
+        if let Input::Repair(r) = input {
+            self.net = Some(Arc::clone(&r.net));
+            self.repaired = Some(RepairedPlan {
+                document: (*r.document).clone(),
+                hash: r.hash.clone(),
+                version: r.version,
+            });
+            // Firings in flight keep their numbers across a repair; nothing else changes.
+        }
     }
 
     /// Folds one stored entry.
@@ -550,7 +696,8 @@ impl Folded {
             }
             return Ok(());
         }
-        if let Some(input) = e.to_input(net)? {
+        let cur = self.net.clone();
+        if let Some(input) = e.to_input(cur.as_deref().unwrap_or(net))? {
             self.apply_input(net, id, &input);
         }
         Ok(())
@@ -558,8 +705,9 @@ impl Folded {
 
     /// Settles the status (as the live loop does after a batch).
     pub fn settle(&mut self, net: &Net) {
+        let cur = self.net.clone();
         if let Some(i) = self.instance.as_mut() {
-            i.settle(net);
+            i.settle(cur.as_deref().unwrap_or(net));
         }
     }
 }

@@ -4,7 +4,8 @@
 //!   vLLM, Ollama, llama.cpp's server), [`ScriptedProvider`] (a file of expected exchanges) and
 //!   [`ReplayProvider`] (a recorded transcript, failing loudly on divergence).
 //! - [`Llm`] wraps a provider with call defaults, a [`Budget`] checked before every call,
-//!   `planner.*` telemetry and a [`TranscriptSink`] recording every exchange.
+//!   `planner.*` telemetry and a [`TranscriptSink`] recording every exchange (in memory, a
+//!   JSONL file, or a weft store: [`StoreTranscript`], with [`StorePlanCache`]).
 //! - Roles on top: [`plan`] (instruction → verified plan through the critic loop),
 //!   [`repair`] (failure + marking → revised plan with the marking mapped), [`explain`] and
 //!   [`summarize`], the seed-004 ReAct loop ([`run_react`]), the seed-001 planner
@@ -28,6 +29,7 @@ pub mod repair;
 pub mod replay;
 pub mod scripted;
 pub mod session;
+pub mod stored;
 pub mod telemetry;
 pub mod tools;
 pub mod transcript;
@@ -44,10 +46,11 @@ pub use openai::{OpenAiConfig, OpenAiProvider};
 pub use planner::{MemoryPlanCache, PlanCache, PlanOptions, PlanOutcome, plan};
 pub use provider::{BoxFuture, ChatProvider};
 pub use react::{PlannerRequest, PlannerResponse, ReactToolExecutor, RegistryExecutor, run_react};
-pub use repair::{Marking, RepairOutcome, RepairRequest, map_marking, repair};
+pub use repair::{LlmRepairer, Marking, RepairOutcome, RepairRequest, map_marking, repair};
 pub use replay::ReplayProvider;
 pub use scripted::{ScriptedExchange, ScriptedProvider};
 pub use session::{CallDefaults, Llm};
+pub use stored::{StorePlanCache, StoreTranscript, TranscriptScope, list_transcripts};
 pub use telemetry::{MemoryTelemetry, TelemetryEvent, TelemetryKind, TelemetrySink};
 pub use tools::{AgentReactTool, LlmCompleteTool};
 pub use transcript::{Exchange, JsonlTranscript, MemoryTranscript, NoTranscript, TranscriptSink};

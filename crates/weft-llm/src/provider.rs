@@ -14,6 +14,11 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait ChatProvider: Send + Sync {
     /// Short name for transcripts (`openai`, `scripted`, `replay`).
     fn name(&self) -> &str;
+    /// The model it talks to, when it knows (part of the plan cache key: a different model
+    /// plans afresh). Empty by default.
+    fn model(&self) -> &str {
+        ""
+    }
     /// Sends one request and returns the answer.
     fn chat<'a>(&'a self, request: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse>>;
 }

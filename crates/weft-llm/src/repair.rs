@@ -3,7 +3,8 @@
 //! through the same critic loop as planning; then map the marking onto the revised plan.
 //! Tokens stay on events that keep their name; a revision that drops an event holding tokens
 //! is sent back to the model (finding `R001`), and refused with the events named when the
-//! attempts run out. The runtime calls this; it swaps the plan in and journals the repair.
+//! attempts run out. The runtime calls this through [`LlmRepairer`], its
+//! `weft_runtime::Repairer`; the engine swaps the plan in and journals the repair.
 
 use std::collections::BTreeMap;
 
@@ -178,6 +179,102 @@ pub async fn repair(llm: &Llm, req: &RepairRequest, opts: &PlanOptions) -> Resul
             .emit(TelemetryEvent::new(TelemetryKind::Failed, corr, PLANNER).detail(e.to_string())),
     }
     result
+}
+
+/// The stable code of a repair failure, for the engine's `[code] message` reasons.
+pub fn error_code(e: &Error) -> &'static str {
+    match e {
+        Error::TokensWouldBeLost { .. } => LOST,
+        Error::PlanningFailed { .. } => "planning_failed",
+        Error::BudgetExceeded { .. } => "llm_budget",
+        Error::Config(_) => "llm_config",
+        Error::Transport { .. } | Error::Timeout { .. } | Error::Unavailable { .. } => {
+            "llm_unavailable"
+        }
+        Error::Rejected { .. } => "llm_rejected",
+        Error::MalformedToolCall(_) | Error::Decode(_) => "llm_decode",
+        Error::ScriptExhausted { .. } | Error::ScriptMismatch { .. } | Error::File { .. } => {
+            "llm_script"
+        }
+        Error::ReplayDivergence { .. } => "llm_replay",
+        Error::InvalidInput(_) => "invalid_input",
+        Error::Transcript(_) => "llm_transcript",
+    }
+}
+
+/// The engine's [`weft_runtime::Repairer`] on top of [`repair`]: builds the
+/// [`RepairRequest`] from the engine's context (the instruction is the plan's
+/// `description`, else its name, unless one is given), runs the critic loop and hands the
+/// revised plan back. Correlation: tenant, plan and instance of the repaired instance.
+#[derive(Clone)]
+pub struct LlmRepairer {
+    llm: std::sync::Arc<Llm>,
+    tools: Vec<ToolSpec>,
+    opts: PlanOptions,
+    instruction: Option<String>,
+}
+
+impl std::fmt::Debug for LlmRepairer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmRepairer")
+            .field("tools", &self.tools.len())
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LlmRepairer {
+    /// A repairer asking `llm`, allowing `tools` in revised plans.
+    pub fn new(llm: std::sync::Arc<Llm>, tools: Vec<ToolSpec>) -> Self {
+        LlmRepairer {
+            llm,
+            tools,
+            opts: PlanOptions::default(),
+            instruction: None,
+        }
+    }
+    /// Critic-loop options (attempts, limits, analysis bounds).
+    pub fn with_options(mut self, opts: PlanOptions) -> Self {
+        self.opts = opts;
+        self
+    }
+    /// The instruction the plans were made for.
+    pub fn with_instruction(mut self, instruction: impl Into<String>) -> Self {
+        self.instruction = Some(instruction.into());
+        self
+    }
+}
+
+impl weft_runtime::Repairer for LlmRepairer {
+    fn repair(
+        &self,
+        ctx: weft_runtime::RepairContext,
+    ) -> weft_tools::BoxFuture<'static, Result<Plan, weft_runtime::RepairError>> {
+        let llm = std::sync::Arc::clone(&self.llm);
+        let mut opts = self.opts.clone();
+        opts.correlation = crate::Correlation::new(&ctx.tenant)
+            .with_plan(&ctx.plan.plan_name)
+            .with_instance(&ctx.instance);
+        let instruction = self
+            .instruction
+            .clone()
+            .or_else(|| ctx.plan.description.clone())
+            .unwrap_or_else(|| format!("(the plan `{}`)", ctx.plan.plan_name));
+        let req = RepairRequest {
+            instruction,
+            plan: (*ctx.plan).clone(),
+            failure: ctx.failure,
+            marking: ctx.marking,
+            journal_excerpt: ctx.journal_excerpt,
+            tools: self.tools.clone(),
+        };
+        Box::pin(async move {
+            repair(&llm, &req, &opts)
+                .await
+                .map(|o| o.plan)
+                .map_err(|e| weft_runtime::RepairError::new(error_code(&e), e.to_string()))
+        })
+    }
 }
 
 #[cfg(test)]

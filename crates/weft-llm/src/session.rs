@@ -88,6 +88,10 @@ impl Llm {
         self.defaults = defaults;
         self
     }
+    /// `provider:model` (part of the plan cache key).
+    pub fn model_id(&self) -> String {
+        format!("{}:{}", self.provider.name(), self.provider.model())
+    }
     /// The telemetry sink (planners emit their lifecycle events through it).
     pub fn telemetry(&self) -> &Arc<dyn TelemetrySink> {
         &self.telemetry

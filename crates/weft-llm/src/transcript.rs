@@ -1,7 +1,7 @@
 //! Transcripts: every LLM exchange (request, reply or error, usage, latency, correlation ids)
 //! is recorded through a [`TranscriptSink`], and a recorded transcript can be replayed
-//! ([`crate::replay::ReplayProvider`]) so planner tests are deterministic (STYLE.md §6). The
-//! store will implement the trait later; until then there is memory and a JSONL file.
+//! ([`crate::replay::ReplayProvider`]) so planner tests are deterministic (STYLE.md §6).
+//! Sinks: memory, a JSONL file, and a weft store ([`crate::stored::StoreTranscript`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};

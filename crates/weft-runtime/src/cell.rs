@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError, Weak};
 use std::task::{Context, Poll, Waker};
 
 use futures::StreamExt;
@@ -25,6 +25,7 @@ use crate::engine::Shared;
 use crate::journal::Input;
 use crate::outcome::{InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
 use crate::plans::CompiledPlan;
+use crate::repair::stuck_failure;
 
 /// An action outcome waiting to be applied.
 pub(crate) type Ready = (FiringId, Result<Value, ActionError>);
@@ -57,6 +58,14 @@ pub(crate) struct Core {
     /// The settled status last reported (published, waiters told), if any.
     pub reported: Option<&'static str>,
     pub registered: bool,
+    /// The plan the instance runs now (changes only by a repair, in the loop).
+    pub plan: Arc<CompiledPlan>,
+    /// Repairs asked for so far.
+    pub repairs: u32,
+    /// A repair is being made: a paused instance has not settled yet.
+    pub repairing: bool,
+    /// The compiled revised plan of the `Input::Repair` about to be applied.
+    pub next_plan: Option<Arc<CompiledPlan>>,
 }
 
 /// One instance, shared between the engine's table, handles, timers and its task.
@@ -66,7 +75,10 @@ pub(crate) struct Cell {
     pub me: Weak<Cell>,
     pub name: Arc<str>,
     pub tenant: Arc<str>,
-    pub plan: Arc<CompiledPlan>,
+    /// The name of the plan the instance started with (kept across repairs, for events).
+    pub plan_name: Arc<str>,
+    /// The plan it runs now, for readers outside the loop (the loop reads `Core::plan`).
+    plan: RwLock<Arc<CompiledPlan>>,
     pub engine: Arc<Shared>,
     pub core: Mutex<Core>,
     mailbox: Mutex<Vec<Input>>,
@@ -91,7 +103,8 @@ impl Cell {
             me: me.clone(),
             name: Arc::from(format!("i{id}")),
             tenant,
-            plan,
+            plan_name: Arc::clone(&plan.name),
+            plan: RwLock::new(Arc::clone(&plan)),
             engine,
             core: Mutex::new(Core {
                 inst: None,
@@ -103,12 +116,27 @@ impl Cell {
                 last_activity: 0,
                 reported: None,
                 registered: false,
+                plan,
+                repairs: 0,
+                repairing: false,
+                next_plan: None,
             }),
             mailbox: Mutex::new(Vec::new()),
             timers: AtomicU32::new(0),
             kv: Mutex::new(None),
             timer_keys: Mutex::new(std::collections::BTreeMap::new()),
         })
+    }
+
+    /// The plan the instance runs now (outside the loop; the loop reads `Core::plan`).
+    pub(crate) fn plan(&self) -> Arc<CompiledPlan> {
+        Arc::clone(&self.plan.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Swaps the plan (a repair, applied by the loop).
+    pub(crate) fn set_plan(&self, core: &mut Core, plan: Arc<CompiledPlan>) {
+        *self.plan.write().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&plan);
+        core.plan = plan;
     }
 
     /// Delivers an input: runs the loop here if it is free, else leaves the input for the
@@ -197,14 +225,15 @@ impl Cell {
         if let Some(j) = &self.engine.journal {
             j.record(&self.tenant, &self.name, &input);
         }
-        let net = &*self.plan.net;
+        let plan = Arc::clone(&core.plan);
+        let net = &*plan.net;
         match input {
             Input::Start { input, now, .. } => {
                 core.inst = Some(Instance::start(net, &self.name, input, now));
                 core.last_activity = now;
                 self.publish(
                     "plan.started",
-                    || serde_json::json!({"plan": &*self.plan.name}),
+                    || serde_json::json!({"plan": &*self.plan_name}),
                 );
             }
             Input::Token {
@@ -266,13 +295,28 @@ impl Cell {
                 }
                 return;
             }
+            Input::Repair(r) => {
+                self.apply_repair(core, &plan, &r);
+            }
+            Input::RepairFailed { reason } => {
+                core.repairing = false;
+                if let Some(i) = core.inst.as_mut() {
+                    i.fail_with(reason.clone());
+                }
+                self.publish(
+                    "plan.repair.failed",
+                    || serde_json::json!({"reason": reason}),
+                );
+                return;
+            }
         }
         self.drain(core, ready);
     }
 
     /// Fires every enabled step; outcomes that are ready at once go to `ready`.
     fn drain(self: &Arc<Self>, core: &mut Core, ready: &mut VecDeque<Ready>) {
-        let net = &*self.plan.net;
+        let plan = Arc::clone(&core.plan);
+        let net = &*plan.net;
         loop {
             let Some(fired) = core.inst.as_mut().and_then(|i| i.next(net)) else {
                 return;
@@ -286,7 +330,7 @@ impl Cell {
         let Some(limit) = self.engine.max_firings_per_sec else {
             return;
         };
-        if self.plan.net.graph_type != GraphType::Reactive {
+        if core.plan.net.graph_type != GraphType::Reactive {
             return;
         }
         let Some(inst) = core.inst.as_ref() else {
@@ -313,16 +357,29 @@ impl Cell {
     /// After a batch of inputs: settle, report a settled status once, keep the engine's
     /// table and routing index in step, and start the task if actions are pending.
     pub(crate) fn after(self: &Arc<Self>, core: &mut Core) {
-        let net = &*self.plan.net;
+        let plan = Arc::clone(&core.plan);
+        let net = &*plan.net;
         let Some(inst) = core.inst.as_mut() else {
             return;
         };
-        let status = inst.settle(net);
+        let mut status = inst.settle(net).clone();
+        if status == Status::Stuck
+            && self.timers.load(Ordering::Acquire) == 0
+            && self.engine.repair_stuck
+            && !core.repairing
+        {
+            let waiting = inst.waiting(net);
+            self.request_repair(core, stuck_failure(&waiting));
+            if let Some(i) = core.inst.as_ref() {
+                status = i.status.clone();
+            }
+        }
         let name = status.name();
         let terminal = status.is_terminal();
         let settled = match status {
             Status::Running => false,
-            Status::Stuck => self.timers.load(Ordering::Acquire) == 0,
+            Status::Stuck => self.timers.load(Ordering::Acquire) == 0 && !core.repairing,
+            Status::Paused { .. } => !core.repairing,
             _ => true,
         };
         if !settled {
@@ -428,12 +485,12 @@ impl Cell {
     }
 
     fn status_data(&self, core: &Core) -> Value {
-        let mut d = serde_json::json!({"plan": &*self.plan.name});
+        let mut d = serde_json::json!({"plan": &*self.plan_name});
         if let Some(i) = &core.inst {
             d["status"] = serde_json::to_value(&i.status).unwrap_or(Value::Null);
             if i.status == Status::Stuck {
                 d["waiting"] =
-                    serde_json::to_value(i.waiting(&self.plan.net)).unwrap_or(Value::Null);
+                    serde_json::to_value(i.waiting(&core.plan.net)).unwrap_or(Value::Null);
             }
         }
         if let Some(r) = &core.reason {
@@ -449,7 +506,7 @@ impl Cell {
 
     /// The outcome as it stands.
     pub(crate) fn outcome(&self, core: &Core) -> Outcome {
-        let net = &*self.plan.net;
+        let net = &*core.plan.net;
         let Some(inst) = &core.inst else {
             return Outcome {
                 instance: self.name.to_string(),
@@ -483,7 +540,7 @@ impl Cell {
 
     /// A live snapshot.
     pub(crate) fn snapshot(&self, core: &Core) -> StateSnapshot {
-        let net = &*self.plan.net;
+        let net = &*core.plan.net;
         let (status, marking, waiting, in_flight, fired) = match &core.inst {
             Some(i) => (
                 i.status.clone(),
@@ -504,7 +561,7 @@ impl Cell {
         StateSnapshot {
             instance: self.name.to_string(),
             tenant: self.tenant.to_string(),
-            plan: self.plan.name.to_string(),
+            plan: self.plan_name.to_string(),
             status,
             reason: core.reason.clone(),
             marking,

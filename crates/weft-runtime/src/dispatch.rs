@@ -20,7 +20,7 @@ use serde_json::Value;
 use weft_core::instance::{Completion, idempotency_key};
 use weft_core::token::FiringId;
 use weft_core::token::Token;
-use weft_core::{ActionError, Fired};
+use weft_core::{ActionError, Fired, Net};
 use weft_tools::{BoxFuture, Tool, ToolContext, ToolError, ToolServices};
 
 use crate::cell::{Active, Cell, Core, PendingFut, Ready};
@@ -90,6 +90,7 @@ impl Future for AbortOnDrop {
 impl Cell {
     fn context(
         self: &Arc<Self>,
+        plan: &Arc<str>,
         srt: &StepRt,
         key: Arc<str>,
         attempt: u32,
@@ -98,7 +99,7 @@ impl Cell {
         ToolContext {
             tenant: Arc::clone(&self.tenant),
             instance: Arc::clone(&self.name),
-            plan: Arc::clone(&self.plan.name),
+            plan: Arc::clone(plan),
             step: Arc::clone(&srt.name),
             idempotency_key: key,
             attempt,
@@ -119,15 +120,20 @@ impl Cell {
                 inf.tokens
                     .iter()
                     .enumerate()
-                    .map(|(k, t)| (self.input_name(srt, k, t), Arc::clone(&t.payload)))
+                    .map(|(k, t)| {
+                        (
+                            Self::input_name(&core.plan.net, srt, k, t),
+                            Arc::clone(&t.payload),
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default()
     }
 
     /// The event name of the `k`-th consumed token (the step's `k`-th input).
-    fn input_name(&self, srt: &StepRt, k: usize, t: &Token) -> Arc<str> {
-        let name = &self.plan.net.event(t.event).name;
+    fn input_name(net: &Net, srt: &StepRt, k: usize, t: &Token) -> Arc<str> {
+        let name = &net.event(t.event).name;
         match srt.inputs.get(k) {
             Some(n) if **n == **name => Arc::clone(n),
             _ => Arc::from(name.as_str()),
@@ -141,7 +147,8 @@ impl Cell {
         f: Fired,
         ready: &mut VecDeque<Ready>,
     ) {
-        let srt = &self.plan.steps[f.step as usize];
+        let plan = Arc::clone(&core.plan);
+        let srt = &plan.steps[f.step as usize];
         if core.trace.is_some() {
             self.trace_start(core, &f);
         }
@@ -197,7 +204,7 @@ impl Cell {
             // Finishes at once: the outcome is applied before anything else can look at the
             // instance, so the consumed tokens can go to the tool when nothing reads them
             // afterwards (a payload only the tool holds is then taken over, not copied).
-            let net = &*self.plan.net;
+            let net = &*plan.net;
             let inputs = match core
                 .inst
                 .as_mut()
@@ -206,11 +213,11 @@ impl Cell {
                 Some(tokens) => tokens
                     .into_iter()
                     .enumerate()
-                    .map(|(k, t)| (self.input_name(srt, k, &t), t.payload))
+                    .map(|(k, t)| (Self::input_name(net, srt, k, &t), t.payload))
                     .collect(),
                 None => self.inputs(srt, core, f.firing),
             };
-            let ctx = self.context(srt, key, 1, inputs);
+            let ctx = self.context(&plan.name, srt, key, 1, inputs);
             let r = match catch_unwind(AssertUnwindSafe(|| tool.call_now(ctx, args))) {
                 Ok(r) => r.map_err(ActionError::from),
                 Err(p) => Err(panic_error(p)),
@@ -219,7 +226,7 @@ impl Cell {
             return;
         }
         let inputs = self.inputs(srt, core, f.firing);
-        let ctx = self.context(srt, key, 1, inputs);
+        let ctx = self.context(&plan.name, srt, key, 1, inputs);
         self.call(
             core,
             f.firing,
@@ -292,7 +299,8 @@ impl Cell {
         now: i64,
         ready: &mut VecDeque<Ready>,
     ) {
-        let net = &*self.plan.net;
+        let plan = Arc::clone(&core.plan);
+        let net = &*plan.net;
         let Some(inst) = core.inst.as_mut() else {
             return;
         };
@@ -318,7 +326,13 @@ impl Cell {
                 _ => {}
             }
         }
-        let sname = &self.plan.steps[step as usize].name;
+        let sname = &plan.steps[step as usize].name;
+        let repair = match &c {
+            Completion::Repair(e) => {
+                Some(format!("step `{sname}` failed: [{}] {}", e.code, e.message))
+            }
+            _ => None,
+        };
         match c {
             Completion::Retry { attempt, delay_ms } => {
                 self.publish("plan.step.error", || {
@@ -340,6 +354,9 @@ impl Cell {
                 serde_json::json!({"step": &**sname, "firing": firing, "error": err, "handled": handled})
             }),
         }
+        if let Some(failure) = repair {
+            self.request_repair(core, failure);
+        }
     }
 
     /// Runs another attempt of a firing after `delay_ms`, with the same idempotency key.
@@ -351,7 +368,7 @@ impl Cell {
         delay_ms: u64,
         ready: &mut VecDeque<Ready>,
     ) {
-        let plan = Arc::clone(&self.plan);
+        let plan = Arc::clone(&core.plan);
         let Some((step, args)) = core.inst.as_ref().and_then(|i| {
             let step = i.in_flight.get(&firing)?.step;
             Some((step, i.args(&plan.net, firing)?))
@@ -378,7 +395,7 @@ impl Cell {
         // Same key as `weft_core::Instance::fire`, so retries keep it.
         let key: Arc<str> = Arc::from(idempotency_key(&self.name, &srt.name, firing));
         let inputs = self.inputs(srt, core, firing);
-        let ctx = self.context(srt, key, attempt, inputs);
+        let ctx = self.context(&plan.name, srt, key, attempt, inputs);
         if delay_ms == 0 {
             self.call(
                 core,
@@ -405,7 +422,8 @@ impl Cell {
     }
 
     fn trace_start(&self, core: &mut Core, f: &Fired) {
-        let net = &*self.plan.net;
+        let plan = Arc::clone(&core.plan);
+        let net = &*plan.net;
         let now = self.engine.clock.now_ms();
         let binding = core
             .inst
@@ -449,7 +467,7 @@ impl Cell {
             ty,
             &self.tenant,
             Some(&self.name),
-            &self.plan.name,
+            &self.plan_name,
             data(),
         ));
     }

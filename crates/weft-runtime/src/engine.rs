@@ -19,6 +19,7 @@ use crate::clock::{Clock, SystemClock, rfc3339};
 use crate::journal::{Input, Journal};
 use crate::outcome::{Outcome, StateSnapshot};
 use crate::plans::CompiledPlan;
+use crate::repair::Repairer;
 use crate::timers::{TimerEntry, TimerKind, Timers};
 
 /// Computes the next due time (epoch ms) of a cron expression after `after_ms`.
@@ -51,6 +52,13 @@ pub struct EngineOptions {
     pub trace: bool,
     /// Runtime for instance and timer tasks (default: the runtime `Engine::new` runs in).
     pub runtime: Option<tokio::runtime::Handle>,
+    /// Makes revised plans for `on_fail: repair` (`None`: such a failure pauses the
+    /// instance until someone resumes or repairs it by hand).
+    pub repairer: Option<Arc<dyn Repairer>>,
+    /// Also ask the repairer when an acyclic instance gets stuck (default off).
+    pub repair_stuck: bool,
+    /// Most repairs one instance may ask for; one more fails it (default 2).
+    pub max_repairs: u32,
 }
 
 impl std::fmt::Debug for EngineOptions {
@@ -79,6 +87,9 @@ impl Default for EngineOptions {
             cron: Some(Arc::new(weft_tools::timer::next_occurrence)),
             trace: false,
             runtime: None,
+            repairer: None,
+            repair_stuck: false,
+            max_repairs: 2,
         }
     }
 }
@@ -106,6 +117,9 @@ pub(crate) struct Shared {
     pub idle_expiry_ms: Option<u64>,
     pub cron: Option<CronNext>,
     pub trace: bool,
+    pub repairer: Option<Arc<dyn Repairer>>,
+    pub repair_stuck: bool,
+    pub max_repairs: u32,
     runtime: Option<tokio::runtime::Handle>,
     plans: RwLock<HashMap<String, Arc<CompiledPlan>>>,
     validators: Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>,
@@ -134,11 +148,11 @@ impl Shared {
     /// Adds a live instance to the table and the routing index.
     pub(crate) fn register_cell(self: &Arc<Self>, cell: &Arc<Cell>) {
         lock(self.shard(cell.id)).insert(cell.id, Arc::clone(cell));
+        let plan = cell.plan();
         {
             let mut routes = lock(&self.routes);
             let by_event = routes.entry(Arc::clone(&cell.tenant)).or_default();
-            for e in cell
-                .plan
+            for e in plan
                 .net
                 .events
                 .iter()
@@ -155,7 +169,7 @@ impl Shared {
             }
         }
         if let Some(ms) = self.idle_expiry_ms
-            && cell.plan.net.graph_type == weft_core::GraphType::Reactive
+            && plan.net.graph_type == weft_core::GraphType::Reactive
         {
             self.schedule_expiry(cell, self.clock.now_ms().saturating_add(ms as i64));
         }
@@ -164,10 +178,10 @@ impl Shared {
     /// Removes an ended instance from the table and the routing index.
     pub(crate) fn unregister(&self, cell: &Cell) {
         lock(self.shard(cell.id)).remove(&cell.id);
+        let plan = cell.plan();
         let mut routes = lock(&self.routes);
         if let Some(by_event) = routes.get_mut(&*cell.tenant) {
-            for e in cell
-                .plan
+            for e in plan
                 .net
                 .events
                 .iter()
@@ -256,6 +270,9 @@ impl Engine {
                 idle_expiry_ms: opts.idle_expiry_ms,
                 cron: opts.cron,
                 trace: opts.trace,
+                repair_stuck: opts.repair_stuck && opts.repairer.is_some(),
+                repairer: opts.repairer,
+                max_repairs: opts.max_repairs,
                 runtime,
                 plans: RwLock::new(HashMap::new()),
                 validators: Mutex::new(HashMap::new()),
@@ -374,16 +391,16 @@ impl Engine {
         let targets: Vec<Arc<Cell>> = match instance {
             Some(id) => {
                 let cell = self.live(Some(tenant), id)?;
-                let accepted = cell
-                    .plan
+                let plan = cell.plan();
+                let accepted = plan
                     .net
                     .event_id(event)
-                    .is_some_and(|e| cell.plan.net.event(e).kind == EventKind::Input);
+                    .is_some_and(|e| plan.net.event(e).kind == EventKind::Input);
                 if !accepted {
                     return Err(Error::EventNotAccepted {
                         instance: id.to_string(),
                         event: event.to_string(),
-                        plan: cell.plan.name.to_string(),
+                        plan: plan.name.to_string(),
                     });
                 }
                 vec![cell]
@@ -405,7 +422,7 @@ impl Engine {
         let n = targets.len();
         let mut payload = Some(payload);
         for (k, cell) in targets.into_iter().enumerate() {
-            let Some(ev) = cell.plan.net.event_id(event) else {
+            let Some(ev) = cell.plan().net.event_id(event) else {
                 continue;
             };
             let p = if k + 1 == n {
@@ -599,9 +616,9 @@ impl InstanceHandle {
             .unwrap_or_default()
     }
 
-    /// The plan the instance runs.
-    pub fn plan(&self) -> &Arc<CompiledPlan> {
-        &self.cell.plan
+    /// The plan the instance runs (the revised one after a repair).
+    pub fn plan(&self) -> Arc<CompiledPlan> {
+        self.cell.plan()
     }
 
     /// The live state.

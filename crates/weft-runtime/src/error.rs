@@ -46,6 +46,17 @@ pub enum Error {
     /// Timers cannot be armed (no tokio runtime to run the timer service on).
     #[error("timers are unavailable: {0}")]
     TimersUnavailable(String),
+    /// A repair was asked for but the engine has no repairer.
+    #[error("no repairer is configured (give the engine one, e.g. an LLM repairer)")]
+    NoRepairer,
+    /// The instance cannot be repaired in its state.
+    #[error("instance `{instance}` is {status} and cannot be repaired")]
+    NotRepairable {
+        /// Instance.
+        instance: String,
+        /// Its status name.
+        status: &'static str,
+    },
 }
 
 impl Error {
@@ -59,6 +70,8 @@ impl Error {
             Error::EventNotAccepted { .. } => "event_not_accepted",
             Error::Ended { .. } => "instance_ended",
             Error::TimersUnavailable(_) => "timer_unavailable",
+            Error::NoRepairer => "no_repairer",
+            Error::NotRepairable { .. } => "not_repairable",
         }
     }
 }

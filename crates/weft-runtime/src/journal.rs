@@ -18,6 +18,7 @@ use serde_json::Value;
 use weft_core::instance::Completion;
 use weft_core::token::FiringId;
 use weft_core::{ActionError, EventId, Instance, Net};
+use weft_tools::BoxFuture;
 
 /// One input to an instance's loop.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,6 +111,14 @@ pub enum Input {
         /// Clock time.
         now: i64,
     },
+    /// A repair: the instance moves onto a revised plan (see [`Repair`]).
+    Repair(Box<Repair>),
+    /// A repair could not be made (the repairer failed, the revised plan was invalid or
+    /// would lose tokens, attempts ran out): the instance fails with `reason`.
+    RepairFailed {
+        /// Why, with a stable code in brackets (`[R001] …`, `[repair_attempts] …`).
+        reason: String,
+    },
 }
 
 /// A timer an instance has set that has not fired for the last time.
@@ -196,6 +205,60 @@ impl Extras {
     }
 }
 
+/// A repair applied to an instance: the revised plan and what it did. The fold moves the
+/// instance onto `net` with `weft_core::Instance::rebase`, which keeps every token and
+/// in-flight firing by name; `marking` records the result for audits.
+#[derive(Clone)]
+pub struct Repair {
+    /// The revised plan document.
+    pub document: Arc<Value>,
+    /// SHA-256 (hex) of the document's canonical JSON.
+    pub hash: String,
+    /// Repairs applied to this instance so far, this one included (1 for the first).
+    pub version: u32,
+    /// Tokens per event on the revised plan after the repair.
+    pub marking: BTreeMap<String, usize>,
+    /// The failure that asked for the repair.
+    pub reason: String,
+    /// Clock time.
+    pub now: i64,
+    /// The revised plan compiled (not part of equality: it follows from `document`).
+    pub net: Arc<Net>,
+}
+
+impl Repair {
+    /// SHA-256 (hex) of a plan document's JSON (object keys are sorted by `serde_json`).
+    pub fn hash_of(document: &Value) -> String {
+        use sha2::Digest;
+        let bytes = serde_json::to_vec(document).unwrap_or_default();
+        let d = sha2::Sha256::digest(&bytes);
+        d.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+impl std::fmt::Debug for Repair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repair")
+            .field("hash", &self.hash)
+            .field("version", &self.version)
+            .field("marking", &self.marking)
+            .field("reason", &self.reason)
+            .field("now", &self.now)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for Repair {
+    fn eq(&self, o: &Self) -> bool {
+        self.document == o.document
+            && self.hash == o.hash
+            && self.version == o.version
+            && self.marking == o.marking
+            && self.reason == o.reason
+            && self.now == o.now
+    }
+}
+
 /// Receives every input of every instance, in order, before its effects are dispatched.
 pub trait Journal: Send + Sync {
     /// Records `input` for `instance` of `tenant`.
@@ -205,6 +268,17 @@ pub trait Journal: Send + Sync {
     /// event or a timer, or it has ended): no dispatch will follow that would make its
     /// records durable, so a durable journal should write them now. Default: nothing.
     fn idle(&self, _tenant: &str, _instance: &str) {}
+
+    /// The last (at most) `max` records of `instance`, as text, for a repair's context.
+    /// `None` when this journal cannot say (the default).
+    fn excerpt(
+        &self,
+        _tenant: &str,
+        _instance: &str,
+        _max: usize,
+    ) -> BoxFuture<'static, Option<String>> {
+        Box::pin(async { None })
+    }
 }
 
 /// A journal in memory, for tests and replay checks.
@@ -245,6 +319,23 @@ impl Journal for MemoryJournal {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((tenant.to_string(), instance.to_string(), input.clone()));
+    }
+
+    fn excerpt(
+        &self,
+        _tenant: &str,
+        instance: &str,
+        max: usize,
+    ) -> BoxFuture<'static, Option<String>> {
+        let inputs = self.inputs(instance);
+        let from = inputs.len().saturating_sub(max);
+        let text = inputs[from..]
+            .iter()
+            .enumerate()
+            .map(|(k, i)| format!("#{} {i:?}", from + k + 1))
+            .collect::<Vec<_>>()
+            .join("\n");
+        Box::pin(async move { Some(text) })
     }
 }
 
@@ -306,9 +397,20 @@ pub fn apply(net: &Net, id: &str, inst: &mut Option<Instance>, input: &Input) ->
                 Input::Resume => i.resume(net),
                 Input::Stop { .. } => i.stop(),
                 Input::Start { .. } | Input::TimerSet { .. } | Input::ContextPut { .. } => {}
+                Input::Repair(r) => {
+                    if let Err(lost) = i.rebase(net, &r.net) {
+                        i.fail_with(lost.to_string());
+                    }
+                }
+                Input::RepairFailed { reason } => i.fail_with(reason.clone()),
             }
         }
     }
+    // After a repair the instance lives on the revised plan's net.
+    let net = match input {
+        Input::Repair(r) => &*r.net,
+        _ => net,
+    };
     if let Some(i) = inst.as_mut()
         && !matches!(
             input,
@@ -333,12 +435,17 @@ pub fn replay(net: &Net, id: &str, inputs: &[Input]) -> Option<Instance> {
 pub fn replay_with_extras(net: &Net, id: &str, inputs: &[Input]) -> Option<(Instance, Extras)> {
     let mut inst: Option<Instance> = None;
     let mut extras = Extras::default();
+    let mut repaired: Option<Arc<Net>> = None;
     for input in inputs {
-        if !fold(net, id, &mut inst, &mut extras, input) {
+        let cur = repaired.as_deref().unwrap_or(net);
+        if !fold(cur, id, &mut inst, &mut extras, input) {
             return None;
+        }
+        if let Input::Repair(r) = input {
+            repaired = Some(Arc::clone(&r.net));
         }
     }
     let mut inst = inst?;
-    inst.settle(net);
+    inst.settle(repaired.as_deref().unwrap_or(net));
     Some((inst, extras))
 }

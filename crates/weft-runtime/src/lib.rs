@@ -21,6 +21,7 @@ pub mod journal;
 mod outcome;
 mod plans;
 mod recover;
+mod repair;
 mod services;
 mod timers;
 
@@ -28,7 +29,8 @@ pub use bus::{Bus, CloudEvent, Delivery, Filter, InProcessBus, Subscription};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{CronNext, Engine, EngineOptions, InstanceHandle, StartOptions, WeakEngine};
 pub use error::Error;
-pub use journal::{Extras, Input, Journal, MemoryJournal, PendingTimer};
+pub use journal::{Extras, Input, Journal, MemoryJournal, PendingTimer, Repair};
 pub use outcome::{InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
 pub use plans::CompiledPlan;
 pub use recover::Redispatch;
+pub use repair::{RepairContext, RepairError, Repairer};

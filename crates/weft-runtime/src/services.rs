@@ -26,10 +26,11 @@ impl ToolServices for Cell {
     }
 
     fn set_timer(&self, ctx: &ToolContext, timer: TimerRequest) -> Result<String, ToolError> {
-        let Some(event) = self.plan.net.event_id(&timer.event) else {
+        let plan = self.plan();
+        let Some(event) = plan.net.event_id(&timer.event) else {
             return Err(ToolError::fatal(
                 "unknown_event",
-                format!("plan `{}` has no event `{}`", self.plan.name, timer.event),
+                format!("plan `{}` has no event `{}`", plan.name, timer.event),
             ));
         };
         let Some(cell) = self.me.upgrade() else {

@@ -417,7 +417,7 @@ pub async fn get(
         let trace = h.trace();
         return Ok(Json(state_view(
             &id,
-            h.plan(),
+            &h.plan(),
             version,
             inst.as_ref(),
             head,
@@ -781,7 +781,7 @@ pub(crate) async fn repair_inputs(
 ) -> ApiResult<(Arc<CompiledPlan>, String, BTreeMap<String, Vec<Value>>)> {
     let o = owned(state, tenant, id).await?;
     let (plan, inst, status) = if let Some(h) = &o.live {
-        (Arc::clone(h.plan()), h.core_instance(), h.state().status)
+        (h.plan(), h.core_instance(), h.state().status)
     } else {
         let rec = o
             .record

@@ -88,7 +88,7 @@ pub enum JournalCommand {
     },
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -96,7 +96,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-fn registry() -> anyhow::Result<Registry> {
+pub(crate) fn registry() -> anyhow::Result<Registry> {
     let mut registry = Registry::new();
     weft_tools::register_all(&mut registry, &ToolsConfig::default());
     registry.register(Arc::new(weft_llm::LlmCompleteTool::new(

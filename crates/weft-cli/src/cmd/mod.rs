@@ -7,9 +7,11 @@ pub mod explain;
 pub mod graph;
 pub mod journal;
 pub mod plan;
+pub mod repair;
 pub mod run;
 pub mod schema;
 pub mod serve;
+pub mod summarize;
 pub mod tools;
 pub mod validate;
 
@@ -79,5 +81,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
         Command::Checkpoint(args) => journal::checkpoint(&args, &ctx, out),
         Command::Resume(args) => journal::resume(&args, &ctx, out),
         Command::Serve(args) => serve::run(&args, &ctx, out),
+        Command::Repair(args) => repair::run(&args, &ctx, out),
+        Command::Summarize(args) => summarize::run(&args, &ctx, out),
     }
 }

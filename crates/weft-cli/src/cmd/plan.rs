@@ -6,6 +6,9 @@
 //! provider file with `--script` (offline demo and tests). Exit codes: 0 = a plan was
 //! accepted; 1 = the attempts ran out (the last findings are listed) or the model failed;
 //! 2 = usage or I/O, including no provider configured.
+//!
+//! With `--store LOC` the exchanges are kept in the store's transcripts and the accepted plan
+//! in its plan cache: the same instruction, tools and model are answered from the store.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -45,6 +48,10 @@ pub struct Args {
     /// Print one JSON document `{plan, attempts, critic_rounds, warnings, findings}`.
     #[arg(long)]
     pub json: bool,
+    /// Keep transcripts and the plan cache in this store (a SQLite file or a `postgres://`
+    /// URL; e.g. `.weft/weft.db`).
+    #[arg(long, value_name = "LOCATION")]
+    pub store: Option<String>,
 }
 
 /// Runs `weft plan`.
@@ -55,18 +62,37 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
     };
     let catalog = input::catalog(args.tools.as_deref())?;
     let tools: Vec<ToolSpec> = catalog.iter().cloned().collect();
-    let opts = PlanOptions {
+    let mut opts = PlanOptions {
         max_attempts: args.max_attempts,
         semantic_review: args.review,
         limits: ctx.limits,
         ..PlanOptions::default()
     };
-    let llm = Llm::new(provider);
+    let mut llm = Llm::new(provider);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let result = rt.block_on(weft_llm::plan(&llm, &args.instruction, &tools, &opts));
+    let mut sink = None;
+    if let Some(loc) = &args.store {
+        let store = rt.block_on(crate::store::open(Some(loc)))?;
+        let t = weft_llm::StoreTranscript::new(std::sync::Arc::clone(&store), rt.handle());
+        llm = llm.with_transcripts(std::sync::Arc::new(t.clone()));
+        sink = Some(t);
+        let tenant = opts.correlation.tenant.clone();
+        opts.cache = Some(std::sync::Arc::new(weft_llm::StorePlanCache::new(
+            store, tenant,
+        )));
+    }
+    let result = rt.block_on(async {
+        let r = weft_llm::plan(&llm, &args.instruction, &tools, &opts).await;
+        if let Some(t) = &sink
+            && let Err(e) = t.flush().await
+        {
+            eprintln!("warning: transcripts not stored: {e}");
+        }
+        r
+    });
     let p = &ctx.palette;
     let outcome = match result {
         Ok(o) => o,

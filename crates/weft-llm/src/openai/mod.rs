@@ -183,6 +183,10 @@ impl ChatProvider for OpenAiProvider {
         "openai"
     }
 
+    fn model(&self) -> &str {
+        &self.cfg.model
+    }
+
     fn chat<'a>(&'a self, request: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse>> {
         Box::pin(async move {
             let started = Instant::now();

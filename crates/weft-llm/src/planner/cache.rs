@@ -1,18 +1,30 @@
-//! The plan cache: an instruction already planned with the same tool set returns its plan
-//! without calling the model. Keyed by the normalised instruction (trimmed, lower-cased,
-//! whitespace collapsed) plus the sorted tool names. A trait so the store can persist it.
+//! The plan cache: an instruction already planned with the same tool set and model returns
+//! its plan without calling the model. Keyed by the normalised instruction (trimmed,
+//! lower-cased, whitespace collapsed), the sorted tool names and the model id. A trait (async,
+//! so a store can back it: [`crate::stored::StorePlanCache`]); only validated plans are put.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use weft_core::Plan;
 
+use crate::provider::BoxFuture;
+
 /// Where planned plans are kept.
 pub trait PlanCache: Send + Sync {
     /// The plan cached under `key`.
-    fn get(&self, key: &str) -> Option<Plan>;
-    /// Caches `plan` under `key`.
-    fn put(&self, key: &str, plan: &Plan);
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<Plan>>;
+    /// Caches `plan` under `key` (best effort: a cache that cannot write logs and goes on).
+    fn put<'a>(&'a self, key: &'a str, plan: &'a Plan) -> BoxFuture<'a, ()>;
+}
+
+/// The cache key with the model: a different model plans afresh.
+pub fn cache_key_for_model<'a>(
+    instruction: &str,
+    tools: impl IntoIterator<Item = &'a str>,
+    model: &str,
+) -> String {
+    format!("{}\u{1f}{model}", cache_key(instruction, tools))
 }
 
 /// The cache key of an instruction and tool set.
@@ -50,13 +62,15 @@ impl MemoryPlanCache {
 }
 
 impl PlanCache for MemoryPlanCache {
-    fn get(&self, key: &str) -> Option<Plan> {
-        self.plans.lock().ok()?.get(key).cloned()
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<Plan>> {
+        let p = self.plans.lock().ok().and_then(|m| m.get(key).cloned());
+        Box::pin(std::future::ready(p))
     }
-    fn put(&self, key: &str, plan: &Plan) {
+    fn put<'a>(&'a self, key: &'a str, plan: &'a Plan) -> BoxFuture<'a, ()> {
         if let Ok(mut m) = self.plans.lock() {
             m.insert(key.to_string(), plan.clone());
         }
+        Box::pin(std::future::ready(()))
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use weft_analysis::AnalysisOptions;
 use weft_core::{Finding, Limits, Plan, StaticCatalog, ToolSpec};
 
-pub use cache::{MemoryPlanCache, PlanCache, cache_key};
+pub use cache::{MemoryPlanCache, PlanCache, cache_key, cache_key_for_model};
 pub use critic::{CriticRound, check_candidate};
 
 use crate::chat::{ChatRequest, Message, ResponseFormat, Usage};
@@ -118,8 +118,16 @@ pub async fn plan(
         return Err(Error::InvalidInput("the instruction is empty".into()));
     }
     let corr = &opts.correlation;
-    let key = cache_key(instruction, tools.iter().map(|t| t.name.as_str()));
-    if let Some(plan) = opts.cache.as_ref().and_then(|c| c.get(&key)) {
+    let key = cache_key_for_model(
+        instruction,
+        tools.iter().map(|t| t.name.as_str()),
+        &llm.model_id(),
+    );
+    let cached = match &opts.cache {
+        Some(c) => c.get(&key).await,
+        None => None,
+    };
+    if let Some(plan) = cached {
         return Ok(PlanOutcome {
             plan,
             from_cache: true,
@@ -170,7 +178,7 @@ pub async fn plan(
         }
     }
     if let Some(c) = &opts.cache {
-        c.put(&key, &accepted.plan);
+        c.put(&key, &accepted.plan).await;
     }
     tel.emit(
         TelemetryEvent::new(TelemetryKind::Completed, corr, PLANNER)
