@@ -73,8 +73,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     (status = 200, body = Object, description = "This document")
 ))]
 pub async fn openapi() -> Response {
-    let doc = crate::app::openapi_doc();
-    Json(doc).into_response()
+    Json(crate::app::openapi_doc()).into_response()
 }
 
 fn asset(path: &str) -> Response {

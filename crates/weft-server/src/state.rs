@@ -311,7 +311,8 @@ impl AppState {
     }
 
     /// Follows a live instance until it is terminal: each time it settles its status goes to
-    /// the store (`Durable::wait`); a stuck or paused instance is polled until it moves.
+    /// the store (`Durable::wait`); a stuck or paused instance is polled (50 ms, backing off
+    /// to 5 s) until it moves.
     pub(crate) fn track(&self, h: weft_runtime::InstanceHandle) {
         lock(&self.inner.handles).insert(h.id().to_string(), h.clone());
         let me = self.clone();
@@ -333,12 +334,16 @@ impl AppState {
                     lock(&me.inner.handles).remove(h.id());
                     return;
                 }
+                // Stuck or paused: poll for a change, backing off to once every 5 s so many
+                // idle instances cost little.
                 let settled = o.status.name();
+                let mut every = Duration::from_millis(50);
                 loop {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    tokio::time::sleep(every).await;
                     if h.state().status.name() != settled {
                         break;
                     }
+                    every = (every * 2).min(Duration::from_secs(5));
                 }
             }
         });

@@ -143,6 +143,21 @@ async fn openapi_is_3_1_and_covers_every_route_with_its_statuses() {
     // `analysis` may be null (a plan that does not load).
     let analyzed = doc["components"]["schemas"]["Analyzed"]["properties"]["analysis"].to_string();
     assert!(analyzed.contains("null"), "{analyzed}");
+    // The plan body is the plan format's schema, its definitions resolvable.
+    let body = &doc["paths"]["/v1/plans"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        ["$ref"];
+    assert_eq!(body, "#/components/schemas/PlanDocument");
+    let plan = &doc["components"]["schemas"]["PlanDocument"];
+    assert!(plan["properties"]["steps"].is_object(), "{plan}");
+    let text = doc.to_string();
+    assert!(!text.contains("#/$defs/"), "unresolved $defs reference");
+    for r in text.split("\"#/components/schemas/").skip(1) {
+        let name = r.split('"').next().unwrap();
+        assert!(
+            doc["components"]["schemas"][name].is_object(),
+            "dangling $ref {name}"
+        );
+    }
     assert!(doc["components"]["schemas"]["Problem"].is_object());
 }
 
