@@ -478,6 +478,12 @@ impl Durable {
                 .restore_with(&rec.tenant, &plan, inst, &dispatched, &extras)?;
         h.set_repairs_used(repairs);
         let timers = rows.len();
+        // Paused because the store refused writes before the restart: it takes them now
+        // (it was just read), so the pause has no reason left.
+        if matches!(&h.state().status, Status::Paused { reason } if reason.starts_with("store_unavailable"))
+        {
+            self.engine.resume(h.id())?;
+        }
         // The journal is the truth; the rows may lag it by a crash: put them again.
         for (_, t) in rows {
             self.store.put_timer(t).await?;

@@ -33,7 +33,8 @@
 //! with the store (a backend whose batch parts commit separately, PostgreSQL, may have
 //! written some of it): an existing instance record is not created again, and records the
 //! head already holds count as durable instead of being appended twice. A retry costs one
-//! copy of the batch's records, kept while the write is in flight.
+//! copy of the batch's records, kept while the write is in flight. If the process dies
+//! while an instance is paused that way, recovery resumes it (the store works again).
 //!
 //! `action.dispatched` is journaled only for non-idempotent tools (unless
 //! [`DurableConfig::record_idempotent_dispatch`]): recovery dispatches an in-flight

@@ -215,3 +215,41 @@ async fn full_disk_pauses_then_continues_sqlite() {
         weft_durable::verify(sq.as_ref(), h.id()).await.unwrap();
     }
 }
+
+/// An instance whose journal ends paused by a store failure (the process died before the
+/// retried write resumed it) is resumed by recovery: the store works again.
+async fn store_pause_does_not_survive_recovery(store: Arc<dyn Store>) {
+    let d1 = durable(Arc::clone(&store), true, DurableConfig::default()).await;
+    d1.register("t", two_step("hangs", "hang_idem"))
+        .await
+        .unwrap();
+    let h = d1.start("t", "hangs", json!({"x": 1})).unwrap();
+    until_status(&h, "at b", |_| {
+        h.state().in_flight.iter().any(|f| f.step == "b")
+    })
+    .await;
+    d1.engine()
+        .pause(h.id(), "store_unavailable: injected (test)")
+        .unwrap();
+    until_status(&h, "paused", store_paused).await;
+    d1.journal().barrier(h.id()).await.unwrap();
+    let id = h.id().to_string();
+    // A second process over the same store: `b` is dispatched again and completes.
+    let d2 = durable(Arc::clone(&store), false, DurableConfig::default()).await;
+    let rep = d2.recover().await.unwrap();
+    assert_eq!(rep.restored, 1, "{rep:?}");
+    let h2 = rep.handles.into_iter().find(|x| x.id() == id).unwrap();
+    until_status(&h2, "completed", |s| *s == Status::Completed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_pause_does_not_survive_recovery_sqlite() {
+    store_pause_does_not_survive_recovery(sqlite("repause").await.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_pause_does_not_survive_recovery_postgres() {
+    if let Some(s) = postgres("repause").await {
+        store_pause_does_not_survive_recovery(s).await;
+    }
+}
