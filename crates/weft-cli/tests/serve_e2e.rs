@@ -855,15 +855,29 @@ async fn bad_input_is_a_4xx_problem_and_the_server_stays_up() {
     let chunks = futures::stream::iter(
         (0..100).map(|_| Ok::<_, std::io::Error>(Frame::data(Bytes::from(vec![b' '; 1 << 20])))),
     );
-    let streamed = api
-        .send(
+    // The server answers 413 once the cap is passed and closes the connection without reading
+    // the rest; the client may then fail writing before it reads that answer (a reset can drop
+    // it), so a response, when one arrives, must be the 413 problem, and either way the server
+    // must still answer afterwards. The in-process router tests assert the 413 body itself.
+    let mut send = api.connect().await;
+    let streamed = send
+        .send_request(api.request(
             Method::POST,
             "/v1/events",
             Some("application/cloudevents+json"),
             StreamBody::new(chunks).boxed(),
-        )
+        ))
         .await;
-    streamed.problem(413, "payload_too_large", "100 MB streamed");
+    if let Ok(res) = streamed {
+        assert_eq!(
+            res.status(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "100 MB streamed"
+        );
+        let body = res.into_body().collect().await.expect("body").to_bytes();
+        let problem: Value = serde_json::from_slice(&body).expect("problem json");
+        assert_eq!(problem["code"], "payload_too_large", "{problem}");
+    }
     let mut send = api.connect().await;
     let mut req = api.request(
         Method::POST,
