@@ -100,6 +100,13 @@
 //! | recovery of 100,000 waiting instances | 2.7–3.3 s | 10,000 in 0.78 s |
 //! | reactive instance fed 100,000 events | compacted: 0 rows + 344-byte snapshot kept; uncompacted: 200,001 rows, 14.3 MB | – |
 //!
+//! Durable timers, the gated bus and the store-failure retry (a copy of each batch's
+//! records) left W4 where it was: `WEFT_W4_RUNS=2000 cargo run --release -p weft-durable
+//! --example w4 -- durable durable_concurrent`, this build then the build before them, back
+//! to back on the same loaded machine: W4-strict 822 vs 681 steps/s at 1.284 vs 1.273
+//! fsyncs per step; W4-concurrent 25,476 vs 27,686 steps/s (rep times spread 0.28–0.63 s
+//! in both).
+//!
 //! Goals not met yet: W4-concurrent 100,000 steps/s on SQLite (the writer thread and the
 //! engine share two busy cores; the next step is fewer statements per append), recovery
 //! under 2 s (restore builds one cell and one journal lane per instance).

@@ -161,6 +161,16 @@ impl Cell {
         }
     }
 
+    /// Reads (or briefly changes) the instance under its loop lock. Inputs that arrive
+    /// meanwhile wait in the mailbox for whoever holds the lock, so the reader drains them
+    /// before letting go ([`Cell::release`]): a reader never strands an input.
+    pub(crate) fn with_core<T>(self: &Arc<Self>, f: impl FnOnce(&mut Core) -> T) -> T {
+        let mut g = lock(&self.core);
+        let r = f(&mut g);
+        self.release(g);
+        r
+    }
+
     /// Drains the mailbox, then lets go of the loop (re-taking it if an input slipped in).
     pub(crate) fn release<'a>(self: &'a Arc<Self>, mut g: MutexGuard<'a, Core>) {
         loop {

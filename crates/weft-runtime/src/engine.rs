@@ -489,8 +489,7 @@ impl Engine {
     /// The live state of an instance.
     pub fn state(&self, instance: &str) -> Result<StateSnapshot, Error> {
         let cell = self.live(None, instance)?;
-        let g = lock(&cell.core);
-        Ok(cell.snapshot(&g))
+        Ok(cell.with_core(|g| cell.snapshot(g)))
     }
 
     /// A handle to a live instance.
@@ -567,34 +566,34 @@ impl InstanceHandle {
 
     /// The outcome, if the instance has settled (completed, stuck, failed, paused, stopped).
     pub fn outcome_now(&self) -> Option<Outcome> {
-        let g = lock(&self.cell.core);
-        Cell::settled(&g).then(|| self.cell.outcome(&g))
+        self.cell
+            .with_core(|g| Cell::settled(g).then(|| self.cell.outcome(g)))
     }
 
     /// Waits until the instance settles and returns its outcome.
     pub async fn wait(&self) -> Outcome {
-        let rx = {
-            let mut g = lock(&self.cell.core);
-            if Cell::settled(&g) {
-                return self.cell.outcome(&g);
+        let rx = self.cell.with_core(|g| {
+            if Cell::settled(g) {
+                return Err(Box::new(self.cell.outcome(g)));
             }
             let (tx, rx) = oneshot::channel();
             g.waiters.push(tx);
-            rx
+            Ok(rx)
+        });
+        let rx = match rx {
+            Ok(rx) => rx,
+            Err(settled) => return *settled,
         };
         match rx.await {
             Ok(o) => o,
-            Err(_) => {
-                let g = lock(&self.cell.core);
-                self.cell.outcome(&g)
-            }
+            Err(_) => self.cell.with_core(|g| self.cell.outcome(g)),
         }
     }
 
     /// A copy of the core state machine (marking, in-flight firings, status): for snapshots
     /// and replay checks.
     pub fn core_instance(&self) -> Option<weft_core::Instance> {
-        lock(&self.cell.core).inst.clone()
+        self.cell.with_core(|g| g.inst.clone())
     }
 
     /// The firings recorded so far, if the instance was started with a trace
@@ -623,8 +622,7 @@ impl InstanceHandle {
 
     /// The live state.
     pub fn state(&self) -> StateSnapshot {
-        let g = lock(&self.cell.core);
-        self.cell.snapshot(&g)
+        self.cell.with_core(|g| self.cell.snapshot(g))
     }
 
     /// Stops the instance.

@@ -178,9 +178,14 @@ impl Cell {
     }
 
     /// Is the instance still able to take input?
-    pub(crate) fn is_live(&self) -> bool {
+    pub(crate) fn is_live(self: &Arc<Self>) -> bool {
         match self.core.try_lock() {
-            Ok(g) => g.inst.as_ref().is_some_and(|i| !i.status.is_terminal()),
+            Ok(g) => {
+                let live = g.inst.as_ref().is_some_and(|i| !i.status.is_terminal());
+                // Inputs that arrived while this held the lock are applied, not stranded.
+                self.release(g);
+                live
+            }
             Err(_) => true,
         }
     }
@@ -190,12 +195,12 @@ impl Cell {
         let Some(expiry) = self.engine.idle_expiry_ms else {
             return;
         };
-        let last = {
-            let g = lock(&self.core);
-            match &g.inst {
-                Some(i) if !i.status.is_terminal() => g.last_activity,
-                _ => return,
-            }
+        let last = self.with_core(|g| match &g.inst {
+            Some(i) if !i.status.is_terminal() => Some(g.last_activity),
+            _ => None,
+        });
+        let Some(last) = last else {
+            return;
         };
         let due = last.saturating_add(expiry as i64);
         if due <= now {
