@@ -19,7 +19,7 @@ use futures::stream::FuturesUnordered;
 use serde_json::Value;
 use tokio::sync::oneshot;
 use weft_core::token::FiringId;
-use weft_core::{ActionError, GraphType, Instance, Status};
+use weft_core::{ActionError, GraphType, Instance, Net, Status};
 
 use crate::engine::Shared;
 use crate::journal::Input;
@@ -307,6 +307,10 @@ impl Cell {
             }
             Input::Repair(r) => {
                 self.apply_repair(core, &plan, &r);
+                // Fire on the revised plan from here on.
+                let revised = Arc::clone(&core.plan);
+                self.drain(core, &revised.net, ready);
+                return;
             }
             Input::RepairFailed { reason } => {
                 core.repairing = false;
@@ -320,13 +324,12 @@ impl Cell {
                 return;
             }
         }
-        self.drain(core, ready);
+        self.drain(core, net, ready);
     }
 
-    /// Fires every enabled step; outcomes that are ready at once go to `ready`.
-    fn drain(self: &Arc<Self>, core: &mut Core, ready: &mut VecDeque<Ready>) {
-        let plan = Arc::clone(&core.plan);
-        let net = &*plan.net;
+    /// Fires every enabled step of `net` (the instance's current plan, held by the caller);
+    /// outcomes that are ready at once go to `ready`.
+    fn drain(self: &Arc<Self>, core: &mut Core, net: &Net, ready: &mut VecDeque<Ready>) {
         loop {
             let Some(fired) = core.inst.as_mut().and_then(|i| i.next(net)) else {
                 return;
