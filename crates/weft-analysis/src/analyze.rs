@@ -9,6 +9,7 @@ use crate::cover::karp_miller;
 use crate::describe::place_label;
 use crate::explore::{Stop, explore};
 use crate::net::{NetKind, PtNet, Role};
+use crate::reduce::{can_enable, explore_reduced};
 use crate::report::{AnalysisOptions, AnalysisReport, Verdict};
 
 /// Compiles `plan` into a P/T net and analyses it.
@@ -29,19 +30,37 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
         NetKind::Reactive => false,
         NetKind::Imported => !net.has_cycle(),
     };
+    let mut notes = net.notes.clone();
     let severity = if net.kind == NetKind::Reactive {
         Severity::Warning
     } else {
         Severity::Error
     };
-    let g = explore(net, opts.max_states, soundness_applies);
-    let complete = g.stop == Stop::None;
+    let mut g = explore(net, opts.max_states, soundness_applies);
     let mut findings = Vec::new();
+    // Too many interleavings to store: on a net without cycles, partial-order reduction keeps
+    // every answer the checks below need (see `reduce.rs`), usually in far fewer markings.
+    let mut reduced = false;
+    let mut undecided: Vec<usize> = Vec::new();
+    if g.stop == Stop::StateLimit && !net.has_cycle() {
+        let r = explore_reduced(net, opts.max_states);
+        if r.stop == Stop::None {
+            let full_states = g.len();
+            g = r;
+            reduced = true;
+            undecided = settle_dead_steps(net, &mut g, opts.max_states);
+            notes.push(format!(
+                "The full state space has more than {full_states} markings; the analysis used partial-order reduction (stubborn sets) and explored {} markings, which keeps every reachable dead marking, so deadlock, completion and dead-step results are exact.",
+                g.len()
+            ));
+        }
+    }
+    let complete = g.stop == Stop::None && undecided.is_empty();
 
     let (deadlocks, deadlock_states) = checks::deadlocks(net, &g, severity);
     findings.extend(deadlocks);
 
-    let bounded = if complete {
+    let bounded = if g.stop == Stop::None {
         Some(true)
     } else {
         let km = karp_miller(net, opts.max_coverability_nodes);
@@ -59,6 +78,21 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
         }
     };
 
+    if !undecided.is_empty() {
+        let names: Vec<String> = undecided.iter().map(|&t| net.witness_label(t)).collect();
+        findings.push(
+            Finding::new(
+                Code::StateLimit,
+                Severity::Warning,
+                "",
+                format!(
+                    "Deciding whether {} can ever fire stopped at the state limit; soundness is unknown.",
+                    crate::describe::quoted(&names)
+                ),
+            )
+            .hint("Raise `max_states`, or split the plan into smaller plans."),
+        );
+    }
     match g.stop {
         Stop::None => {}
         Stop::StateLimit => findings.push(
@@ -115,9 +149,16 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
             NetKind::Imported => ("net", "transitions"),
             _ => ("plan", "steps"),
         };
+        let explored = if reduced {
+            format!(
+                "the {} markings of its partial-order reduced state space were explored",
+                g.len()
+            )
+        } else {
+            format!("all {} reachable markings were explored", g.len())
+        };
         let mut msg = format!(
-            "Sound: all {} reachable markings were explored; the {what} can always complete, completes cleanly, has no dead {steps} and is bounded.",
-            g.len()
+            "Sound: {explored}; the {what} can always complete, completes cleanly, has no dead {steps} and is bounded."
         );
         if guarded {
             msg.push_str(" This assumes every guard and `when` condition may go either way (they were over-approximated); a guard that is never true can still leave an instance stuck.");
@@ -137,6 +178,36 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
         complete,
         verdict,
         bounded,
-        notes: net.notes.clone(),
+        reduced,
+        notes,
     }
+}
+
+/// On a reduced graph, `enabled_ever` misses transitions that only some other interleaving
+/// enables: decides each step that looks dead with a search targeted at it. Returns the
+/// transitions the state limit left undecided.
+fn settle_dead_steps(net: &PtNet, g: &mut crate::explore::Graph, max_states: usize) -> Vec<usize> {
+    let mut undecided = Vec::new();
+    for t in 0..net.transitions.len() {
+        let tr = &net.transitions[t];
+        if g.enabled_ever[t] || tr.role == Role::Environment {
+            continue;
+        }
+        // A step is alive when any of its variants can fire.
+        let step_alive = tr.step.is_some()
+            && net
+                .transitions
+                .iter()
+                .zip(&g.enabled_ever)
+                .any(|(o, &e)| e && o.step == tr.step);
+        if step_alive {
+            continue;
+        }
+        match can_enable(net, t as u32, max_states) {
+            Some(true) => g.enabled_ever[t] = true,
+            Some(false) => {}
+            None => undecided.push(t),
+        }
+    }
+    undecided
 }

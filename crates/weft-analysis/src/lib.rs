@@ -31,7 +31,10 @@
 //! Karp–Miller coverability (`cover`) runs only when reachability could not finish and gives
 //! unbounded events (A003). A final marking is a dead marking with a token on an output place
 //! (reactive plans: a dead marking with nothing left on non-output events). `sound` (A007) is
-//! only reported after a complete exploration; a partial one gives A006 and `unknown`.
+//! only reported after a complete exploration; a partial one gives A006 and `unknown`. When the
+//! full exploration hits the state limit on a net without cycles, a partial-order reduced one
+//! (stubborn sets, `reduce`) replaces it: it keeps every reachable dead marking, so the same
+//! findings come out of far fewer markings (a 20-way fan-out: 23 instead of over a million).
 
 mod analyze;
 mod checks;
@@ -43,6 +46,7 @@ mod explore_safe;
 pub mod export;
 mod net;
 pub mod pnml;
+pub mod reduce;
 mod report;
 
 pub use analyze::{analyze_net, analyze_plan};

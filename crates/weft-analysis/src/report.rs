@@ -54,6 +54,9 @@ pub struct AnalysisReport {
     pub verdict: Verdict,
     /// `Some(true)` bounded, `Some(false)` some event unbounded, `None` undecided.
     pub bounded: Option<bool>,
+    /// The state space was too large to store and the partial-order reduced one was explored
+    /// instead (`states` and `edges` count that one).
+    pub reduced: bool,
     /// Assumptions the analysis made (environment budgets, over-approximations), in words.
     pub notes: Vec<String>,
 }

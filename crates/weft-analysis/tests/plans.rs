@@ -243,3 +243,112 @@ fn messages_read_well() {
     );
     insta::assert_json_snapshot!(r);
 }
+
+/// A `k`-way broadcast fan-out joined by one step; `extra` adds steps (JSON members).
+fn wide_fan_out(k: usize, join_on_missing: bool, extra: &str) -> String {
+    wide_fan_out_with(k, join_on_missing, extra, &[])
+}
+
+/// [`wide_fan_out`] with some branch results made exclusive (one consumer takes the token).
+fn wide_fan_out_with(k: usize, join_on_missing: bool, extra: &str, exclusive: &[usize]) -> String {
+    let mut events = vec![
+        r#""start":{}"#.to_string(),
+        r#""all":{"kind":"output"}"#.to_string(),
+    ];
+    let mut steps = Vec::new();
+    let mut on = Vec::new();
+    for i in 0..k {
+        if exclusive.contains(&i) {
+            events.push(format!(r#""b{i}.done":{{"consume":"exclusive"}}"#));
+        } else {
+            events.push(format!(r#""b{i}.done":{{}}"#));
+        }
+        steps.push(format!(
+            r#""b{i}":{{"on":["start"],"action":"t","emits":["b{i}.done"]}}"#
+        ));
+        on.push(format!(r#""b{i}.done""#));
+    }
+    if join_on_missing {
+        events.push(r#""never":{}"#.to_string());
+        on.push(r#""never""#.to_string());
+    }
+    steps.push(format!(
+        r#""join":{{"on":[{}],"action":"t","emits":["all"]}}"#,
+        on.join(",")
+    ));
+    if !extra.is_empty() {
+        steps.push(extra.to_string());
+    }
+    format!(
+        r#"{{"plan_name":"wide","graph_type":"acyclic","events":{{{}}},"steps":{{{}}}}}"#,
+        events.join(","),
+        steps.join(",")
+    )
+}
+
+#[test]
+fn wide_fan_out_is_proved_sound_by_partial_order_reduction() {
+    // 2^24 interleavings: far past the state limit, but the branches are independent.
+    let r = analyze(&wide_fan_out(24, false, ""));
+    assert_eq!(r.verdict, Verdict::Sound, "{r:#?}");
+    assert!(r.complete && r.reduced);
+    assert_eq!(r.bounded, Some(true));
+    assert!(r.states < 100, "{} states", r.states);
+    assert_eq!(codes(&r), ["A007"]);
+    assert!(r.findings[0].message.contains("partial-order reduced"));
+    assert!(
+        r.notes.iter().any(|n| n.contains("stubborn sets")),
+        "{:?}",
+        r.notes
+    );
+    // A small fan-out still gets the full exploration.
+    let small = analyze(&wide_fan_out(4, false, ""));
+    assert!(small.complete && !small.reduced);
+    assert_eq!(small.states, 17);
+}
+
+#[test]
+fn wide_fan_out_deadlock_and_dead_step_are_found_after_reduction() {
+    // The join also waits for `never`: every run deadlocks after the 24 branches, and the
+    // join can never fire.
+    let r = analyze(&wide_fan_out(24, true, ""));
+    assert!(r.reduced && r.complete, "{r:#?}");
+    assert_eq!(r.verdict, Verdict::NotSound);
+    let d = r
+        .findings
+        .iter()
+        .find(|f| f.code == "A001")
+        .expect("deadlock");
+    assert_eq!(d.witness.as_ref().map(Vec::len), Some(24));
+    assert!(d.message.contains("`join` waits for"), "{}", d.message);
+    let dead: Vec<&str> = r
+        .findings
+        .iter()
+        .filter(|f| f.code == "A002")
+        .map(|f| f.pointer.as_str())
+        .collect();
+    assert_eq!(dead, ["/steps/join"]);
+}
+
+#[test]
+fn competing_consumers_after_a_wide_fan_out_are_still_seen() {
+    // `late` and `join` compete for the exclusive `b0.done` and `b1.done`: the runs where
+    // `late` wins complete with 20 branch results left over. The reduced graph fires the
+    // branches in one order only, but keeps that outcome.
+    let r = analyze(&wide_fan_out_with(
+        22,
+        false,
+        r#""late":{"on":["b0.done","b1.done"],"action":"t","emits":["all"]}"#,
+        &[0, 1],
+    ));
+    assert!(r.reduced && r.complete, "{r:#?}");
+    assert_eq!(r.verdict, Verdict::NotSound);
+    assert_eq!(codes(&r), ["A005"], "{r:#?}");
+    // Broadcast results: both fire, nothing competes, nothing is left over.
+    let r = analyze(&wide_fan_out(
+        22,
+        false,
+        r#""late":{"on":["b0.done","b1.done"],"action":"t","emits":["all"]}"#,
+    ));
+    assert_eq!(r.verdict, Verdict::Sound, "{r:#?}");
+}

@@ -4,6 +4,7 @@ use std::collections::{BTreeSet, HashSet, VecDeque};
 
 use proptest::prelude::*;
 use weft_analysis::explore::explore;
+use weft_analysis::reduce;
 use weft_analysis::{AnalysisOptions, NetKind, Place, PtNet, Role, Transition, analyze_net};
 
 const CAP: usize = 3_000;
@@ -166,6 +167,101 @@ proptest! {
                 m = net.fire(t, &m).expect("witness step enabled");
             }
             prop_assert!((0..net.transitions.len()).all(|t| !net.enabled(t, &m)), "{} ends dead", f.message);
+        }
+    }
+}
+
+/// Acyclic nets: every arc leads from a lower place to a higher one through its transition.
+fn acyclic_nets() -> impl Strategy<Value = PtNet> {
+    (2usize..=7, 1usize..=7).prop_flat_map(|np| {
+        let (np, nt) = np;
+        (
+            prop::collection::vec(0u32..=2, np),
+            prop::collection::vec(
+                (
+                    1..np as u32,
+                    prop::collection::vec((0u32..100, 1u32..=2), 1..=3),
+                    prop::collection::vec((0u32..100, 1u32..=2), 0..=3),
+                ),
+                nt,
+            ),
+        )
+            .prop_map(move |(initial, ts)| {
+                let ts = ts
+                    .into_iter()
+                    .map(|(pivot, pre, post)| {
+                        let pre = pre.into_iter().map(|(p, w)| (p % pivot, w)).collect();
+                        let hi = np as u32 - pivot;
+                        let post = post.into_iter().map(|(p, w)| (pivot + p % hi, w)).collect();
+                        (pre, post)
+                    })
+                    .collect();
+                build(np, initial, ts)
+            })
+    })
+}
+
+/// Dead markings reachable from `m` in the full token game.
+fn dead_from(net: &PtNet, m: &[u32]) -> BTreeSet<Vec<u32>> {
+    let mut seen = HashSet::new();
+    let mut dead = BTreeSet::new();
+    let mut stack = vec![m.to_vec()];
+    seen.insert(m.to_vec());
+    while let Some(m) = stack.pop() {
+        let next: Vec<Vec<u32>> = (0..net.transitions.len())
+            .filter_map(|t| net.fire(t, &m))
+            .collect();
+        if next.is_empty() {
+            dead.insert(m);
+        }
+        for n in next {
+            if seen.insert(n.clone()) {
+                stack.push(n);
+            }
+        }
+    }
+    dead
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn reduction_keeps_every_dead_marking_from_every_state(net in acyclic_nets()) {
+        prop_assume!(!net.has_cycle());
+        let r = reduce::explore_reduced(&net, CAP);
+        prop_assert_eq!(r.stop, weft_analysis::explore::Stop::None);
+        let (seen, _) = brute_force(&net).expect("small acyclic nets are small");
+        prop_assert!(r.len() <= seen.len());
+        // Dead markings reachable from each reduced state, following reduced edges only.
+        for s in 0..r.len() as u32 {
+            let mut reach = BTreeSet::new();
+            let mut stack = vec![s];
+            let mut visited = HashSet::from([s]);
+            while let Some(x) = stack.pop() {
+                let out = &r.succ[r.succ_off[x as usize] as usize..r.succ_off[x as usize + 1] as usize];
+                if out.is_empty() {
+                    reach.insert(r.marking(x));
+                }
+                for &y in out {
+                    if visited.insert(y) {
+                        stack.push(y);
+                    }
+                }
+            }
+            let m = r.marking(s);
+            prop_assert!(seen.contains(&m), "reduced states are reachable");
+            prop_assert_eq!(reach, dead_from(&net, &m), "from {:?}", m);
+        }
+    }
+
+    #[test]
+    fn can_enable_matches_the_full_token_game(net in acyclic_nets()) {
+        prop_assume!(!net.has_cycle());
+        let (seen, _) = brute_force(&net).expect("small acyclic nets are small");
+        for t in 0..net.transitions.len() {
+            let expected = seen.iter().any(|m| net.enabled(t, m));
+            prop_assert_eq!(reduce::can_enable(&net, t as u32, CAP), Some(expected), "t{}", t);
         }
     }
 }
