@@ -12,6 +12,10 @@ use crate::net::{NetKind, PtNet, Role};
 use crate::reduce::{can_enable, explore_reduced};
 use crate::report::{AnalysisOptions, AnalysisReport, Verdict};
 
+/// Markings of the full graph explored on a net without cycles before switching to the
+/// partial-order reduced one.
+const PROBE_STATES: usize = 100_000;
+
 /// Compiles `plan` into a P/T net and analyses it.
 pub fn analyze_plan(plan: &Plan, opts: &AnalysisOptions) -> AnalysisReport {
     let net = PtNet::from_plan(
@@ -36,15 +40,26 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
     } else {
         Severity::Error
     };
-    let mut g = explore(net, opts.max_states, soundness_applies);
-    let mut findings = Vec::new();
     // Too many interleavings to store: on a net without cycles, partial-order reduction keeps
-    // every answer the checks below need (see `reduce.rs`), usually in far fewer markings.
+    // every answer the checks below need (see `reduce.rs`), usually in far fewer markings. The
+    // full graph is tried first (its witnesses are shortest), but only up to `PROBE_STATES`
+    // markings there, so a wide fan-out does not pay for a million useless ones first.
+    let acyclic = !net.has_cycle();
+    let probe = if acyclic {
+        opts.max_states.min(PROBE_STATES)
+    } else {
+        opts.max_states
+    };
+    let mut g = explore(net, probe, soundness_applies);
+    let mut findings = Vec::new();
     let mut reduced = false;
     let mut undecided: Vec<usize> = Vec::new();
-    if g.stop == Stop::StateLimit && !net.has_cycle() {
+    if g.stop == Stop::StateLimit && acyclic {
         let r = explore_reduced(net, opts.max_states);
-        if r.stop == Stop::None {
+        if r.stop != Stop::None && probe < opts.max_states {
+            // The reduction did not help either: the usual partial exploration, in full.
+            g = explore(net, opts.max_states, soundness_applies);
+        } else if r.stop == Stop::None {
             let full_states = g.len();
             g = r;
             reduced = true;
