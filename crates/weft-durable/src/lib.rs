@@ -36,6 +36,25 @@
 //! copy of the batch's records, kept while the write is in flight. If the process dies
 //! while an instance is paused that way, recovery resumes it (the store works again).
 //!
+//! ## Leases (several `weft` processes on one store)
+//! Every engine has a lease owner id ([`DurableConfig::owner`], default `$WEFT_OWNER` or
+//! `weft-<host>/<pid>`, one per process) and writes only instances it leases. A lease whose
+//! owner is a default id of this host with no live process (`/proc/<pid>` gone: `weft`
+//! was killed and restarted here) is taken over at once; any other waits for its expiry. An instance it starts
+//! is leased (epoch 1) by the same write that creates it; [`Durable::recover`] acquires the
+//! leases of what it restores in bulk and skips instances another live owner holds
+//! ([`RecoveryReport::leased_elsewhere`]); [`Durable::restore`] / `resume` refuse them
+//! (`leased_elsewhere`). Every batch goes through `Store::write_batch_fenced`: each
+//! instance's fence (owner + epoch) is checked inside the batch's transaction, so the
+//! embedded path pays one indexed read per instance per batch, not a round trip. A
+//! background task renews the held leases every [`DurableConfig::lease_renew_ms`] (one bulk
+//! write per 1,000 instances). When another owner took an instance over (its lease had
+//! expired: this process hung or was cut off for longer than
+//! [`DurableConfig::lease_ttl_ms`]), the refused write or the failed renewal stops the
+//! instance here for good: its buffered records, held events and timer-table writes are
+//! dropped, waiting gates fail, it is paused locally with `lease_lost: …` and logged, and
+//! nothing of it is written again (status updates are fenced by owner too).
+//!
 //! `action.dispatched` is journaled only for non-idempotent tools (unless
 //! [`DurableConfig::record_idempotent_dispatch`]): recovery dispatches an in-flight
 //! idempotent action again whether or not its dispatch was recorded, so for them the row
