@@ -501,15 +501,16 @@ impl Durable {
                 break;
             }
         }
-        report.stale_timer_rows = self.sweep_timer_rows().await?;
+        report.stale_timer_rows = self.sweep_timer_rows(&dead).await?;
         Ok(report)
     }
 
     /// Deletes timer-table rows that no pending timer of this process owns (their instance
     /// ended, or the timer fired before the row's deletion was written), except rows of
-    /// instances another live owner leases (that process keeps them). Walks the whole
+    /// instances another live owner leases (that process keeps them; `dead` owners'
+    /// leases do not count). Walks the whole
     /// table with a keyset cursor, 10,000 rows per page.
-    async fn sweep_timer_rows(&self) -> Result<usize, DurableError> {
+    async fn sweep_timer_rows(&self, dead: &[String]) -> Result<usize, DurableError> {
         const PAGE: u32 = 10_000;
         let mut deleted = 0;
         let mut after: Option<(String, String)> = None;
@@ -532,7 +533,9 @@ impl Durable {
                             .store
                             .owner_of(&t.instance, now)
                             .await?
-                            .is_some_and(|l| l.owner != self.journal.owner());
+                            .is_some_and(|l| {
+                                l.owner != self.journal.owner() && !dead.contains(&l.owner)
+                            });
                         foreign.insert(t.instance.clone(), b);
                         b
                     }

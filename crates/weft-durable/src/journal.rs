@@ -1106,12 +1106,18 @@ impl Tool for Gate {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
             let name: Arc<str> = Arc::clone(&ctx.instance);
-            journal.wait_lane(name, lane).await.map_err(|e| {
-                ToolError::fatal(
+            if let Err(e) = journal.wait_lane(name, Arc::clone(&lane)).await {
+                // Another process owns the instance now: the action neither runs nor
+                // fails here (its outcome is the new owner's); the instance is paused
+                // with `lease_lost`.
+                if lock(&lane.st).lost {
+                    return std::future::pending().await;
+                }
+                return Err(ToolError::fatal(
                     "journal_unavailable",
                     format!("the action was not dispatched: {e}"),
-                )
-            })?;
+                ));
+            }
             inner.call(ctx, args).await
         })
     }

@@ -91,7 +91,12 @@ async fn second_engine_waits_for_the_lease(store: Arc<dyn Store>) {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let reason = paused.expect("p1 kept driving an instance it lost");
+    let Some(reason) = paused else {
+        panic!(
+            "p1 kept driving an instance it lost: {err} / {:?}",
+            h.state()
+        );
+    };
     assert!(reason.starts_with("lease_lost:"), "{reason}");
     assert_eq!(store.last_seq(&id).await.unwrap(), head, "p1 wrote after losing");
 
