@@ -391,9 +391,10 @@ impl Durable {
             let done = match done {
                 Ok(d) => d,
                 Err(e) => {
-                    report
-                        .errors
-                        .push(("(recovery task)".into(), format!("a restore task failed: {e}")));
+                    report.errors.push((
+                        "(recovery task)".into(),
+                        format!("a restore task failed: {e}"),
+                    ));
                     return;
                 }
             };
@@ -446,7 +447,10 @@ impl Durable {
                 async move {
                     let ids: Vec<String> = batch.iter().map(|r| r.id.clone()).collect();
                     // Lease first: what another live owner drives is not touched.
-                    let epochs = match store.acquire_leases(&ids, &owner, ttl, now_ms(), &dead).await {
+                    let epochs = match store
+                        .acquire_leases(&ids, &owner, ttl, now_ms(), &dead)
+                        .await
+                    {
                         Ok(e) => e,
                         Err(e) => return (batch.into_iter().map(|r| (r, 0)).collect(), Err(e)),
                     };

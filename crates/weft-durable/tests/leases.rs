@@ -98,7 +98,11 @@ async fn second_engine_waits_for_the_lease(store: Arc<dyn Store>) {
         );
     };
     assert!(reason.starts_with("lease_lost:"), "{reason}");
-    assert_eq!(store.last_seq(&id).await.unwrap(), head, "p1 wrote after losing");
+    assert_eq!(
+        store.last_seq(&id).await.unwrap(),
+        head,
+        "p1 wrote after losing"
+    );
 
     // p2 drives it on: its records go after the ones p1 wrote while it held the lease.
     d2.engine()

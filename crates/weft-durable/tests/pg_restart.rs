@@ -163,7 +163,10 @@ async fn postgres_restart_mid_run_pauses_then_finishes() {
     let mut before = HashMap::new();
     for h in &hs {
         d.journal().barrier(h.id()).await.unwrap();
-        before.insert(h.id().to_string(), store.read(h.id(), 1, 10_000).await.unwrap());
+        before.insert(
+            h.id().to_string(),
+            store.read(h.id(), 1, 10_000).await.unwrap(),
+        );
     }
     let how = disrupt(&url, &app).await;
     eprintln!("pg_restart: {how}");

@@ -22,8 +22,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde_json::Value;
 use weft_store::{
     Appended, EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
-    LeaseTerms, Location, NewRecord, StatusChange, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store,
-    Timer, check_records,
+    LeaseTerms, Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result,
+    Snapshot, StatusChange, Store, Timer, check_records,
 };
 
 pub use schema::SCHEMA_VERSION;
@@ -315,11 +315,7 @@ impl Store for PgStore {
         ops::due_timers(&self.pool, now_ms, limit).await
     }
 
-    async fn list_timers(
-        &self,
-        after: Option<(String, String)>,
-        limit: u32,
-    ) -> Result<Vec<Timer>> {
+    async fn list_timers(&self, after: Option<(String, String)>, limit: u32) -> Result<Vec<Timer>> {
         ops::list_timers(&self.pool, after.as_ref(), limit).await
     }
 

@@ -682,7 +682,11 @@ pub async fn create_instances_leased(
     let n: i64 = rows.first().map(|r| get(r, 0)).transpose()?.unwrap_or(0);
     if n != rs.len() as i64 {
         return Err(Error::Conflict {
-            what: format!("{} of {} instances already existed", rs.len() as i64 - n, rs.len()),
+            what: format!(
+                "{} of {} instances already existed",
+                rs.len() as i64 - n,
+                rs.len()
+            ),
         });
     }
     Ok(())

@@ -40,8 +40,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use weft_store::{
     Appended, EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
-    LeaseTerms, Location, NewRecord, StatusChange, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store,
-    Timer, check_records,
+    LeaseTerms, Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result,
+    Snapshot, StatusChange, Store, Timer, check_records,
 };
 
 pub use schema::SCHEMA_VERSION;
@@ -448,11 +448,7 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn list_timers(
-        &self,
-        after: Option<(String, String)>,
-        limit: u32,
-    ) -> Result<Vec<Timer>> {
+    async fn list_timers(&self, after: Option<(String, String)>, limit: u32) -> Result<Vec<Timer>> {
         self.readers
             .run(move |c| state::list_timers(c, after.as_ref(), limit))
             .await

@@ -51,6 +51,6 @@ pub use error::{Error, Result};
 pub use location::Location;
 pub use store::{StatusChange, Store};
 pub use types::{
-    Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, LeaseTerms, NewRecord, Page,
-    PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer, check_records, now_ms,
+    Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, LeaseTerms, NewRecord,
+    Page, PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer, check_records, now_ms,
 };

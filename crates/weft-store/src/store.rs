@@ -292,8 +292,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Up to `limit` timers (1..=10,000) of any due time, ordered by (instance, timer id),
     /// strictly after the key `after`: a keyset cursor through the whole timer table.
-    async fn list_timers(&self, after: Option<(String, String)>, limit: u32)
-    -> Result<Vec<Timer>>;
+    async fn list_timers(&self, after: Option<(String, String)>, limit: u32) -> Result<Vec<Timer>>;
 
     /// Removes a timer; `false` if it did not exist.
     async fn delete_timer(&self, instance: &str, timer_id: &str) -> Result<bool>;

@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use weft_store::{
     Appended, EffectRecorded, Error, Fence, Hash, InstanceRecord, InstanceStatus, Lease,
-    LeaseTerms, NewRecord, Page, StatusChange, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store, Timer,
+    LeaseTerms, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot,
+    StatusChange, Store, Timer,
 };
 
 pub struct FaultStore {
@@ -143,13 +144,11 @@ impl Store for FaultStore {
         ttl_ms: i64,
         now_ms: i64,
     ) -> Result<Vec<bool>> {
-        self.inner.renew_leases(instances, owner, ttl_ms, now_ms).await
+        self.inner
+            .renew_leases(instances, owner, ttl_ms, now_ms)
+            .await
     }
-    async fn list_timers(
-        &self,
-        after: Option<(String, String)>,
-        limit: u32,
-    ) -> Result<Vec<Timer>> {
+    async fn list_timers(&self, after: Option<(String, String)>, limit: u32) -> Result<Vec<Timer>> {
         self.inner.list_timers(after, limit).await
     }
     async fn load_many(

@@ -396,7 +396,10 @@ pub async fn write_batch_fenced_per_instance(s: Arc<dyn Store>) {
         .collect();
     assert_eq!(seqs, [(1, 2), (1, 1)]);
     let l = s.owner_of("fb1", 10).await.unwrap().unwrap();
-    assert_eq!((l.owner.as_str(), l.epoch, l.expires_at_ms), ("p1", 1, 1_000));
+    assert_eq!(
+        (l.owner.as_str(), l.epoch, l.expires_at_ms),
+        ("p1", 1, 1_000)
+    );
     // p2 takes fb2 over after expiry: p1's next append to fb2 is refused, fb1's goes on.
     assert!(s.acquire_lease("fb2", "p2", 1_000, 2_000).await.unwrap());
     let out = s
@@ -409,7 +412,12 @@ pub async fn write_batch_fenced_per_instance(s: Arc<dyn Store>) {
             ],
             vec![
                 ("fb1".into(), InstanceStatus::Completed, None, 20),
-                ("fb2".into(), InstanceStatus::Failed, Some("stale".into()), 20),
+                (
+                    "fb2".into(),
+                    InstanceStatus::Failed,
+                    Some("stale".into()),
+                    20,
+                ),
             ],
         )
         .await
@@ -451,7 +459,10 @@ pub async fn bulk_leases_acquire_and_renew(s: Arc<dyn Store>) {
     let got = s.acquire_leases(&ids, "me", 1_000, 10, &[]).await.unwrap();
     assert_eq!(got, [Some(1), None, Some(1)]);
     // b2 expired: taken over, epoch raised.
-    let got = s.acquire_leases(&ids, "me", 1_000, 1_500, &[]).await.unwrap();
+    let got = s
+        .acquire_leases(&ids, "me", 1_000, 1_500, &[])
+        .await
+        .unwrap();
     assert_eq!(got, [Some(1), Some(2), Some(1)]);
     assert_eq!(s.owner_of("b1", 2_000).await.unwrap().unwrap().owner, "me");
     // `other` takes b3 once `me` let it go; renewing reports it lost and extends the rest.
@@ -460,8 +471,14 @@ pub async fn bulk_leases_acquire_and_renew(s: Arc<dyn Store>) {
     let renewed = s.renew_leases(&ids, "me", 1_000, 2_400).await.unwrap();
     assert_eq!(renewed, [true, true, false]);
     let l = s.owner_of("b1", 3_000).await.unwrap().unwrap();
-    assert_eq!((l.owner.as_str(), l.expires_at_ms, l.epoch), ("me", 3_400, 1));
-    assert_eq!(s.owner_of("b3", 2_900).await.unwrap().unwrap().owner, "other");
+    assert_eq!(
+        (l.owner.as_str(), l.expires_at_ms, l.epoch),
+        ("me", 3_400, 1)
+    );
+    assert_eq!(
+        s.owner_of("b3", 2_900).await.unwrap().unwrap().owner,
+        "other"
+    );
     // Live owners, each once; a dead owner's live lease is taken over at once.
     assert_eq!(s.lease_owners(2_500).await.unwrap(), ["me", "other"]);
     let dead = ["other".to_string()];
@@ -472,8 +489,18 @@ pub async fn bulk_leases_acquire_and_renew(s: Arc<dyn Store>) {
     assert_eq!(got, [Some(3)]);
     assert_eq!(s.lease_owners(2_500).await.unwrap(), ["me"]);
     // Nothing to do: empty answers.
-    assert!(s.acquire_leases(&[], "me", 1_000, 0, &[]).await.unwrap().is_empty());
-    assert!(s.renew_leases(&[], "me", 1_000, 0).await.unwrap().is_empty());
+    assert!(
+        s.acquire_leases(&[], "me", 1_000, 0, &[])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        s.renew_leases(&[], "me", 1_000, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// `list_timers` walks the whole timer table by (instance, timer id) with a keyset cursor,
@@ -504,7 +531,10 @@ pub async fn timers_listed_by_keyset_pages(s: Arc<dyn Store>) {
         pages += 1;
         let Some(last) = page.last() else { break };
         after = Some((last.instance.clone(), last.timer_id.clone()));
-        got.extend(page.iter().map(|t| (t.instance.clone(), t.timer_id.clone())));
+        got.extend(
+            page.iter()
+                .map(|t| (t.instance.clone(), t.timer_id.clone())),
+        );
         if page.len() < 10 {
             break;
         }
