@@ -430,50 +430,44 @@ impl Durable {
             let full = recs.len() == 10_000;
             report.found += recs.len();
             // Instances this engine drives already are not restored twice.
-            let batches: Vec<Vec<InstanceRecord>> = recs
-                .chunks(BATCH)
-                .map(|c| {
-                    c.iter()
-                        .filter(|r| self.engine.handle(&r.id).is_none())
-                        .cloned()
-                        .collect()
-                })
+            let todo: Vec<InstanceRecord> = recs
+                .into_iter()
+                .filter(|r| self.engine.handle(&r.id).is_none())
                 .collect();
+            // Lease first, the whole page in one write (one commit): what another live
+            // owner drives is not touched.
+            let ids: Vec<String> = todo.iter().map(|r| r.id.clone()).collect();
+            let epochs = self
+                .store
+                .acquire_leases(
+                    &ids,
+                    self.journal.owner(),
+                    self.journal.lease_ttl_ms(),
+                    now_ms(),
+                    &dead,
+                )
+                .await?;
+            let mut mine: Vec<(InstanceRecord, u64)> = Vec::with_capacity(todo.len());
+            for (r, e) in todo.into_iter().zip(epochs) {
+                match e {
+                    Some(e) => mine.push((r, e)),
+                    None => report.leased_elsewhere += 1,
+                }
+            }
+            let batches: Vec<Vec<(InstanceRecord, u64)>> =
+                mine.chunks(BATCH).map(<[_]>::to_vec).collect();
             let mut loads = futures::stream::iter(batches.into_iter().map(|batch| {
                 let store = Arc::clone(&self.store);
-                let owner = self.journal.owner().to_string();
-                let ttl = self.journal.lease_ttl_ms();
-                let dead = Arc::clone(&dead);
                 async move {
-                    let ids: Vec<String> = batch.iter().map(|r| r.id.clone()).collect();
-                    // Lease first: what another live owner drives is not touched.
-                    let epochs = match store
-                        .acquire_leases(&ids, &owner, ttl, now_ms(), &dead)
-                        .await
-                    {
-                        Ok(e) => e,
-                        Err(e) => return (batch.into_iter().map(|r| (r, 0)).collect(), Err(e)),
-                    };
-                    let (mine, theirs): (Vec<_>, Vec<_>) = batch
-                        .into_iter()
-                        .zip(epochs)
-                        .partition(|(_, e)| e.is_some());
-                    let mine: Vec<(InstanceRecord, u64)> = mine
-                        .into_iter()
-                        .map(|(r, e)| (r, e.unwrap_or_default()))
-                        .collect();
-                    let ids: Vec<String> = mine.iter().map(|(r, _)| r.id.clone()).collect();
+                    let ids: Vec<String> = batch.iter().map(|(r, _)| r.id.clone()).collect();
                     let loaded = store.load_many(&ids).await;
-                    (mine, loaded.map(|l| (l, theirs.len())))
+                    (batch, loaded)
                 }
             }))
             .buffered(self.config.recovery_concurrency.max(1));
             while let Some((batch, loaded)) = loads.next().await {
                 let loaded = match loaded {
-                    Ok((l, theirs)) => {
-                        report.leased_elsewhere += theirs;
-                        l
-                    }
+                    Ok(l) => l,
                     Err(e) => {
                         for (r, _) in batch {
                             report.errors.push((r.id, e.to_string()));

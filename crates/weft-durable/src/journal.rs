@@ -101,6 +101,10 @@ struct LaneState {
 /// when they succeed again (`None`: resume it); returns whether it could.
 pub(crate) type StoreListener = Arc<dyn Fn(&str, Option<&str>) -> bool + Send + Sync>;
 
+/// What a failed batch gives back to one lane: its records (shared with the store while
+/// the write ran), its instance record to create, its timer-table writes.
+type Backup = (Arc<[NewRecord]>, Option<InstanceRecord>, Vec<TimerOp>);
+
 /// Longest wait between write retries.
 const MAX_BACKOFF_MS: u64 = 5_000;
 
@@ -735,7 +739,7 @@ impl StoreJournal {
         self: &Arc<Self>,
         e: &weft_store::Error,
         lanes: Vec<(Arc<str>, Arc<Lane>)>,
-        backup: Vec<(Arc<[NewRecord]>, Option<InstanceRecord>, Vec<TimerOp>)>,
+        backup: Vec<Backup>,
         statuses: Vec<Status>,
     ) {
         tracing::error!(error = %e, message = "Journal write failed; retrying with backoff");
