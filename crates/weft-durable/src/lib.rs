@@ -126,6 +126,15 @@
 //! fsyncs per step; W4-concurrent 25,476 vs 27,686 steps/s (rep times spread 0.28–0.63 s
 //! in both).
 //!
+//! Leases, fenced batches, multi-row SQLite appends and parallel restore (this build),
+//! measured on the shared machine at load average 10.5–11.4 (other helpers' builds; not
+//! comparable with the figures above, and no baseline was run under the same load):
+//! `WEFT_W4_RUNS=2000 WEFT_W4_REPS=3 weft bench durable_concurrent` 23,226 steps/s,
+//! 0.002 fsyncs per step, 1.2 records and 94.1 body bytes per step;
+//! `weft bench durable_recovery` (100,000 instances, clippy running beside it, leases
+//! acquired per 500 then) 15.2 s, mostly off-CPU (`perf`: ~1.4 s of CPU samples for 20,000),
+//! so recovery now takes the leases of a whole page in one commit.
+//!
 //! Goals not met yet: W4-concurrent 100,000 steps/s on SQLite (the writer thread and the
 //! engine share two busy cores; the next step is fewer statements per append), recovery
 //! under 2 s (restore builds one cell and one journal lane per instance).
