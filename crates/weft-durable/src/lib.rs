@@ -133,7 +133,10 @@
 //! 0.002 fsyncs per step, 1.2 records and 94.1 body bytes per step;
 //! `weft bench durable_recovery` (100,000 instances, clippy running beside it, leases
 //! acquired per 500 then) 15.2 s, mostly off-CPU (`perf`: ~1.4 s of CPU samples for 20,000),
-//! so recovery now takes the leases of a whole page in one commit.
+//! so recovery now takes the leases of a whole page in one commit: then 8.58 s at load
+//! 10.3 (`WEFT_W4_RECOVERY_INSTANCES=100000 weft bench durable_recovery`), W4-concurrent
+//! 20,538 steps/s on SQLite and 9,147 on PostgreSQL (`WEFT_BENCH_POSTGRES_URL=… `, same
+//! sizes, load 10.1–10.3).
 //!
 //! Goals not met yet: W4-concurrent 100,000 steps/s on SQLite (the writer thread and the
 //! engine share two busy cores; the next step is fewer statements per append), recovery
