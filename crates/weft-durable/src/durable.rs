@@ -34,6 +34,16 @@ pub struct DurableConfig {
     /// Journal `action.dispatched` for idempotent tools too (default off: recovery does
     /// not need it for them; see [`StoreJournal::set_record_idempotent_dispatch`]).
     pub record_idempotent_dispatch: bool,
+    /// This engine's lease owner id: every instance it drives is leased to it and every
+    /// append is fenced by that lease. `None` (default): `$WEFT_OWNER`, else
+    /// `weft-<host>/<pid>` (one owner per process; a restarted process on the same host
+    /// takes the leases of its dead predecessor at once, see [`Durable::recover`]).
+    pub owner: Option<String>,
+    /// How long a lease lasts without renewal (default 30 s): after a crash, another
+    /// process can take the instances over this long after the last renewal.
+    pub lease_ttl_ms: i64,
+    /// How often the leases are renewed (default 10 s; keep it well under the ttl).
+    pub lease_renew_ms: u64,
 }
 
 impl Default for DurableConfig {
@@ -42,6 +52,9 @@ impl Default for DurableConfig {
             snapshot_every: Some(1_000),
             recovery_concurrency: 8,
             record_idempotent_dispatch: false,
+            owner: None,
+            lease_ttl_ms: 30_000,
+            lease_renew_ms: 10_000,
         }
     }
 }
@@ -63,6 +76,9 @@ pub struct RecoveryReport {
     pub timers: usize,
     /// Rows of the store's timer table that belonged to no pending timer and were deleted.
     pub stale_timer_rows: usize,
+    /// Instances skipped because another live owner leases them (another `weft` process
+    /// drives them).
+    pub leased_elsewhere: usize,
     /// Instances that could not be restored, with the error.
     pub errors: Vec<(String, String)>,
     /// Handles of the restored instances.
@@ -141,6 +157,58 @@ fn reason_of(s: &Status) -> Option<String> {
     }
 }
 
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty() && !h.contains('/'))
+        .unwrap_or_else(|| "host".to_string())
+}
+
+/// `$WEFT_OWNER`, else `weft-<host>/<pid>`: one owner per process, so a process that
+/// reopens a store (or a second engine in it) keeps its own leases.
+fn default_owner() -> String {
+    std::env::var("WEFT_OWNER")
+        .ok()
+        .filter(|o| !o.is_empty())
+        .unwrap_or_else(|| format!("weft-{}/{}", hostname(), std::process::id()))
+}
+
+/// Owners among `owners` that are provably dead: a default owner id of this host whose
+/// process no longer exists (`/proc/<pid>` gone; a killed `weft` restarted on the same
+/// machine). Their leases are taken over at once instead of after their expiry. Where
+/// `/proc` does not exist nothing is provably dead.
+fn dead_owners(owners: Vec<String>) -> Vec<String> {
+    let proc = std::path::Path::new("/proc");
+    if !proc.join("self").exists() {
+        return Vec::new();
+    }
+    let prefix = format!("weft-{}/", hostname());
+    let me = std::process::id();
+    owners
+        .into_iter()
+        .filter(|o| {
+            o.strip_prefix(&prefix)
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .is_some_and(|pid| pid != me && !process_alive(proc, pid))
+        })
+        .collect()
+}
+
+/// Does process `pid` exist and run (a zombie, killed but not yet reaped, does not)?
+fn process_alive(proc: &std::path::Path, pid: u32) -> bool {
+    match std::fs::read_to_string(proc.join(pid.to_string()).join("stat")) {
+        // `pid (comm) S …`: the state follows the last `)`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_none_or(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
+}
+
 impl Durable {
     /// Builds a durable engine over `store`: every tool of `opts.registry` is wrapped in a
     /// dispatch gate and `opts.journal` is replaced by the store journal. Reserves a block
@@ -159,7 +227,24 @@ impl Durable {
             .ok_or_else(|| DurableError::Unavailable {
                 message: "the durable engine needs a tokio runtime".into(),
             })?;
-        let journal = StoreJournal::new(Arc::clone(&store), rt, config.snapshot_every);
+        let owner = config.owner.clone().unwrap_or_else(default_owner);
+        let journal = StoreJournal::new(
+            Arc::clone(&store),
+            rt.clone(),
+            config.snapshot_every,
+            owner,
+            config.lease_ttl_ms,
+        );
+        // Renew the leases of every instance this engine drives until it is dropped.
+        let weak = Arc::downgrade(&journal);
+        let every = std::time::Duration::from_millis(config.lease_renew_ms.max(1));
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(j) = weak.upgrade() else { break };
+                j.renew_leases().await;
+            }
+        });
         journal.set_record_idempotent_dispatch(config.record_idempotent_dispatch);
         let mut reg = Registry::new();
         for t in opts.registry.iter() {
@@ -300,20 +385,81 @@ impl Durable {
     /// `weft_runtime::Engine::restore` for in-flight actions).
     pub async fn recover(&self) -> Result<RecoveryReport, DurableError> {
         const BATCH: usize = 500;
+        const RESTORING: usize = 4;
+        type Batch = Vec<(String, Result<Option<Restored>, DurableError>)>;
+        fn tally(report: &mut RecoveryReport, done: Result<Batch, tokio::task::JoinError>) {
+            let done = match done {
+                Ok(d) => d,
+                Err(e) => {
+                    report.errors.push((
+                        "(recovery task)".into(),
+                        format!("a restore task failed: {e}"),
+                    ));
+                    return;
+                }
+            };
+            for (id, res) in done {
+                match res {
+                    Ok(Some((h, actions, timers))) => {
+                        report.restored += 1;
+                        report.timers += timers;
+                        for a in actions {
+                            match a {
+                                Redispatch::Again { .. } => report.redispatched += 1,
+                                Redispatch::Unknown { .. } => report.unknown += 1,
+                            }
+                        }
+                        report.handles.push(h);
+                    }
+                    Ok(None) => report.finished += 1,
+                    Err(e) => report.errors.push((id, e.to_string())),
+                }
+            }
+        }
+        let mut restoring = std::collections::VecDeque::new();
         let mut report = RecoveryReport::default();
         let mut page = Page::first(10_000);
+        let dead = Arc::new(dead_owners(self.store.lease_owners(now_ms()).await?));
+        if !dead.is_empty() {
+            tracing::info!(owners = ?dead, message = "Taking over the leases of dead processes");
+        }
         loop {
             let recs = self.store.non_terminal_instances(page.clone()).await?;
             let Some(last) = recs.last() else { break };
             page.after = Some(last.id.clone());
             let full = recs.len() == 10_000;
             report.found += recs.len();
-            let batches: Vec<Vec<InstanceRecord>> =
-                recs.chunks(BATCH).map(<[InstanceRecord]>::to_vec).collect();
+            // Instances this engine drives already are not restored twice.
+            let todo: Vec<InstanceRecord> = recs
+                .into_iter()
+                .filter(|r| self.engine.handle(&r.id).is_none())
+                .collect();
+            // Lease first, the whole page in one write (one commit): what another live
+            // owner drives is not touched.
+            let ids: Vec<String> = todo.iter().map(|r| r.id.clone()).collect();
+            let epochs = self
+                .store
+                .acquire_leases(
+                    &ids,
+                    self.journal.owner(),
+                    self.journal.lease_ttl_ms(),
+                    now_ms(),
+                    &dead,
+                )
+                .await?;
+            let mut mine: Vec<(InstanceRecord, u64)> = Vec::with_capacity(todo.len());
+            for (r, e) in todo.into_iter().zip(epochs) {
+                match e {
+                    Some(e) => mine.push((r, e)),
+                    None => report.leased_elsewhere += 1,
+                }
+            }
+            let batches: Vec<Vec<(InstanceRecord, u64)>> =
+                mine.chunks(BATCH).map(<[_]>::to_vec).collect();
             let mut loads = futures::stream::iter(batches.into_iter().map(|batch| {
                 let store = Arc::clone(&self.store);
                 async move {
-                    let ids: Vec<String> = batch.iter().map(|r| r.id.clone()).collect();
+                    let ids: Vec<String> = batch.iter().map(|(r, _)| r.id.clone()).collect();
                     let loaded = store.load_many(&ids).await;
                     (batch, loaded)
                 }
@@ -323,65 +469,90 @@ impl Durable {
                 let loaded = match loaded {
                     Ok(l) => l,
                     Err(e) => {
-                        for r in batch {
+                        for (r, _) in batch {
                             report.errors.push((r.id, e.to_string()));
                         }
                         continue;
                     }
                 };
-                for (rec, (snap, records)) in batch.into_iter().zip(loaded) {
-                    let id = rec.id.clone();
-                    match self.restore_loaded(rec, snap, records).await {
-                        Ok(Some((h, actions, timers))) => {
-                            report.restored += 1;
-                            report.timers += timers;
-                            for a in actions {
-                                match a {
-                                    Redispatch::Again { .. } => report.redispatched += 1,
-                                    Redispatch::Unknown { .. } => report.unknown += 1,
-                                }
-                            }
-                            report.handles.push(h);
-                        }
-                        Ok(None) => report.finished += 1,
-                        Err(e) => report.errors.push((id, e.to_string())),
+                // Restore each loaded batch on its own task, so folding and rebuilding
+                // use every worker thread (at most RESTORING batches at once).
+                if restoring.len() >= RESTORING
+                    && let Some(t) = restoring.pop_front()
+                {
+                    tally(&mut report, t.await);
+                }
+                let me = self.clone();
+                restoring.push_back(tokio::spawn(async move {
+                    let mut out = Vec::with_capacity(batch.len());
+                    for ((rec, epoch), (snap, records)) in batch.into_iter().zip(loaded) {
+                        let id = rec.id.clone();
+                        out.push((id, me.restore_loaded(rec, epoch, snap, records).await));
                     }
+                    out
+                }));
+            }
+            while let Some(t) = restoring.pop_front() {
+                tally(&mut report, t.await);
+            }
+            if !full {
+                break;
+            }
+        }
+        report.stale_timer_rows = self.sweep_timer_rows(&dead).await?;
+        Ok(report)
+    }
+
+    /// Deletes timer-table rows that no pending timer of this process owns (their instance
+    /// ended, or the timer fired before the row's deletion was written), except rows of
+    /// instances another live owner leases (that process keeps them; `dead` owners'
+    /// leases do not count). Walks the whole
+    /// table with a keyset cursor, 10,000 rows per page.
+    async fn sweep_timer_rows(&self, dead: &[String]) -> Result<usize, DurableError> {
+        const PAGE: u32 = 10_000;
+        let mut deleted = 0;
+        let mut after: Option<(String, String)> = None;
+        let now = now_ms();
+        loop {
+            let rows = self.store.list_timers(after.clone(), PAGE).await?;
+            let Some(last) = rows.last() else { break };
+            after = Some((last.instance.clone(), last.timer_id.clone()));
+            let full = rows.len() == PAGE as usize;
+            let mut foreign: std::collections::HashMap<String, bool> =
+                std::collections::HashMap::new();
+            for t in rows {
+                if self.journal.has_timer(&t.instance, &t.timer_id) {
+                    continue;
+                }
+                let theirs = match foreign.get(&t.instance) {
+                    Some(b) => *b,
+                    None => {
+                        let b = self
+                            .store
+                            .owner_of(&t.instance, now)
+                            .await?
+                            .is_some_and(|l| {
+                                l.owner != self.journal.owner() && !dead.contains(&l.owner)
+                            });
+                        foreign.insert(t.instance.clone(), b);
+                        b
+                    }
+                };
+                if !theirs && self.store.delete_timer(&t.instance, &t.timer_id).await? {
+                    deleted += 1;
                 }
             }
             if !full {
                 break;
             }
         }
-        report.stale_timer_rows = self.sweep_timer_rows().await?;
-        Ok(report)
-    }
-
-    /// Deletes timer-table rows that no pending timer of this process owns (their instance
-    /// ended, or the timer fired before the row's deletion was written). Looks at the
-    /// earliest 10,000 rows per round.
-    async fn sweep_timer_rows(&self) -> Result<usize, DurableError> {
-        let mut deleted = 0;
-        loop {
-            let rows = self.store.due_timers(i64::MAX, 10_000).await?;
-            let full = rows.len() == 10_000;
-            let mut round = 0;
-            for t in rows {
-                if !self.journal.has_timer(&t.instance, &t.timer_id)
-                    && self.store.delete_timer(&t.instance, &t.timer_id).await?
-                {
-                    round += 1;
-                }
-            }
-            deleted += round;
-            if !full || round == 0 {
-                return Ok(deleted);
-            }
-        }
+        Ok(deleted)
     }
 
     async fn restore_loaded(
         &self,
         rec: InstanceRecord,
+        epoch: u64,
         snap: Option<weft_store::Snapshot>,
         records: Vec<weft_store::Record>,
     ) -> Result<Option<Restored>, DurableError> {
@@ -390,7 +561,7 @@ impl Durable {
             .get(self.store.as_ref(), &self.engine, &rec)
             .await?;
         let folded = history::fold_loaded(&plan, &rec.id, snap.as_ref(), &records, |_, _, _| {})?;
-        self.restore_folded(rec, plan, folded).await
+        self.restore_folded(rec, epoch, plan, folded).await
     }
 
     /// Rebuilds one instance and makes it live; `None` if it turned out finished.
@@ -399,18 +570,55 @@ impl Durable {
         rec: InstanceRecord,
         upto: Option<u64>,
     ) -> Result<Option<Restored>, DurableError> {
+        let epoch = self.lease(&rec.id).await?;
         let plan = self
             .plans
             .get(self.store.as_ref(), &self.engine, &rec)
             .await?;
         let folded =
             history::rebuild(self.store.as_ref(), &plan, &rec.id, upto, |_, _, _| {}).await?;
-        self.restore_folded(rec, plan, folded).await
+        self.restore_folded(rec, epoch, plan, folded).await
+    }
+
+    /// Takes the lease of `instance` for this engine: its epoch, or `leased_elsewhere` if
+    /// another live owner holds it.
+    async fn lease(&self, instance: &str) -> Result<u64, DurableError> {
+        let owner = self.journal.owner();
+        let dead = match self.store.owner_of(instance, now_ms()).await? {
+            Some(l) if l.owner != owner => dead_owners(vec![l.owner]),
+            _ => Vec::new(),
+        };
+        let got = self
+            .store
+            .acquire_leases(
+                &[instance.to_string()],
+                owner,
+                self.journal.lease_ttl_ms(),
+                now_ms(),
+                &dead,
+            )
+            .await?;
+        match got.first().copied().flatten() {
+            Some(epoch) => Ok(epoch),
+            None => {
+                let holder = self.store.owner_of(instance, now_ms()).await?;
+                Err(DurableError::Leased {
+                    message: match holder {
+                        Some(l) => format!(
+                            "{instance} is leased by `{}` (epoch {}) until {} ms; that process drives it (this one is `{owner}`)",
+                            l.owner, l.epoch, l.expires_at_ms
+                        ),
+                        None => format!("{instance} is leased by another process"),
+                    },
+                })
+            }
+        }
     }
 
     async fn restore_folded(
         &self,
         rec: InstanceRecord,
+        epoch: u64,
         plan: Arc<CompiledPlan>,
         mut folded: Folded,
     ) -> Result<Option<Restored>, DurableError> {
@@ -436,6 +644,7 @@ impl Durable {
                 None,
                 &timer_rows(&plan, &rec.id, &folded.extras),
                 folded.seq,
+                epoch,
             );
             self.journal.forget(&rec.id);
             self.journal
@@ -471,6 +680,7 @@ impl Durable {
             shadow,
             &rows,
             folded.seq,
+            epoch,
         );
         let repairs = folded.repaired.as_ref().map_or(0, |r| r.version);
         let (h, actions) =

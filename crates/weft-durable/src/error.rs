@@ -38,6 +38,12 @@ pub enum DurableError {
         /// What the store said.
         message: String,
     },
+    /// Another live `weft` process leases the instance (it drives it; this one may not).
+    #[error("[leased_elsewhere] {message}")]
+    Leased {
+        /// Who holds the lease, until when.
+        message: String,
+    },
     /// Replay did not reproduce the recorded state.
     #[error("[replay_mismatch] {message}")]
     Mismatch {
@@ -57,6 +63,7 @@ impl DurableError {
             DurableError::NotFound { .. } => "not_found",
             DurableError::Unavailable { .. } => "journal_unavailable",
             DurableError::Mismatch { .. } => "replay_mismatch",
+            DurableError::Leased { .. } => "leased_elsewhere",
         }
     }
 }

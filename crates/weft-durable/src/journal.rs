@@ -22,7 +22,9 @@ use std::task::{Poll, Waker};
 use serde_json::Value;
 use weft_core::GraphType;
 use weft_runtime::{Bus, CloudEvent, CompiledPlan, Filter, Input, Journal, Subscription};
-use weft_store::{InstanceRecord, InstanceStatus, NewRecord, Snapshot, Store, Timer, now_ms};
+use weft_store::{
+    InstanceRecord, InstanceStatus, LeaseTerms, NewRecord, Snapshot, Store, Timer, now_ms,
+};
 use weft_tools::{BoxFuture, Tool, ToolContext, ToolError, ToolSpec};
 
 use crate::error::DurableError;
@@ -85,11 +87,23 @@ struct LaneState {
     retry_len: u64,
     /// The instance was paused because of failed writes.
     paused: bool,
+    /// The epoch of this engine's lease on the instance (the fence of its appends): 1 for
+    /// an instance it started (the lease is taken with the create), the acquired one for
+    /// a restored instance.
+    epoch: Option<u64>,
+    /// The lease row is known to exist (renewed in the background from then on).
+    leased: bool,
+    /// Another owner took the lease over: nothing of this instance is written any more.
+    lost: bool,
 }
 
 /// Told when an instance's journal writes start failing (`Some(reason)`: pause it) and
 /// when they succeed again (`None`: resume it); returns whether it could.
 pub(crate) type StoreListener = Arc<dyn Fn(&str, Option<&str>) -> bool + Send + Sync>;
+
+/// What a failed batch gives back to one lane: its records (shared with the store while
+/// the write ran), its instance record to create, its timer-table writes.
+type Backup = (Arc<[NewRecord]>, Option<InstanceRecord>, Vec<TimerOp>);
 
 /// Longest wait between write retries.
 const MAX_BACKOFF_MS: u64 = 5_000;
@@ -175,6 +189,10 @@ pub struct StoreJournal {
     bus: std::sync::OnceLock<Arc<dyn Bus>>,
     /// Pauses and resumes instances whose writes fail (set by `Durable::open`).
     listener: std::sync::OnceLock<StoreListener>,
+    /// This engine's lease owner id.
+    owner: String,
+    /// Lifetime of the leases it takes.
+    lease_ttl_ms: i64,
 }
 
 impl std::fmt::Debug for StoreJournal {
@@ -187,11 +205,14 @@ impl std::fmt::Debug for StoreJournal {
 
 impl StoreJournal {
     /// A journal writing to `store`; flushes run on `rt`. `snapshot_every`: compact
-    /// reactive instances every that many records (`None`: never).
+    /// reactive instances every that many records (`None`: never). Every append is fenced
+    /// by `owner`'s lease on the instance (`lease_ttl_ms` long).
     pub fn new(
         store: Arc<dyn Store>,
         rt: tokio::runtime::Handle,
         snapshot_every: Option<u64>,
+        owner: String,
+        lease_ttl_ms: i64,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| StoreJournal {
             me: me.clone(),
@@ -206,7 +227,87 @@ impl StoreJournal {
             counters: Counters::default(),
             bus: std::sync::OnceLock::new(),
             listener: std::sync::OnceLock::new(),
+            owner,
+            lease_ttl_ms: lease_ttl_ms.max(1),
         })
+    }
+
+    /// This engine's lease owner id.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Lifetime of the leases this engine takes.
+    pub fn lease_ttl_ms(&self) -> i64 {
+        self.lease_ttl_ms
+    }
+
+    /// The instance's lease was taken over by another owner (or could not be renewed):
+    /// from now on nothing of it is written (its buffered records, timer rows and held
+    /// events are dropped; waiting gates fail) and the engine pauses it locally with
+    /// `reason` (`lease_lost: …`). Its new owner drives it from the store.
+    fn lose(&self, name: &str, lane: &Arc<Lane>, why: &str) {
+        let reason = format!(
+            "lease_lost: {why}; this process ({}) stopped driving {name}",
+            self.owner
+        );
+        {
+            let mut s = lock(&lane.st);
+            if s.lost {
+                return;
+            }
+            s.lost = true;
+            s.failed = Some(reason.clone());
+            s.buf.clear();
+            s.timer_ops.clear();
+            s.timers.clear();
+            s.held.clear();
+            s.shadow = None;
+            s.create = None;
+            s.flushing = false;
+            for w in s.wakers.drain(..) {
+                w.wake();
+            }
+        }
+        tracing::error!(weft.instance = %name, weft.owner = %self.owner, reason = %reason, message = "Lease lost; the instance is no longer driven here");
+        self.tell(name, Some(&reason));
+    }
+
+    /// Renews the leases of every instance this engine drives (one bulk write per 1,000);
+    /// those it no longer holds are [lost](Self::lose). Returns how many were renewed.
+    pub async fn renew_leases(&self) -> usize {
+        let mut held: Vec<(Arc<str>, Arc<Lane>)> = Vec::new();
+        for shard in &self.lanes {
+            for (name, lane) in lock(shard).iter() {
+                let s = lock(&lane.st);
+                if s.leased && !s.lost {
+                    held.push((Arc::clone(name), Arc::clone(lane)));
+                }
+            }
+        }
+        let mut renewed = 0;
+        for chunk in held.chunks(1_000) {
+            let ids: Vec<String> = chunk.iter().map(|(n, _)| n.to_string()).collect();
+            match self
+                .store
+                .renew_leases(&ids, &self.owner, self.lease_ttl_ms, now_ms())
+                .await
+            {
+                Ok(ok) => {
+                    for ((name, lane), ok) in chunk.iter().zip(ok) {
+                        if ok {
+                            renewed += 1;
+                        } else {
+                            self.lose(name, lane, "its lease expired or another owner took it");
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, message = "Lease renewal failed; retried at the next period");
+                }
+            }
+        }
+        renewed
     }
 
     /// Also journal `action.dispatched` for idempotent tools (off by default; makes
@@ -305,11 +406,14 @@ impl StoreJournal {
         folded: Option<Folded>,
         timers: &[(u64, Timer)],
         seq: u64,
+        epoch: u64,
     ) {
         let lane = self.lane(instance);
         let mut s = lock(&lane.st);
         s.timers = timers.iter().cloned().collect();
         s.seq = Some(seq);
+        s.epoch = Some(epoch);
+        s.leased = true;
         if self.snapshot_every.is_some() && plan.plan.net.graph_type == GraphType::Reactive {
             s.shadow = folded;
         }
@@ -317,6 +421,9 @@ impl StoreJournal {
     }
 
     fn push(&self, s: &mut LaneState, instance: &str, entry: &Entry) {
+        if s.lost {
+            return;
+        }
         if let (Some(sh), Some(p)) = (s.shadow.as_mut(), s.plan.as_ref()) {
             let _ = sh.apply_entry(&p.plan.net, instance, entry);
         }
@@ -486,14 +593,16 @@ impl StoreJournal {
             let mut creates = Vec::new();
             let mut appends = Vec::with_capacity(lanes.len());
             let mut taken = Vec::with_capacity(lanes.len());
-            let mut timer_ops: Vec<TimerOp> = Vec::new();
+            let mut timer_ops: Vec<Vec<TimerOp>> = Vec::with_capacity(lanes.len());
             // What a failed write gives back to its lanes (the store consumes the batch).
             let mut backup = Vec::with_capacity(lanes.len());
             for (name, lane) in &lanes {
                 let mut s = lock(&lane.st);
-                let records = std::mem::take(&mut s.buf);
-                backup.push((records.clone(), s.create.clone(), s.timer_ops.clone()));
-                timer_ops.append(&mut s.timer_ops);
+                // Shared with the store: a failed write puts them back without a copy
+                // having been made on the way.
+                let records: Arc<[NewRecord]> = std::mem::take(&mut s.buf).into();
+                backup.push((Arc::clone(&records), s.create.clone(), s.timer_ops.clone()));
+                timer_ops.push(std::mem::take(&mut s.timer_ops));
                 let due = self
                     .snapshot_every
                     .is_some_and(|every| s.since_snapshot >= every);
@@ -511,23 +620,68 @@ impl StoreJournal {
                 let bytes: u64 = records.iter().map(|r| r.body.len() as u64).sum();
                 self.counters.records.fetch_add(n, Ordering::Relaxed);
                 self.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-                appends.push((name.to_string(), records));
+                // A lane without a lease (never expected) writes with epoch 0, which no
+                // lease has: refused as `lease_lost`, never unfenced.
+                appends.push((name.to_string(), s.epoch.unwrap_or(0), records));
                 taken.push((n, snap));
             }
             self.counters.appends.fetch_add(1, Ordering::Relaxed);
             let statuses_backup = statuses.clone();
-            let res = self.store.write_batch(creates, appends, statuses).await;
+            let terms = LeaseTerms {
+                owner: self.owner.clone(),
+                ttl_ms: self.lease_ttl_ms,
+                now_ms: now_ms(),
+            };
+            let res = self
+                .store
+                .write_batch_fenced(&terms, creates, appends, statuses)
+                .await;
             match res {
                 Ok(done) => {
-                    if !timer_ops.is_empty() {
-                        self.write_timer_ops(timer_ops).await;
+                    // Split off the lanes whose lease another owner took (and, never
+                    // expected, lanes the store failed alone: retried like a failed batch).
+                    let mut ok = Vec::with_capacity(lanes.len());
+                    let mut ops = Vec::new();
+                    let mut failed: Vec<(Arc<str>, Arc<Lane>)> = Vec::new();
+                    let mut failed_backup = Vec::new();
+                    let mut failed_err = None;
+                    for (((((name, lane), t), app), tops), back) in lanes
+                        .into_iter()
+                        .zip(taken)
+                        .zip(done)
+                        .zip(timer_ops)
+                        .zip(backup)
+                    {
+                        match app {
+                            Ok(app) => {
+                                ops.extend(tops);
+                                ok.push(((name, lane), t, app));
+                            }
+                            Err(e @ weft_store::Error::LeaseLost { .. }) => {
+                                self.lose(&name, &lane, &e.to_string());
+                            }
+                            Err(e) => {
+                                if failed_err.is_none() {
+                                    failed_err = Some(e);
+                                }
+                                failed.push((name, lane));
+                                failed_backup.push(back);
+                            }
+                        }
                     }
-                    for (((name, lane), (n, snap)), app) in lanes.into_iter().zip(taken).zip(done) {
+                    if !ops.is_empty() {
+                        self.write_timer_ops(ops).await;
+                    }
+                    if let Some(e) = failed_err {
+                        self.write_failed(&e, failed, failed_backup, Vec::new());
+                    }
+                    for ((name, lane), (n, snap), app) in ok {
                         let mut resumed = false;
                         {
                             let mut s = lock(&lane.st);
                             s.durable += n;
                             s.seq = Some(app.last_seq);
+                            s.leased = true;
                             if s.stall > 0 {
                                 s.stall = 0;
                                 s.retry_len = 0;
@@ -585,7 +739,7 @@ impl StoreJournal {
         self: &Arc<Self>,
         e: &weft_store::Error,
         lanes: Vec<(Arc<str>, Arc<Lane>)>,
-        backup: Vec<(Vec<NewRecord>, Option<InstanceRecord>, Vec<TimerOp>)>,
+        backup: Vec<Backup>,
         statuses: Vec<Status>,
     ) {
         tracing::error!(error = %e, message = "Journal write failed; retrying with backoff");
@@ -597,7 +751,7 @@ impl StoreJournal {
         for ((name, lane), (records, create, ops)) in lanes.iter().zip(backup) {
             let mut s = lock(&lane.st);
             s.retry_len = records.len() as u64;
-            let mut buf = records;
+            let mut buf = records.to_vec();
             buf.append(&mut s.buf);
             s.buf = buf;
             let mut o = ops;
@@ -806,6 +960,8 @@ impl Journal for StoreJournal {
                     }
                     s.plan = Some(p);
                     s.seq = Some(0);
+                    // The lease is taken with the create, in the same write.
+                    s.epoch = Some(1);
                 }
                 None => {
                     s.failed = Some(format!(
@@ -954,12 +1110,18 @@ impl Tool for Gate {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
             let name: Arc<str> = Arc::clone(&ctx.instance);
-            journal.wait_lane(name, lane).await.map_err(|e| {
-                ToolError::fatal(
+            if let Err(e) = journal.wait_lane(name, Arc::clone(&lane)).await {
+                // Another process owns the instance now: the action neither runs nor
+                // fails here (its outcome is the new owner's); the instance is paused
+                // with `lease_lost`.
+                if lock(&lane.st).lost {
+                    return std::future::pending().await;
+                }
+                return Err(ToolError::fatal(
                     "journal_unavailable",
                     format!("the action was not dispatched: {e}"),
-                )
-            })?;
+                ));
+            }
             inner.call(ctx, args).await
         })
     }

@@ -36,6 +36,25 @@
 //! copy of the batch's records, kept while the write is in flight. If the process dies
 //! while an instance is paused that way, recovery resumes it (the store works again).
 //!
+//! ## Leases (several `weft` processes on one store)
+//! Every engine has a lease owner id ([`DurableConfig::owner`], default `$WEFT_OWNER` or
+//! `weft-<host>/<pid>`, one per process) and writes only instances it leases. A lease whose
+//! owner is a default id of this host with no live process (`/proc/<pid>` gone: `weft`
+//! was killed and restarted here) is taken over at once; any other waits for its expiry. An instance it starts
+//! is leased (epoch 1) by the same write that creates it; [`Durable::recover`] acquires the
+//! leases of what it restores in bulk and skips instances another live owner holds
+//! ([`RecoveryReport::leased_elsewhere`]); [`Durable::restore`] / `resume` refuse them
+//! (`leased_elsewhere`). Every batch goes through `Store::write_batch_fenced`: each
+//! instance's fence (owner + epoch) is checked inside the batch's transaction, so the
+//! embedded path pays one indexed read per instance per batch, not a round trip. A
+//! background task renews the held leases every [`DurableConfig::lease_renew_ms`] (one bulk
+//! write per 1,000 instances). When another owner took an instance over (its lease had
+//! expired: this process hung or was cut off for longer than
+//! [`DurableConfig::lease_ttl_ms`]), the refused write or the failed renewal stops the
+//! instance here for good: its buffered records, held events and timer-table writes are
+//! dropped, waiting gates fail, it is paused locally with `lease_lost: …` and logged, and
+//! nothing of it is written again (status updates are fenced by owner too).
+//!
 //! `action.dispatched` is journaled only for non-idempotent tools (unless
 //! [`DurableConfig::record_idempotent_dispatch`]): recovery dispatches an in-flight
 //! idempotent action again whether or not its dispatch was recorded, so for them the row
@@ -106,6 +125,18 @@
 //! to back on the same loaded machine: W4-strict 822 vs 681 steps/s at 1.284 vs 1.273
 //! fsyncs per step; W4-concurrent 25,476 vs 27,686 steps/s (rep times spread 0.28–0.63 s
 //! in both).
+//!
+//! Leases, fenced batches, multi-row SQLite appends and parallel restore (this build),
+//! measured on the shared machine at load average 10.5–11.4 (other helpers' builds; not
+//! comparable with the figures above, and no baseline was run under the same load):
+//! `WEFT_W4_RUNS=2000 WEFT_W4_REPS=3 weft bench durable_concurrent` 23,226 steps/s,
+//! 0.002 fsyncs per step, 1.2 records and 94.1 body bytes per step;
+//! `weft bench durable_recovery` (100,000 instances, clippy running beside it, leases
+//! acquired per 500 then) 15.2 s, mostly off-CPU (`perf`: ~1.4 s of CPU samples for 20,000),
+//! so recovery now takes the leases of a whole page in one commit: then 8.58 s at load
+//! 10.3 (`WEFT_W4_RECOVERY_INSTANCES=100000 weft bench durable_recovery`), W4-concurrent
+//! 20,538 steps/s on SQLite and 9,147 on PostgreSQL (`WEFT_BENCH_POSTGRES_URL=… `, same
+//! sizes, load 10.1–10.3).
 //!
 //! Goals not met yet: W4-concurrent 100,000 steps/s on SQLite (the writer thread and the
 //! engine share two busy cores; the next step is fewer statements per append), recovery

@@ -22,8 +22,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde_json::Value;
 use weft_store::{
     Appended, EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
-    Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store,
-    Timer, check_records,
+    LeaseTerms, Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result,
+    Snapshot, StatusChange, Store, Timer, check_records,
 };
 
 pub use schema::SCHEMA_VERSION;
@@ -235,6 +235,44 @@ impl Store for PgStore {
         results.into_iter().collect()
     }
 
+    async fn write_batch_fenced(
+        &self,
+        terms: &LeaseTerms,
+        creates: Vec<InstanceRecord>,
+        appends: Vec<(String, u64, Arc<[NewRecord]>)>,
+        statuses: Vec<StatusChange>,
+    ) -> Result<Vec<Result<Appended>>> {
+        // As `write_batch`, three transactions: creates with their leases in one
+        // statement, the fenced appends in the writer's group commit (lease rows
+        // share-locked in its transaction), the owned statuses in one statement.
+        for (_, _, recs) in &appends {
+            check_records(recs)?;
+        }
+        if !creates.is_empty() {
+            let expires = terms.now_ms.saturating_add(terms.ttl_ms.max(1));
+            ops::create_instances_leased(&self.pool, &creates, &terms.owner, expires).await?;
+        }
+        let results = futures::future::join_all(appends.into_iter().map(|(i, epoch, recs)| {
+            let fence = Fence {
+                owner: terms.owner.clone(),
+                epoch,
+            };
+            async move { self.writer.append_shared(&i, recs, Some(fence)).await }
+        }))
+        .await;
+        // A whole-batch failure (not one instance's lost lease) fails the batch.
+        if let Some(Err(e)) = results
+            .iter()
+            .find(|r| matches!(r, Err(e) if !matches!(e, Error::LeaseLost { .. })))
+        {
+            return Err(e.clone());
+        }
+        if !statuses.is_empty() {
+            ops::update_statuses_owned(&self.pool, &statuses, &terms.owner).await?;
+        }
+        Ok(results)
+    }
+
     async fn create_instance(&self, record: InstanceRecord) -> Result<()> {
         ops::create_instance(&self.pool, &record).await
     }
@@ -277,6 +315,10 @@ impl Store for PgStore {
         ops::due_timers(&self.pool, now_ms, limit).await
     }
 
+    async fn list_timers(&self, after: Option<(String, String)>, limit: u32) -> Result<Vec<Timer>> {
+        ops::list_timers(&self.pool, after.as_ref(), limit).await
+    }
+
     async fn delete_timer(&self, instance: &str, timer_id: &str) -> Result<bool> {
         ops::delete_timer(&self.pool, instance, timer_id).await
     }
@@ -307,6 +349,37 @@ impl Store for PgStore {
         now_ms: i64,
     ) -> Result<bool> {
         ops::renew_lease(&self.pool, instance, owner, ttl_ms, now_ms).await
+    }
+
+    async fn acquire_leases(
+        &self,
+        instances: &[String],
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+        dead: &[String],
+    ) -> Result<Vec<Option<u64>>> {
+        if instances.is_empty() {
+            return Ok(Vec::new());
+        }
+        ops::acquire_leases(&self.pool, instances, owner, ttl_ms, now_ms, dead).await
+    }
+
+    async fn renew_leases(
+        &self,
+        instances: &[String],
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<bool>> {
+        if instances.is_empty() {
+            return Ok(Vec::new());
+        }
+        ops::renew_leases(&self.pool, instances, owner, ttl_ms, now_ms).await
+    }
+
+    async fn lease_owners(&self, now_ms: i64) -> Result<Vec<String>> {
+        ops::lease_owners(&self.pool, now_ms).await
     }
 
     async fn release_lease(&self, instance: &str, owner: &str) -> Result<bool> {

@@ -647,3 +647,165 @@ pub async fn owner_of(pool: &Pool, instance: &str, now: i64) -> Result<Option<Le
         })
         .transpose()
 }
+
+/// Creates many instances and takes their leases (owner, epoch 1) in one statement
+/// (`conflict` if any id exists; then nothing is created).
+pub async fn create_instances_leased(
+    pool: &Pool,
+    rs: &[InstanceRecord],
+    owner: &str,
+    expires: i64,
+) -> Result<()> {
+    let col = |f: &dyn Fn(&InstanceRecord) -> String| rs.iter().map(f).collect::<Vec<String>>();
+    let ids = col(&|r| r.id.clone());
+    let tenants = col(&|r| r.tenant.clone());
+    let plans = col(&|r| r.plan_name.clone());
+    let statuses = col(&|r| r.status.as_str().to_string());
+    let versions: Vec<i64> = rs.iter().map(|r| i64::from(r.plan_version)).collect();
+    let reasons: Vec<Option<String>> = rs.iter().map(|r| r.reason.clone()).collect();
+    let created: Vec<i64> = rs.iter().map(|r| r.created_at_ms).collect();
+    let updated: Vec<i64> = rs.iter().map(|r| r.updated_at_ms).collect();
+    let parents: Vec<Option<String>> = rs.iter().map(|r| r.parent.clone()).collect();
+    let rows = query(
+        pool,
+        &format!(
+            "WITH ins AS (INSERT INTO instances ({COLS}) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[]) ON CONFLICT (id) DO NOTHING RETURNING id),
+             l AS (INSERT INTO leases (instance, owner, expires_at_ms, epoch) SELECT id, $10, $11, 1 FROM ins ON CONFLICT (instance) DO NOTHING)
+             SELECT count(*) FROM ins"
+        ),
+        &[
+            &ids, &tenants, &plans, &versions, &statuses, &reasons, &created, &updated, &parents,
+            &owner, &expires,
+        ],
+    )
+    .await?;
+    let n: i64 = rows.first().map(|r| get(r, 0)).transpose()?.unwrap_or(0);
+    if n != rs.len() as i64 {
+        return Err(Error::Conflict {
+            what: format!(
+                "{} of {} instances already existed",
+                rs.len() as i64 - n,
+                rs.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Sets many instances' statuses in one statement, only where `owner` holds the lease row.
+pub async fn update_statuses_owned(
+    pool: &Pool,
+    rows: &[(String, InstanceStatus, Option<String>, i64)],
+    owner: &str,
+) -> Result<()> {
+    let ids: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    let sts: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    let reasons: Vec<Option<&str>> = rows.iter().map(|r| r.2.as_deref()).collect();
+    let nows: Vec<i64> = rows.iter().map(|r| r.3).collect();
+    execute(
+        pool,
+        "UPDATE instances AS i SET status = u.status, reason = u.reason, updated_at_ms = u.now
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS u(id, status, reason, now)
+         WHERE i.id = u.id
+           AND EXISTS (SELECT 1 FROM leases l WHERE l.instance = u.id AND l.owner = $5)",
+        &[&ids, &sts, &reasons, &nows, &owner],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Takes or extends many leases in one statement: the epoch of each lease `owner` holds
+/// afterwards, `None` where another owner's live lease kept it.
+pub async fn acquire_leases(
+    pool: &Pool,
+    instances: &[String],
+    owner: &str,
+    ttl: i64,
+    now: i64,
+    dead: &[String],
+) -> Result<Vec<Option<u64>>> {
+    let rows = query(
+        pool,
+        "INSERT INTO leases (instance, owner, expires_at_ms, epoch)
+         SELECT i, $2, $3, 1 FROM unnest($1::text[]) AS i ORDER BY i
+         ON CONFLICT (instance) DO UPDATE SET owner = excluded.owner,
+           expires_at_ms = excluded.expires_at_ms,
+           epoch = CASE WHEN leases.owner = excluded.owner THEN leases.epoch
+                        ELSE leases.epoch + 1 END
+         WHERE leases.owner = excluded.owner OR leases.expires_at_ms <= $4
+           OR leases.owner = ANY($5)
+         RETURNING instance, epoch",
+        &[&instances, &owner, &expiry(now, ttl)?, &now, &dead],
+    )
+    .await?;
+    let mut got = std::collections::HashMap::with_capacity(rows.len());
+    for r in &rows {
+        got.insert(get::<String>(r, 0)?, get::<i64>(r, 1)?.max(0) as u64);
+    }
+    Ok(instances.iter().map(|i| got.get(i).copied()).collect())
+}
+
+/// Extends many live leases of `owner` in one statement: which ones were.
+pub async fn renew_leases(
+    pool: &Pool,
+    instances: &[String],
+    owner: &str,
+    ttl: i64,
+    now: i64,
+) -> Result<Vec<bool>> {
+    let rows = query(
+        pool,
+        "UPDATE leases SET expires_at_ms = $3
+         WHERE instance = ANY($1) AND owner = $2 AND expires_at_ms > $4
+         RETURNING instance",
+        &[&instances, &owner, &expiry(now, ttl)?, &now],
+    )
+    .await?;
+    let mut got = std::collections::HashSet::with_capacity(rows.len());
+    for r in &rows {
+        got.insert(get::<String>(r, 0)?);
+    }
+    Ok(instances.iter().map(|i| got.contains(i)).collect())
+}
+
+/// A page of the timer table by (instance, timer id), strictly after `after`.
+pub async fn list_timers(
+    pool: &Pool,
+    after: Option<&(String, String)>,
+    limit: u32,
+) -> Result<Vec<Timer>> {
+    let limit = i64::from(Page::first(limit).checked_limit()?);
+    let (ai, at) = match after {
+        Some((i, t)) => (Some(i.as_str()), Some(t.as_str())),
+        None => (None, None),
+    };
+    let rows = query(
+        pool,
+        "SELECT instance, timer_id, due_ms, payload FROM timers
+         WHERE $1::text IS NULL OR (instance, timer_id) > ($1::text, $2::text)
+         ORDER BY instance, timer_id LIMIT $3",
+        &[&ai, &at, &limit],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Timer {
+                instance: get(r, 0)?,
+                timer_id: get(r, 1)?,
+                due_ms: get(r, 2)?,
+                payload: json_out(&get::<String>(r, 3)?, "timer payload")?,
+            })
+        })
+        .collect()
+}
+
+/// Owners of live leases, each once.
+pub async fn lease_owners(pool: &Pool, now: i64) -> Result<Vec<String>> {
+    let rows = query(
+        pool,
+        "SELECT DISTINCT owner FROM leases WHERE expires_at_ms > $1 ORDER BY owner",
+        &[&now],
+    )
+    .await?;
+    rows.iter().map(|r| get(r, 0)).collect()
+}

@@ -21,7 +21,7 @@ const TRIES: usize = 5;
 
 struct Request {
     instance: String,
-    records: Vec<NewRecord>,
+    records: std::sync::Arc<[NewRecord]>,
     /// Append only if the instance's lease still matches (`append_fenced`).
     fence: Option<Fence>,
     reply: oneshot::Sender<Result<Appended>>,
@@ -61,6 +61,16 @@ impl Writer {
         &self,
         instance: &str,
         records: Vec<NewRecord>,
+        fence: Option<Fence>,
+    ) -> Result<Appended> {
+        self.append_shared(instance, records.into(), fence).await
+    }
+
+    /// [`Writer::append`] of records the caller keeps a share of (for a retry).
+    pub async fn append_shared(
+        &self,
+        instance: &str,
+        records: std::sync::Arc<[NewRecord]>,
         fence: Option<Fence>,
     ) -> Result<Appended> {
         let (reply, answer) = oneshot::channel();
@@ -237,7 +247,7 @@ async fn commit_batch(
         }
         let (mut seq, mut prev) = heads.get(&req.instance).copied().unwrap_or((0, GENESIS));
         let first_seq = seq + 1;
-        for r in &req.records {
+        for r in req.records.iter() {
             seq += 1;
             let hash = Hash::of_record(&prev, seq, &r.kind, &r.body, r.at_ms);
             c_inst.push(req.instance.as_str());

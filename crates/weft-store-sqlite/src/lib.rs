@@ -40,8 +40,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use weft_store::{
     Appended, EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
-    Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store,
-    Timer, check_records,
+    LeaseTerms, Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result,
+    Snapshot, StatusChange, Store, Timer, check_records,
 };
 
 pub use schema::SCHEMA_VERSION;
@@ -119,6 +119,25 @@ impl SqliteStore {
     pub fn writer_stats(&self) -> WriterStats {
         self.writer.stats()
     }
+}
+
+/// Appends to several instances in the current transaction: multi-row statements
+/// ([`journal::append_many`]) unless an instance appears twice (then one at a time, so the
+/// second append chains from the first).
+fn append_all(c: &rusqlite::Connection, items: &[(&str, &[NewRecord])]) -> Result<Vec<Appended>> {
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    if items.iter().all(|(i, _)| seen.insert(*i)) {
+        return journal::append_many(c, items);
+    }
+    items
+        .iter()
+        .map(|(i, recs)| {
+            journal::append_many(c, &[(i, recs)])?
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::backend("an append returned no result"))
+        })
+        .collect()
 }
 
 /// Opens a store from a location string (`sqlite://path` or a bare path).
@@ -235,26 +254,67 @@ impl Store for SqliteStore {
                 for r in &creates {
                     state::create_instance(c, r)?;
                 }
-                let mut out = Vec::with_capacity(appends.len());
-                for (instance, recs) in &appends {
-                    if recs.is_empty() {
-                        let (seq, hash) = journal::head_row(c, instance)?
-                            .map_or((0, GENESIS), |(s, h, _, _)| (s, h));
-                        out.push(Appended {
-                            first_seq: seq + 1,
-                            last_seq: seq,
-                            head: hash,
-                        });
-                    } else {
-                        out.push(journal::append(c, instance, recs)?);
-                    }
-                }
+                let items: Vec<(&str, &[NewRecord])> = appends
+                    .iter()
+                    .map(|(i, r)| (i.as_str(), r.as_slice()))
+                    .collect();
+                let out = append_all(c, &items)?;
                 for (id, st, reason, now) in &statuses {
                     // A missing instance must not fail everyone else's records.
                     match state::update_status(c, id, *st, reason.as_deref(), *now) {
                         Ok(()) | Err(Error::NotFound { .. }) => {}
                         Err(e) => return Err(e),
                     }
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    async fn write_batch_fenced(
+        &self,
+        terms: &LeaseTerms,
+        creates: Vec<InstanceRecord>,
+        appends: Vec<(String, u64, Arc<[NewRecord]>)>,
+        statuses: Vec<StatusChange>,
+    ) -> Result<Vec<Result<Appended>>> {
+        for (_, _, recs) in &appends {
+            check_records(recs)?;
+        }
+        let terms = terms.clone();
+        // One job, as `write_batch`: the fence checks are point reads in the same
+        // transaction (the writer thread is the only writer).
+        self.writer
+            .submit(move |c| {
+                for r in &creates {
+                    state::create_instance(c, r)?;
+                    state::lease_new(c, &r.id, &terms.owner, terms.ttl_ms, terms.now_ms)?;
+                }
+                let mut out: Vec<Result<Appended>> = Vec::with_capacity(appends.len());
+                let mut allowed: Vec<(&str, &[NewRecord])> = Vec::with_capacity(appends.len());
+                for (instance, epoch, recs) in &appends {
+                    let fence = Fence {
+                        owner: terms.owner.clone(),
+                        epoch: *epoch,
+                    };
+                    match state::check_fence(c, instance, &fence) {
+                        Ok(()) => {
+                            allowed.push((instance, &**recs));
+                            // Placeholder, replaced below in order.
+                            out.push(Err(Error::Closed));
+                        }
+                        Err(e @ Error::LeaseLost { .. }) => out.push(Err(e)),
+                        Err(e) => return Err(e),
+                    }
+                }
+                let mut written = append_all(c, &allowed)?.into_iter();
+                for slot in out.iter_mut() {
+                    if matches!(slot, Err(Error::Closed)) {
+                        *slot = written.next().map(Ok).unwrap_or(Err(Error::Closed));
+                    }
+                }
+                for (id, st, reason, now) in &statuses {
+                    state::update_status_owned(c, id, *st, reason.as_deref(), *now, &terms.owner)?;
                 }
                 Ok(out)
             })
@@ -388,6 +448,12 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn list_timers(&self, after: Option<(String, String)>, limit: u32) -> Result<Vec<Timer>> {
+        self.readers
+            .run(move |c| state::list_timers(c, after.as_ref(), limit))
+            .await
+    }
+
     async fn delete_timer(&self, instance: &str, timer_id: &str) -> Result<bool> {
         let (instance, timer_id) = (instance.to_string(), timer_id.to_string());
         self.writer
@@ -430,6 +496,61 @@ impl Store for SqliteStore {
         let (instance, owner) = (instance.to_string(), owner.to_string());
         self.writer
             .submit(move |c| state::renew_lease(c, &instance, &owner, ttl_ms, now_ms))
+            .await
+    }
+
+    async fn acquire_leases(
+        &self,
+        instances: &[String],
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+        dead: &[String],
+    ) -> Result<Vec<Option<u64>>> {
+        if instances.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, owner, dead) = (instances.to_vec(), owner.to_string(), dead.to_vec());
+        self.writer
+            .submit(move |c| {
+                ids.iter()
+                    .map(|id| {
+                        Ok(
+                            if state::acquire_lease_from(c, id, &owner, ttl_ms, now_ms, &dead)? {
+                                state::lease_epoch(c, id, &owner)?
+                            } else {
+                                None
+                            },
+                        )
+                    })
+                    .collect()
+            })
+            .await
+    }
+
+    async fn renew_leases(
+        &self,
+        instances: &[String],
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<bool>> {
+        if instances.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, owner) = (instances.to_vec(), owner.to_string());
+        self.writer
+            .submit(move |c| {
+                ids.iter()
+                    .map(|id| state::renew_lease(c, id, &owner, ttl_ms, now_ms))
+                    .collect()
+            })
+            .await
+    }
+
+    async fn lease_owners(&self, now_ms: i64) -> Result<Vec<String>> {
+        self.readers
+            .run(move |c| state::lease_owners(c, now_ms))
             .await
     }
 

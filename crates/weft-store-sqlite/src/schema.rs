@@ -94,6 +94,8 @@ pub fn open_writer(path: &Path) -> Result<Connection, Error> {
         })?;
     }
     let conn = Connection::open(path).map_err(|e| with_path(path, map_err(e)))?;
+    // Room for the multi-row statements of every batch size (journal::append_many).
+    conn.set_prepared_statement_cache_capacity(160);
     pragmas(&conn).map_err(|e| with_path(path, e))?;
     migrate(&conn).map_err(|e| with_path(path, e))?;
     Ok(conn)

@@ -445,3 +445,121 @@ pub fn owner_of(conn: &Connection, instance: &str, now: i64) -> Result<Option<Le
     })
     .map_err(map_err)
 }
+
+/// Takes the lease of a just-created instance (epoch 1); an existing row is left alone.
+pub fn lease_new(conn: &Connection, instance: &str, owner: &str, ttl: i64, now: i64) -> Result<()> {
+    let expires = expiry(now, ttl)?;
+    conn.prepare_cached(
+        "INSERT INTO leases (instance, owner, expires_at_ms, epoch) VALUES (?1, ?2, ?3, 1)
+         ON CONFLICT (instance) DO NOTHING",
+    )
+    .and_then(|mut s| s.execute(params![instance, owner, expires]))
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Sets an instance's status only if `owner` holds its lease row; a missing or foreign
+/// row changes nothing.
+pub fn update_status_owned(
+    conn: &Connection,
+    id: &str,
+    status: InstanceStatus,
+    reason: Option<&str>,
+    now: i64,
+    owner: &str,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE instances SET status = ?2, reason = ?3, updated_at_ms = ?4 WHERE id = ?1
+         AND EXISTS (SELECT 1 FROM leases WHERE instance = ?1 AND owner = ?5)",
+    )
+    .and_then(|mut s| s.execute(params![id, status.as_str(), reason, now, owner]))
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// The epoch of `owner`'s lease row, if it has one.
+pub fn lease_epoch(conn: &Connection, instance: &str, owner: &str) -> Result<Option<u64>> {
+    let e: Option<i64> = conn
+        .prepare_cached("SELECT epoch FROM leases WHERE instance = ?1 AND owner = ?2")
+        .and_then(|mut s| s.query_row([instance, owner], |r| r.get(0)).optional())
+        .map_err(map_err)?;
+    Ok(e.map(|e| e.max(0) as u64))
+}
+
+/// A page of the timer table by (instance, timer id), strictly after `after`.
+pub fn list_timers(
+    conn: &Connection,
+    after: Option<&(String, String)>,
+    limit: u32,
+) -> Result<Vec<Timer>> {
+    let limit = Page::first(limit).checked_limit()?;
+    let (ai, at) = match after {
+        Some((i, t)) => (Some(i.as_str()), Some(t.as_str())),
+        None => (None, None),
+    };
+    let mut st = conn
+        .prepare_cached(
+            "SELECT instance, timer_id, due_ms, payload FROM timers
+             WHERE ?1 IS NULL OR (instance, timer_id) > (?1, ?2)
+             ORDER BY instance, timer_id LIMIT ?3",
+        )
+        .map_err(map_err)?;
+    let rows = st
+        .query_map(params![ai, at, i64::from(limit)], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })
+        .map_err(map_err)?;
+    rows.map(|r| {
+        let (instance, timer_id, due_ms, payload) = r.map_err(map_err)?;
+        Ok(Timer {
+            instance,
+            timer_id,
+            due_ms,
+            payload: from_json_text(&payload, "timer payload")?,
+        })
+    })
+    .collect()
+}
+
+/// Takes a lease whatever its expiry if its row names one of `dead`; otherwise as
+/// [`acquire_lease`]. Returns whether `owner` holds it now.
+pub fn acquire_lease_from(
+    conn: &Connection,
+    instance: &str,
+    owner: &str,
+    ttl: i64,
+    now: i64,
+    dead: &[String],
+) -> Result<bool> {
+    if !dead.is_empty() {
+        let holder: Option<String> = conn
+            .prepare_cached("SELECT owner FROM leases WHERE instance = ?1")
+            .and_then(|mut s| s.query_row([instance], |r| r.get(0)).optional())
+            .map_err(map_err)?;
+        if holder.is_some_and(|h| h != owner && dead.contains(&h)) {
+            let expires = expiry(now, ttl)?;
+            conn.prepare_cached(
+                "UPDATE leases SET owner = ?2, expires_at_ms = ?3, epoch = epoch + 1
+                 WHERE instance = ?1",
+            )
+            .and_then(|mut s| s.execute(params![instance, owner, expires]))
+            .map_err(map_err)?;
+            return Ok(true);
+        }
+    }
+    acquire_lease(conn, instance, owner, ttl, now)
+}
+
+/// Owners of live leases, each once.
+pub fn lease_owners(conn: &Connection, now: i64) -> Result<Vec<String>> {
+    let mut st = conn
+        .prepare_cached("SELECT DISTINCT owner FROM leases WHERE expires_at_ms > ?1 ORDER BY owner")
+        .map_err(map_err)?;
+    let rows = st.query_map([now], |r| r.get(0)).map_err(map_err)?;
+    rows.map(|r| r.map_err(map_err)).collect()
+}

@@ -49,8 +49,8 @@ mod types;
 pub use chain::{ChainError, ChainFault, GENESIS, Hash, VerifyReport};
 pub use error::{Error, Result};
 pub use location::Location;
-pub use store::Store;
+pub use store::{StatusChange, Store};
 pub use types::{
-    Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, NewRecord, Page,
-    PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer, check_records, now_ms,
+    Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, LeaseTerms, NewRecord,
+    Page, PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer, check_records, now_ms,
 };

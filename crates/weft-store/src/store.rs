@@ -7,9 +7,12 @@ use serde_json::Value;
 use crate::chain::{Hash, Verifier, VerifyReport};
 use crate::error::{Error, Result};
 use crate::types::{
-    Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, NewRecord, Page,
-    PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer,
+    Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, LeaseTerms, NewRecord,
+    Page, PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer,
 };
+
+/// `(instance, status, reason, now_ms)`: a status change in a batch.
+pub type StatusChange = (String, InstanceStatus, Option<String>, i64);
 
 /// Polls futures concurrently (a minimal `join_all`, so the trait crate needs no
 /// `futures` dependency), returning their outputs in order.
@@ -145,6 +148,48 @@ pub trait Store: Send + Sync + 'static {
         a.into_iter().collect()
     }
 
+    /// [`Store::write_batch`] for a lease holder (`terms.owner`), fenced per instance:
+    /// each of `creates` is created together with its lease (owner `terms.owner`, epoch 1,
+    /// expiring `terms.ttl_ms` after `terms.now_ms`; a lease row already there is left
+    /// alone); each of `appends` (`(instance, epoch, records)`) is written only if the
+    /// instance's lease row names `terms.owner` at `epoch`, checked in the write's
+    /// transaction exactly as [`Store::append_fenced`] does; each of `statuses` is set only
+    /// if the instance's lease row names `terms.owner`. The records are shared (`Arc`) so
+    /// the caller keeps them for a retry without copying them. An append whose fence fails gets
+    /// [`Error::LeaseLost`] in its slot and writes nothing; the others are written. The
+    /// outer `Err` means the batch as a whole failed. The default runs the parts
+    /// concurrently (statuses unfenced); the backends override it with the checks inside
+    /// their transactions, so fencing costs no extra round trip.
+    async fn write_batch_fenced(
+        &self,
+        terms: &LeaseTerms,
+        creates: Vec<InstanceRecord>,
+        appends: Vec<(String, u64, std::sync::Arc<[NewRecord]>)>,
+        statuses: Vec<StatusChange>,
+    ) -> Result<Vec<Result<Appended>>> {
+        for c in creates {
+            let id = c.id.clone();
+            self.create_instance(c).await?;
+            self.acquire_lease(&id, &terms.owner, terms.ttl_ms, terms.now_ms)
+                .await?;
+        }
+        let a = futures_join_all(appends.into_iter().map(|(i, epoch, recs)| async move {
+            let fence = Fence {
+                owner: terms.owner.clone(),
+                epoch,
+            };
+            self.append_fenced(&i, &fence, recs.to_vec()).await
+        }))
+        .await;
+        for (id, st, reason, now) in statuses {
+            match self.update_status(&id, st, reason, now).await {
+                Ok(()) | Err(Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(a)
+    }
+
     /// For each instance, its latest snapshot and every kept record after it (from
     /// `snapshot.seq + 1`, or from seq 1 without a snapshot): what recovery folds. Backends
     /// override this to answer many instances in one round trip.
@@ -245,6 +290,10 @@ pub trait Store: Send + Sync + 'static {
     /// Up to `limit` timers with `due_ms <= now_ms`, earliest first.
     async fn due_timers(&self, now_ms: i64, limit: u32) -> Result<Vec<Timer>>;
 
+    /// Up to `limit` timers (1..=10,000) of any due time, ordered by (instance, timer id),
+    /// strictly after the key `after`: a keyset cursor through the whole timer table.
+    async fn list_timers(&self, after: Option<(String, String)>, limit: u32) -> Result<Vec<Timer>>;
+
     /// Removes a timer; `false` if it did not exist.
     async fn delete_timer(&self, instance: &str, timer_id: &str) -> Result<bool>;
 
@@ -279,6 +328,59 @@ pub trait Store: Send + Sync + 'static {
         ttl_ms: i64,
         now_ms: i64,
     ) -> Result<bool>;
+
+    /// [`Store::acquire_lease`] for many instances at once (recovery takes the leases of
+    /// what it restores, 500 at a time): for each, the lease's epoch if `owner` holds it
+    /// now, `None` if another owner's live lease kept it. A lease of one of `dead` (owners
+    /// the caller knows have died, e.g. a killed process on the same host) is taken over
+    /// as if it had expired (its epoch raised). Backends do it in one write.
+    async fn acquire_leases(
+        &self,
+        instances: &[String],
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+        dead: &[String],
+    ) -> Result<Vec<Option<u64>>> {
+        let mut out = Vec::with_capacity(instances.len());
+        for id in instances {
+            // A dead owner's lease counts as expired: acquire "after" its expiry.
+            let at = match self.owner_of(id, now_ms).await? {
+                Some(l) if dead.contains(&l.owner) => l.expires_at_ms,
+                _ => now_ms,
+            };
+            let got = if self.acquire_lease(id, owner, ttl_ms, at).await? {
+                self.owner_of(id, at)
+                    .await?
+                    .filter(|l| l.owner == owner)
+                    .map(|l| l.epoch)
+            } else {
+                None
+            };
+            out.push(got);
+        }
+        Ok(out)
+    }
+
+    /// [`Store::renew_lease`] for many instances at once (the background renewal of a
+    /// durable engine): for each, whether `owner`'s live lease was extended (`false`: it
+    /// expired or another owner has it; the caller must stop writing that instance).
+    async fn renew_leases(
+        &self,
+        instances: &[String],
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<bool>> {
+        let mut out = Vec::with_capacity(instances.len());
+        for id in instances {
+            out.push(self.renew_lease(id, owner, ttl_ms, now_ms).await?);
+        }
+        Ok(out)
+    }
+
+    /// The owners of live leases (each once): recovery looks for dead ones among them.
+    async fn lease_owners(&self, now_ms: i64) -> Result<Vec<String>>;
 
     /// Gives the lease up; `false` if `owner` did not hold it. The epoch is kept, so the
     /// next owner's is higher.

@@ -321,6 +321,18 @@ pub struct Fence {
     pub epoch: u64,
 }
 
+/// Who writes a fenced batch ([`crate::Store::write_batch_fenced`]) and how long the
+/// leases it takes last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseTerms {
+    /// The lease owner (the writing process).
+    pub owner: String,
+    /// Lifetime of a lease taken in the batch.
+    pub ttl_ms: i64,
+    /// The caller's clock.
+    pub now_ms: i64,
+}
+
 /// Rejects records the store cannot take, before any of them is written.
 pub fn check_records(records: &[NewRecord]) -> Result<()> {
     for r in records {

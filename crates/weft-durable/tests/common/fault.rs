@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use async_trait::async_trait;
 use serde_json::Value;
 use weft_store::{
-    Appended, EffectRecorded, Error, Fence, Hash, InstanceRecord, InstanceStatus, Lease, NewRecord,
-    Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Store, Timer,
+    Appended, EffectRecorded, Error, Fence, Hash, InstanceRecord, InstanceStatus, Lease,
+    LeaseTerms, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot,
+    StatusChange, Store, Timer,
 };
 
 pub struct FaultStore {
@@ -108,6 +109,47 @@ impl Store for FaultStore {
     ) -> Result<Vec<Appended>> {
         self.gate().await?;
         self.inner.write_batch(creates, appends, statuses).await
+    }
+    async fn write_batch_fenced(
+        &self,
+        terms: &LeaseTerms,
+        creates: Vec<InstanceRecord>,
+        appends: Vec<(String, u64, Arc<[NewRecord]>)>,
+        statuses: Vec<StatusChange>,
+    ) -> Result<Vec<Result<Appended>>> {
+        self.gate().await?;
+        self.inner
+            .write_batch_fenced(terms, creates, appends, statuses)
+            .await
+    }
+    async fn acquire_leases(
+        &self,
+        instances: &[String],
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+        dead: &[String],
+    ) -> Result<Vec<Option<u64>>> {
+        self.inner
+            .acquire_leases(instances, owner, ttl_ms, now_ms, dead)
+            .await
+    }
+    async fn lease_owners(&self, now_ms: i64) -> Result<Vec<String>> {
+        self.inner.lease_owners(now_ms).await
+    }
+    async fn renew_leases(
+        &self,
+        instances: &[String],
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<bool>> {
+        self.inner
+            .renew_leases(instances, owner, ttl_ms, now_ms)
+            .await
+    }
+    async fn list_timers(&self, after: Option<(String, String)>, limit: u32) -> Result<Vec<Timer>> {
+        self.inner.list_timers(after, limit).await
     }
     async fn load_many(
         &self,

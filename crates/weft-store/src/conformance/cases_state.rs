@@ -357,3 +357,189 @@ pub async fn write_batch_creates_appends_and_sets_status(s: Arc<dyn Store>) {
     assert_eq!(loaded[0].1, s.read("wb1", 1, 100).await.unwrap());
     assert_eq!(loaded[1].1.len(), 1);
 }
+
+/// `write_batch_fenced`: created instances come with their lease (epoch 1); each append is
+/// checked against its own fence, a refused one writes nothing and does not stop the
+/// others; a status is set only for an instance the writer holds.
+pub async fn write_batch_fenced_per_instance(s: Arc<dyn Store>) {
+    let rec = |kind: &str, n: u64| crate::NewRecord {
+        kind: kind.to_string(),
+        body: format!("{{\"n\":{n}}}").into_bytes(),
+        at_ms: n as i64,
+    };
+    let terms = |owner: &str, now: i64| crate::LeaseTerms {
+        owner: owner.to_string(),
+        ttl_ms: 1_000,
+        now_ms: now,
+    };
+    let out = s
+        .write_batch_fenced(
+            &terms("p1", 0),
+            vec![
+                instance("fb1", "t", InstanceStatus::Running),
+                instance("fb2", "t", InstanceStatus::Running),
+            ],
+            vec![
+                ("fb1".into(), 1, vec![rec("a", 1), rec("b", 2)].into()),
+                ("fb2".into(), 1, vec![rec("a", 3)].into()),
+            ],
+            vec![],
+        )
+        .await
+        .unwrap();
+    let seqs: Vec<(u64, u64)> = out
+        .iter()
+        .map(|r| {
+            let a = r.as_ref().unwrap();
+            (a.first_seq, a.last_seq)
+        })
+        .collect();
+    assert_eq!(seqs, [(1, 2), (1, 1)]);
+    let l = s.owner_of("fb1", 10).await.unwrap().unwrap();
+    assert_eq!(
+        (l.owner.as_str(), l.epoch, l.expires_at_ms),
+        ("p1", 1, 1_000)
+    );
+    // p2 takes fb2 over after expiry: p1's next append to fb2 is refused, fb1's goes on.
+    assert!(s.acquire_lease("fb2", "p2", 1_000, 2_000).await.unwrap());
+    let out = s
+        .write_batch_fenced(
+            &terms("p1", 2_001),
+            vec![],
+            vec![
+                ("fb1".into(), 1, vec![rec("c", 4)].into()),
+                ("fb2".into(), 1, vec![rec("x", 5)].into()),
+            ],
+            vec![
+                ("fb1".into(), InstanceStatus::Completed, None, 20),
+                (
+                    "fb2".into(),
+                    InstanceStatus::Failed,
+                    Some("stale".into()),
+                    20,
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(out[0].as_ref().unwrap().last_seq, 3);
+    match &out[1] {
+        Err(e) => assert_eq!(e.code(), "lease_lost", "{e}"),
+        Ok(a) => panic!("a stale owner's append was written: {a:?}"),
+    }
+    assert_eq!(s.last_seq("fb2").await.unwrap(), 1);
+    assert_eq!(
+        s.get_instance("fb1").await.unwrap().unwrap().status,
+        InstanceStatus::Completed
+    );
+    assert_eq!(
+        s.get_instance("fb2").await.unwrap().unwrap().status,
+        InstanceStatus::Running,
+        "a stale owner's status change was written"
+    );
+    // The new owner writes at its epoch.
+    let out = s
+        .write_batch_fenced(
+            &terms("p2", 2_002),
+            vec![],
+            vec![("fb2".into(), 2, vec![rec("y", 6)].into())],
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(out[0].as_ref().unwrap().last_seq, 2);
+    assert_eq!(s.verify("fb2").await.unwrap().records, 2);
+}
+
+/// Bulk leases: `acquire_leases` gives the epoch of each lease taken and `None` where
+/// another owner's live lease kept it; `renew_leases` extends only live leases of the owner.
+pub async fn bulk_leases_acquire_and_renew(s: Arc<dyn Store>) {
+    let ids: Vec<String> = ["b1", "b2", "b3"].iter().map(|x| x.to_string()).collect();
+    assert!(s.acquire_lease("b2", "other", 1_000, 0).await.unwrap());
+    let got = s.acquire_leases(&ids, "me", 1_000, 10, &[]).await.unwrap();
+    assert_eq!(got, [Some(1), None, Some(1)]);
+    // b2 expired: taken over, epoch raised.
+    let got = s
+        .acquire_leases(&ids, "me", 1_000, 1_500, &[])
+        .await
+        .unwrap();
+    assert_eq!(got, [Some(1), Some(2), Some(1)]);
+    assert_eq!(s.owner_of("b1", 2_000).await.unwrap().unwrap().owner, "me");
+    // `other` takes b3 once `me` let it go; renewing reports it lost and extends the rest.
+    assert!(s.release_lease("b3", "me").await.unwrap());
+    assert!(s.acquire_lease("b3", "other", 1_000, 2_000).await.unwrap());
+    let renewed = s.renew_leases(&ids, "me", 1_000, 2_400).await.unwrap();
+    assert_eq!(renewed, [true, true, false]);
+    let l = s.owner_of("b1", 3_000).await.unwrap().unwrap();
+    assert_eq!(
+        (l.owner.as_str(), l.expires_at_ms, l.epoch),
+        ("me", 3_400, 1)
+    );
+    assert_eq!(
+        s.owner_of("b3", 2_900).await.unwrap().unwrap().owner,
+        "other"
+    );
+    // Live owners, each once; a dead owner's live lease is taken over at once.
+    assert_eq!(s.lease_owners(2_500).await.unwrap(), ["me", "other"]);
+    let dead = ["other".to_string()];
+    let got = s
+        .acquire_leases(&["b3".to_string()], "me", 1_000, 2_500, &dead)
+        .await
+        .unwrap();
+    assert_eq!(got, [Some(3)]);
+    assert_eq!(s.lease_owners(2_500).await.unwrap(), ["me"]);
+    // Nothing to do: empty answers.
+    assert!(
+        s.acquire_leases(&[], "me", 1_000, 0, &[])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        s.renew_leases(&[], "me", 1_000, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// `list_timers` walks the whole timer table by (instance, timer id) with a keyset cursor,
+/// whatever the due times, over more than one page.
+pub async fn timers_listed_by_keyset_pages(s: Arc<dyn Store>) {
+    let mut want = Vec::new();
+    for i in 0..5 {
+        for t in 0..5 {
+            let (inst, id) = (format!("i{i}"), format!("t{t}"));
+            // Due times in reverse order of the keys, so an order by due time would differ.
+            let due = 1_000 - (i * 10 + t) as i64;
+            s.put_timer(Timer {
+                instance: inst.clone(),
+                timer_id: id.clone(),
+                due_ms: due,
+                payload: json!({"n": i * 10 + t}),
+            })
+            .await
+            .unwrap();
+            want.push((inst, id));
+        }
+    }
+    let mut got = Vec::new();
+    let mut after = None;
+    let mut pages = 0;
+    loop {
+        let page = s.list_timers(after.clone(), 10).await.unwrap();
+        pages += 1;
+        let Some(last) = page.last() else { break };
+        after = Some((last.instance.clone(), last.timer_id.clone()));
+        got.extend(
+            page.iter()
+                .map(|t| (t.instance.clone(), t.timer_id.clone())),
+        );
+        if page.len() < 10 {
+            break;
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(got, want);
+    assert!(s.list_timers(None, 0).await.is_err(), "limit 0 is refused");
+}

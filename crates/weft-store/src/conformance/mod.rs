@@ -104,6 +104,9 @@ macro_rules! conformance_tests {
             leases_exclusive_until_expiry,
             write_batch_creates_appends_and_sets_status,
             appends_fenced_by_lease_epoch,
+            write_batch_fenced_per_instance,
+            bulk_leases_acquire_and_renew,
+            timers_listed_by_keyset_pages,
         );
     };
     (@cases $factory:path; $($case:ident),* $(,)?) => {
