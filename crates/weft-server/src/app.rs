@@ -13,7 +13,6 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::error::ApiError;
-use crate::metrics::CodeLabel;
 use crate::state::AppState;
 use crate::{auth, events, instances, llm, ops, plans, request_id};
 
@@ -80,14 +79,7 @@ async fn method_not_allowed(req: Request) -> Response {
 
 async fn count(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let res = next.run(req).await;
-    state
-        .inner
-        .metrics
-        .http_responses
-        .get_or_create(&CodeLabel {
-            code: res.status().as_str().to_string(),
-        })
-        .inc();
+    state.inner.metrics.response(res.status());
     res
 }
 
