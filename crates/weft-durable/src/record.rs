@@ -798,7 +798,7 @@ mod tests {
         // Without an id the body is exactly what builds before the field wrote.
         assert_eq!(
             String::from_utf8(token.to_record(0).body).unwrap(),
-            r#"{"correlation":null,"event":"tick","now":5,"payload":{"n":1}}"#
+            r#"{"event":"tick","payload":{"n":1},"correlation":null,"now":5}"#
         );
         let stop = Entry::Stopped {
             reason: "r".into(),
