@@ -73,6 +73,8 @@ pub fn init(otlp_url: Option<&str>) -> Result<Telemetry, ConfigError> {
     let (provider, otel) = match otlp_url {
         None => (None, None),
         Some(url) => {
+            // Already installed (tests, a second call): keep that one.
+            let _ = rustls::crypto::ring::default_provider().install_default();
             let exporter = opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
                 .with_protocol(Protocol::HttpBinary)
