@@ -1179,11 +1179,16 @@ async fn otlp_endpoint_exports_request_and_step_spans() {
     let log = server.log.clone();
     // Shutdown flushes the exporter: everything is at the receiver once the process is gone.
     let status = server.terminate();
-    assert_eq!(status.code(), Some(0), "stderr:\n{}", log.lock().expect("log"));
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "stderr:\n{}",
+        log.lock().expect("log")
+    );
     let spans = got.lock().expect("received").clone();
-    let request = spans.iter().find(|(_, name, a)| {
-        name == "http.request" && a.get("request_id") == Some(&request_id)
-    });
+    let request = spans
+        .iter()
+        .find(|(_, name, a)| name == "http.request" && a.get("request_id") == Some(&request_id));
     let Some((service, _, attrs)) = request else {
         panic!("no request span with id {request_id}: {spans:#?}");
     };

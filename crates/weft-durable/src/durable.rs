@@ -317,11 +317,19 @@ impl Durable {
                 .engine
                 .ingest(tenant, event, payload, correlation, instance);
         };
-        let targets = match instance {
-            Some(i) => vec![i.to_string()],
-            None => self.engine.routed_instances(tenant, event),
+        let (one, routed, refs): ([&str; 1], Vec<String>, Vec<&str>);
+        let targets: &[&str] = match instance {
+            Some(i) => {
+                one = [i];
+                &one
+            }
+            None => {
+                routed = self.engine.routed_instances(tenant, event);
+                refs = routed.iter().map(String::as_str).collect();
+                &refs
+            }
         };
-        self.journal.with_origin(&targets, Some(event), r, || {
+        self.journal.with_origin(targets, Some(event), r, || {
             let out = self
                 .engine
                 .ingest(tenant, event, payload, correlation, instance);
@@ -336,7 +344,7 @@ impl Durable {
         match request_id {
             Some(r) => self
                 .journal
-                .with_origin(&[h.id().to_string()], None, r, || (h.stop(), true)),
+                .with_origin(&[h.id()], None, r, || (h.stop(), true)),
             None => h.stop(),
         }
     }

@@ -298,22 +298,36 @@ impl StoreJournal {
     /// in order, directly or through its mailbox).
     pub(crate) fn with_origin<T>(
         &self,
-        instances: &[String],
+        instances: &[&str],
         event: Option<&str>,
         request_id: &str,
         submit: impl FnOnce() -> (T, bool),
     ) -> T {
-        let mut names: Vec<&str> = instances.iter().map(String::as_str).collect();
+        let pending = |id: &Arc<str>| PendingOrigin {
+            event: event.map(Box::from),
+            id: Arc::clone(id),
+        };
+        let id: Arc<str> = Arc::from(request_id);
+        // One instance (an addressed event, a stop): no vectors.
+        if let [one] = instances {
+            let Some(lane) = self.existing(one) else {
+                return submit().0;
+            };
+            let _order = lock(&lane.order);
+            lock(&lane.st).origins.push_back(pending(&id));
+            let (out, submitted) = submit();
+            if !submitted {
+                lock(&lane.st).origins.retain(|o| !Arc::ptr_eq(&o.id, &id));
+            }
+            return out;
+        }
+        let mut names: Vec<&str> = instances.to_vec();
         names.sort_unstable();
         names.dedup();
         let lanes: Vec<Arc<Lane>> = names.iter().filter_map(|i| self.existing(i)).collect();
         let guards: Vec<MutexGuard<'_, ()>> = lanes.iter().map(|l| lock(&l.order)).collect();
-        let id: Arc<str> = Arc::from(request_id);
         for l in &lanes {
-            lock(&l.st).origins.push_back(PendingOrigin {
-                event: event.map(Box::from),
-                id: Arc::clone(&id),
-            });
+            lock(&l.st).origins.push_back(pending(&id));
         }
         let (out, submitted) = submit();
         if !submitted {

@@ -814,7 +814,11 @@ mod tests {
             now: 3,
             request_id: None,
         };
-        assert!(!String::from_utf8(started.to_record(0).body).unwrap().contains("request_id"));
+        assert!(
+            !String::from_utf8(started.to_record(0).body)
+                .unwrap()
+                .contains("request_id")
+        );
         for mut e in [token, stop, started] {
             assert_eq!(Entry::from_record(&stored(&e.to_record(0))).unwrap(), e);
             e.set_request_id(Some("req-1".into()));

@@ -82,7 +82,10 @@ fn step_span(ctx: &ToolContext, action: &str, firing: FiringId) -> tracing::Span
 /// Records a result on its step span: `ok`, or the error's code.
 fn step_outcome(span: &tracing::Span, r: &Result<Value, ActionError>) {
     if !span.is_disabled() {
-        span.record("outcome", r.as_ref().map_or_else(|e| e.code.as_str(), |_| "ok"));
+        span.record(
+            "outcome",
+            r.as_ref().map_or_else(|e| e.code.as_str(), |_| "ok"),
+        );
     }
 }
 
@@ -238,7 +241,9 @@ impl Cell {
             };
             let ctx = self.context(&plan.name, srt, key, 1, inputs);
             let span = step_span(&ctx, &srt.action, f.firing);
-            let r = match span.in_scope(|| catch_unwind(AssertUnwindSafe(|| tool.call_now(ctx, args)))) {
+            let r = match span
+                .in_scope(|| catch_unwind(AssertUnwindSafe(|| tool.call_now(ctx, args))))
+            {
                 Ok(r) => r.map_err(ActionError::from),
                 Err(p) => Err(panic_error(p)),
             };
@@ -448,8 +453,11 @@ impl Cell {
         let span = step_span(&ctx, &srt.action, firing);
         let fut = async move {
             clock.sleep(delay_ms).await;
-            let r = match catch_unwind(AssertUnwindSafe(|| span.in_scope(|| tool.call(ctx, args)))) {
-                Ok(f) => tracing::Instrument::instrument(guarded(f, timeout, clock), span.clone()).await,
+            let r = match catch_unwind(AssertUnwindSafe(|| span.in_scope(|| tool.call(ctx, args))))
+            {
+                Ok(f) => {
+                    tracing::Instrument::instrument(guarded(f, timeout, clock), span.clone()).await
+                }
                 Err(p) => Err(panic_error(p)),
             };
             step_outcome(&span, &r);

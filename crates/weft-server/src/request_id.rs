@@ -1,14 +1,18 @@
 //! `X-Request-Id`: echoed when the request carries a sane one, generated (UUID v4)
 //! otherwise, put on every response, kept in a task-local so problem bodies and journal
-//! records can name it, and recorded on the request's `tracing` span (`http.request`).
+//! records can name it, and recorded on the request's `tracing` span (`http.request`). The
+//! same middleware counts responses by status (one layer instead of three: request id,
+//! tower-http's `TraceLayer` and a counter each cost a boxed future per request).
 
 use std::cell::Cell;
 
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument as _;
+
+use crate::state::AppState;
 
 /// The header.
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -56,11 +60,15 @@ fn generate() -> (String, HeaderValue) {
     (s.to_string(), v)
 }
 
-/// Middleware: resolves the id, runs the request in its scope and span, sets the header.
-pub async fn layer(req: Request, next: Next) -> Response {
+/// Middleware: resolves the id, runs the request in its scope and span, sets the header,
+/// counts the response.
+pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let (id, header) = match req.headers().get(&X_REQUEST_ID).filter(|v| acceptable(v)) {
         // Visible ASCII: valid UTF-8.
-        Some(v) => (String::from_utf8_lossy(v.as_bytes()).into_owned(), v.clone()),
+        Some(v) => (
+            String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            v.clone(),
+        ),
         None => generate(),
     };
     let span = tracing::info_span!(
@@ -82,6 +90,7 @@ pub async fn layer(req: Request, next: Next) -> Response {
         res
     };
     res.headers_mut().insert(X_REQUEST_ID.clone(), header);
+    state.inner.metrics.response(res.status());
     res
 }
 

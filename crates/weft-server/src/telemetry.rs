@@ -96,6 +96,9 @@ pub fn init(otlp_url: Option<&str>) -> Result<Telemetry, ConfigError> {
         }
     };
     // A second `init` (tests) keeps the first subscriber.
-    let _ = tracing_subscriber::registry().with(fmt).with(otel).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(otel)
+        .try_init();
     Ok(Telemetry { provider })
 }

@@ -1157,7 +1157,11 @@ async fn post_with_id(
     let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
         .await
         .unwrap();
-    (st, serde_json::from_slice(&bytes).unwrap_or(Value::Null), echoed)
+    (
+        st,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        echoed,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1175,9 +1179,14 @@ async fn request_ids_reach_the_journal_records_they_cause() {
     assert_eq!(st, StatusCode::CREATED, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
     // A second instance, started without an id: the generated one lands on its record.
-    let (st, v, generated) =
-        post_with_id(&s, "/v1/instances", json_ct, &json!({"plan_inline": ticker()}), None)
-            .await;
+    let (st, v, generated) = post_with_id(
+        &s,
+        "/v1/instances",
+        json_ct,
+        &json!({"plan_inline": ticker()}),
+        None,
+    )
+    .await;
     assert_eq!(st, StatusCode::CREATED, "{v}");
     let other = v["id"].as_str().unwrap().to_string();
     assert_eq!(generated.len(), 36, "a UUID is generated: {generated}");
@@ -1252,7 +1261,11 @@ async fn request_ids_reach_the_journal_records_they_cause() {
         "{ids:?}"
     );
     let ids = record_ids(&s, &other).await;
-    assert_eq!(ids[0], ("instance.started".into(), Some(generated)), "{ids:?}");
+    assert_eq!(
+        ids[0],
+        ("instance.started".into(), Some(generated)),
+        "{ids:?}"
+    );
     assert_eq!(ids[1], ("token.added".into(), Some(routed_id)), "{ids:?}");
     // The journal still verifies (the id is inside the hashed body).
     let report = weft_durable::verify(s.state.durable().store().as_ref(), &id)

@@ -74,7 +74,11 @@ fn step_spans_carry_their_fields_inside_the_request_span() {
     let id = rt.block_on(async {
         let s = sqlite(two_tenants()).await;
         let (st, v) = s
-            .post("/v1/instances", Some(TOK_A), &json!({"plan_inline": ticker()}))
+            .post(
+                "/v1/instances",
+                Some(TOK_A),
+                &json!({"plan_inline": ticker()}),
+            )
             .await;
         assert_eq!(st, StatusCode::CREATED, "{v}");
         let id = v["id"].as_str().unwrap().to_string();
@@ -93,10 +97,19 @@ fn step_spans_carry_their_fields_inside_the_request_span() {
     let spans: Vec<Captured> = cap.0.lock().unwrap().values().cloned().collect();
     let request = spans
         .iter()
-        .find(|c| c.name == "http.request" && c.fields.get("request_id").map(String::as_str) == Some("req-span-1"))
+        .find(|c| {
+            c.name == "http.request"
+                && c.fields.get("request_id").map(String::as_str) == Some("req-span-1")
+        })
         .unwrap_or_else(|| panic!("no request span with the id: {spans:#?}"));
-    assert_eq!(request.fields.get("tenant").map(String::as_str), Some("tenant-a"));
-    assert_eq!(request.fields.get("status").map(String::as_str), Some("202"));
+    assert_eq!(
+        request.fields.get("tenant").map(String::as_str),
+        Some("tenant-a")
+    );
+    assert_eq!(
+        request.fields.get("status").map(String::as_str),
+        Some("202")
+    );
     let steps: Vec<&Captured> = spans.iter().filter(|c| c.name == "weft.step").collect();
     assert_eq!(steps.len(), 1, "one step fired: {steps:#?}");
     let f = &steps[0].fields;
