@@ -1124,7 +1124,7 @@ async fn record_ids(s: &Srv, id: &str) -> Vec<(String, Option<String>)> {
     assert_eq!(st, StatusCode::OK, "{j}");
     j["records"]
         .as_array()
-        .unwrap()
+        .expect("records")
         .iter()
         .map(|r| {
             (
@@ -1146,7 +1146,9 @@ async fn post_with_id(
     if let Some(rid) = rid {
         r = r.header("x-request-id", rid);
     }
-    let res = s.send(r.body(Body::from(body.to_string())).unwrap()).await;
+    let res = s
+        .send(r.body(Body::from(body.to_string())).expect("request"))
+        .await;
     let st = res.status();
     let echoed = res
         .headers()
@@ -1156,7 +1158,7 @@ async fn post_with_id(
         .to_string();
     let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
         .await
-        .unwrap();
+        .expect("body");
     (
         st,
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),

@@ -50,10 +50,18 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
             ..Captured::default()
         };
         attrs.record(&mut Fields(&mut c.fields));
-        self.0.lock().unwrap().insert(id.into_u64(), c);
+        self.0
+            .lock()
+            .expect("captured spans")
+            .insert(id.into_u64(), c);
     }
     fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
-        if let Some(c) = self.0.lock().unwrap().get_mut(&id.into_u64()) {
+        if let Some(c) = self
+            .0
+            .lock()
+            .expect("captured spans")
+            .get_mut(&id.into_u64())
+        {
             values.record(&mut Fields(&mut c.fields));
         }
     }
