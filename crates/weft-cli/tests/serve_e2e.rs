@@ -2,7 +2,8 @@
 //! with a temporary SQLite store and is driven over HTTP like any client would — the sample plan
 //! runs to completion, a reactive plan takes 1,000 events exactly once, the SSE stream carries a
 //! run's lifecycle in order, two tenants see nothing of each other, bad input gets a 4xx problem
-//! with a stable code, and SIGTERM leaves a waiting instance that the next start continues.
+//! with a stable code, SIGTERM leaves a waiting instance that the next start continues, and
+//! `--otlp-endpoint` exports request and step spans to a real OTLP/HTTP receiver.
 //! The in-process router tests live in crates/weft-server/tests; these exercise the binary.
 
 mod common;
@@ -73,9 +74,17 @@ impl Server {
     /// Starts `weft serve --listen 127.0.0.1:0 --store DIR/weft.db` in `dir` and reads the bound
     /// address from its stderr.
     fn start(dir: &Path, tokens: Option<&str>) -> Server {
+        Server::start_with(dir, tokens, &[])
+    }
+
+    /// [`Server::start`] with more `weft serve` arguments.
+    fn start_with(dir: &Path, tokens: Option<&str>, extra: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_weft"));
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--store"])
             .arg(dir.join("weft.db"))
+            .args(extra)
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .current_dir(dir)
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "error")
@@ -1083,4 +1092,114 @@ async fn sigterm_keeps_a_waiting_instance_for_the_next_start() {
     assert_eq!(tokens, 5, "journaled events across the restart");
     let status = server.terminate();
     assert_eq!(status.code(), Some(0));
+}
+
+// --- OTLP export --------------------------------------------------------------------------------
+
+/// Spans received by the test's OTLP/HTTP receiver: (service name, span name, attributes).
+type Received = Arc<Mutex<Vec<(String, String, BTreeMap<String, String>)>>>;
+
+/// An OTLP/HTTP traces receiver on a free loopback port (`POST /v1/traces`, protobuf).
+async fn otlp_receiver() -> (SocketAddr, Received) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use prost::Message as _;
+    let got: Received = Arc::default();
+    let sink = Arc::clone(&got);
+    let text = |v: &Option<opentelemetry_proto::tonic::common::v1::AnyValue>| match v
+        .as_ref()
+        .and_then(|v| v.value.as_ref())
+    {
+        Some(Any::StringValue(s)) => s.clone(),
+        Some(Any::IntValue(i)) => i.to_string(),
+        Some(other) => format!("{other:?}"),
+        None => String::new(),
+    };
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: Bytes| {
+            let sink = Arc::clone(&sink);
+            async move {
+                let Ok(req) = ExportTraceServiceRequest::decode(body) else {
+                    return (axum::http::StatusCode::BAD_REQUEST, Vec::new());
+                };
+                let mut out = sink.lock().expect("received");
+                for rs in req.resource_spans {
+                    let service = rs
+                        .resource
+                        .iter()
+                        .flat_map(|r| &r.attributes)
+                        .find(|a| a.key == "service.name")
+                        .map(|a| text(&a.value))
+                        .unwrap_or_default();
+                    for span in rs.scope_spans.into_iter().flat_map(|s| s.spans) {
+                        let attrs = span
+                            .attributes
+                            .iter()
+                            .map(|a| (a.key.clone(), text(&a.value)))
+                            .collect();
+                        out.push((service.clone(), span.name, attrs));
+                    }
+                }
+                (axum::http::StatusCode::OK, Vec::new())
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind receiver");
+    let addr = listener.local_addr().expect("receiver address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, got)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_endpoint_exports_request_and_step_spans() {
+    let (receiver, got) = otlp_receiver().await;
+    let d = dir("otlp");
+    let server = Server::start_with(
+        &d,
+        Some(TOKENS),
+        &["--otlp-endpoint", &format!("http://{receiver}")],
+    );
+    let api = server.api(Some("tA"));
+    api.create_plan(&reactive_plan("traced")).await;
+    let id = api.start("traced").await;
+    let r = api.event(&cloud_event(1, "ping", Some(&id))).await;
+    let request_id = r
+        .headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("request id")
+        .to_string();
+    r.expect(202, "event");
+    api.wait_state(&id, "one event", |s| s["fired"] == 1).await;
+    let log = server.log.clone();
+    // Shutdown flushes the exporter: everything is at the receiver once the process is gone.
+    let status = server.terminate();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "stderr:\n{}",
+        log.lock().expect("log")
+    );
+    let spans = got.lock().expect("received").clone();
+    let request = spans
+        .iter()
+        .find(|(_, name, a)| name == "http.request" && a.get("request_id") == Some(&request_id));
+    let Some((service, _, attrs)) = request else {
+        panic!("no request span with id {request_id}: {spans:#?}");
+    };
+    assert_eq!(service, "weft");
+    assert_eq!(attrs.get("path").map(String::as_str), Some("/v1/events"));
+    assert_eq!(attrs.get("tenant").map(String::as_str), Some("a"));
+    let step = spans
+        .iter()
+        .find(|(_, name, a)| name == "weft.step" && a.get("instance") == Some(&id))
+        .unwrap_or_else(|| panic!("no step span of {id}: {spans:#?}"));
+    assert_eq!(step.2.get("step").map(String::as_str), Some("see"));
+    assert_eq!(step.2.get("outcome").map(String::as_str), Some("ok"));
+    assert_eq!(step.2.get("tenant").map(String::as_str), Some("a"));
 }

@@ -365,6 +365,75 @@ impl Durable {
         self.engine.start_with(tenant, plan, input, opts)
     }
 
+    /// [`Durable::start_compiled`] with the `X-Request-Id` of the request that asked for it,
+    /// written on the `instance.started` record.
+    pub fn start_compiled_with(
+        &self,
+        tenant: &str,
+        plan: &Arc<CompiledPlan>,
+        version: u32,
+        input: Value,
+        opts: weft_runtime::StartOptions,
+        request_id: Option<&str>,
+    ) -> InstanceHandle {
+        match request_id {
+            Some(r) => self.journal.with_start_origin(r, || {
+                self.start_compiled(tenant, plan, version, input, opts)
+            }),
+            None => self.start_compiled(tenant, plan, version, input, opts),
+        }
+    }
+
+    /// `Engine::ingest` with the `X-Request-Id` of the request that sent the event, written
+    /// on the `token.added` record of every instance it reaches. Ingests of one request id
+    /// into one instance are recorded in order with their ids; concurrent ingests into the
+    /// same instance wait for each other's hand-over (not for each other's processing).
+    pub fn ingest_with(
+        &self,
+        tenant: &str,
+        event: &str,
+        payload: Value,
+        correlation: Option<&str>,
+        instance: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<usize, weft_runtime::Error> {
+        let Some(r) = request_id else {
+            return self
+                .engine
+                .ingest(tenant, event, payload, correlation, instance);
+        };
+        let (one, routed, refs): ([&str; 1], Vec<String>, Vec<&str>);
+        let targets: &[&str] = match instance {
+            Some(i) => {
+                one = [i];
+                &one
+            }
+            None => {
+                routed = self.engine.routed_instances(tenant, event);
+                refs = routed.iter().map(String::as_str).collect();
+                &refs
+            }
+        };
+        self.journal.with_origin(targets, Some(event), r, || {
+            let out = self
+                .engine
+                .ingest(tenant, event, payload, correlation, instance);
+            let submitted = matches!(out, Ok(n) if n > 0);
+            (out, submitted)
+        })
+    }
+
+    /// Stops a live instance, with the `X-Request-Id` of the request that asked for it
+    /// written on its `instance.stopped` record.
+    pub fn stop_with(&self, h: &InstanceHandle, request_id: Option<&str>) {
+        match request_id {
+            Some(r) => self
+                .journal
+                .with_origin(&[h.id()], None, r, || (h.stop(), true)),
+            None => h.stop(),
+        }
+    }
+
     /// Waits until the instance settles, then until its journal is durable, and returns
     /// its outcome; the instance record's status goes with the journal's next batch
     /// (recovery repairs it if the process dies first).

@@ -95,6 +95,8 @@ struct LaneState {
     leased: bool,
     /// Another owner took the lease over: nothing of this instance is written any more.
     lost: bool,
+    /// Request ids for inputs on their way to the loop, in submission order.
+    origins: std::collections::VecDeque<PendingOrigin>,
 }
 
 /// Told when an instance's journal writes start failing (`Some(reason)`: pause it) and
@@ -146,6 +148,24 @@ pub(crate) fn timer_row(
 #[derive(Default)]
 struct Lane {
     st: Mutex<LaneState>,
+    /// Held by a caller between queueing a request id in `LaneState::origins` and
+    /// submitting its input, so request ids are queued in the order the inputs reach the
+    /// instance's loop (see [`StoreJournal::with_origin`]).
+    order: Mutex<()>,
+}
+
+/// A request id waiting for the record of the input its caller is submitting: a
+/// `token.added` of `event`, or an `instance.stopped` (`event: None`).
+struct PendingOrigin {
+    event: Option<Box<str>>,
+    id: Arc<str>,
+}
+
+thread_local! {
+    /// The request id for the `instance.started` record of the start being made on this
+    /// thread ([`StoreJournal::with_start_origin`]): a new instance's start is recorded by
+    /// the thread that starts it.
+    static START_ORIGIN: std::cell::RefCell<Option<Arc<str>>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Counters of the journal's work (for `extra` in benchmarks).
@@ -360,6 +380,74 @@ impl StoreJournal {
         let l = Arc::new(Lane::default());
         m.insert(Arc::from(instance), Arc::clone(&l));
         l
+    }
+
+    /// Runs `start` (which starts one instance) with `request_id` for its
+    /// `instance.started` record.
+    pub(crate) fn with_start_origin<T>(&self, request_id: &str, start: impl FnOnce() -> T) -> T {
+        START_ORIGIN.with(|c| *c.borrow_mut() = Some(Arc::from(request_id)));
+        let out = start();
+        START_ORIGIN.with(|c| c.borrow_mut().take());
+        out
+    }
+
+    /// Runs `submit`, which hands each of `instances` one input — a `token.added` of `event`,
+    /// or a stop (`event: None`) — with `request_id` queued for that input's record.
+    /// `submit` returns whether it handed anything over (on `false` the queued ids are
+    /// withdrawn). The lanes' order locks are held meanwhile, in sorted order, so ids are
+    /// queued in the order the inputs reach each instance's loop (the loop takes inputs
+    /// in order, directly or through its mailbox).
+    pub(crate) fn with_origin<T>(
+        &self,
+        instances: &[&str],
+        event: Option<&str>,
+        request_id: &str,
+        submit: impl FnOnce() -> (T, bool),
+    ) -> T {
+        let pending = |id: &Arc<str>| PendingOrigin {
+            event: event.map(Box::from),
+            id: Arc::clone(id),
+        };
+        let id: Arc<str> = Arc::from(request_id);
+        // One instance (an addressed event, a stop): no vectors.
+        if let [one] = instances {
+            let Some(lane) = self.existing(one) else {
+                return submit().0;
+            };
+            let _order = lock(&lane.order);
+            lock(&lane.st).origins.push_back(pending(&id));
+            let (out, submitted) = submit();
+            if !submitted {
+                lock(&lane.st).origins.retain(|o| !Arc::ptr_eq(&o.id, &id));
+            }
+            return out;
+        }
+        let mut names: Vec<&str> = instances.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        let lanes: Vec<Arc<Lane>> = names.iter().filter_map(|i| self.existing(i)).collect();
+        let guards: Vec<MutexGuard<'_, ()>> = lanes.iter().map(|l| lock(&l.order)).collect();
+        for l in &lanes {
+            lock(&l.st).origins.push_back(pending(&id));
+        }
+        let (out, submitted) = submit();
+        if !submitted {
+            for l in &lanes {
+                lock(&l.st).origins.retain(|o| !Arc::ptr_eq(&o.id, &id));
+            }
+        }
+        drop(guards);
+        out
+    }
+
+    /// The request id queued for `entry`, if the next one waiting matches it.
+    fn take_origin(s: &mut LaneState, entry: &Entry) -> Option<String> {
+        let matches = match (entry, s.origins.front()?) {
+            (Entry::Token { event, .. }, o) => o.event.as_deref() == Some(event.as_str()),
+            (Entry::Stopped { .. }, o) => o.event.is_none(),
+            _ => false,
+        };
+        matches.then(|| s.origins.pop_front().map(|o| o.id.to_string()))?
     }
 
     fn existing(&self, instance: &str) -> Option<Arc<Lane>> {
@@ -980,7 +1068,19 @@ impl Journal for StoreJournal {
             .repaired
             .clone()
             .unwrap_or_else(|| Arc::clone(&p.plan.net));
-        let entry = Entry::from_input(&net, tenant, p.version, input);
+        let mut entry = Entry::from_input(&net, tenant, p.version, input);
+        let origin = match input {
+            Input::Start { .. } => START_ORIGIN
+                .with(|c| c.borrow_mut().take())
+                .map(|id| id.to_string()),
+            Input::Token { .. } | Input::Stop { .. } if !s.origins.is_empty() => {
+                Self::take_origin(&mut s, &entry)
+            }
+            _ => None,
+        };
+        if origin.is_some() {
+            entry.set_request_id(origin);
+        }
         self.push(&mut s, instance, &entry);
         if let Input::Repair(r) = input {
             s.repaired = Some(Arc::clone(&r.net));

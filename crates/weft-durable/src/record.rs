@@ -2,9 +2,9 @@
 //! and the fold that rebuilds an instance from them with the pure core.
 //!
 //! Kinds (the body of each is a JSON object):
-//! - `instance.started` `{v, tenant, plan, plan_version, input, now}` (`v` is the record
-//!   schema version; a journal with a newer `v` is refused with `journal_too_new`);
-//! - `token.added` `{event, payload, correlation, now}`;
+//! - `instance.started` `{v, tenant, plan, plan_version, input, now, request_id?}` (`v` is
+//!   the record schema version; a journal with a newer `v` is refused with `journal_too_new`);
+//! - `token.added` `{event, payload, correlation, now, request_id?}`;
 //! - `timer.set` `{timer_id, event, payload, due_ms, cron, remaining, key, now}`: written
 //!   while `timer.after` / `at` / `cron` runs, before its outcome;
 //! - `timer.fired` `{timer_id, event, payload, now, late_ms, next_due_ms}` (`late_ms`: how
@@ -12,7 +12,8 @@
 //!   `next_due_ms`: a cron timer's next occurrence, absent when it does not fire again);
 //! - `context.put` `{key, value, now}`: a write to the instance's key-value context;
 //! - `action.result` `{firing, result, now}` / `action.error` `{firing, error, now}`;
-//! - `instance.paused` `{reason}`, `instance.resumed` `{}`, `instance.stopped` `{reason}`;
+//! - `instance.paused` `{reason}`, `instance.resumed` `{}`, `instance.stopped`
+//!   `{reason, request_id?}`;
 //! - `action.dispatched` `{firing, step, key, attempt, idempotent}`: derived, written by the
 //!   dispatch gate just before a tool is called; the fold ignores it for the marking but
 //!   recovery needs it (a dispatched action without a result may have taken effect);
@@ -23,6 +24,11 @@
 //! - `repair.failed` `{reason}`: a repair could not be made; the instance failed.
 //!
 //! Events are written by name, so a record stays readable without the compiled net.
+//!
+//! `request_id` (optional, written only when known) is the `X-Request-Id` of the HTTP
+//! request that caused the record (see `Durable::start_compiled_with`, `Durable::ingest_with`, `Durable::stop_with`); it is not part of
+//! the runtime input, so replay ignores it, and a record without one is byte-identical to
+//! one written before the field existed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -57,6 +63,9 @@ pub enum Entry {
         input: Value,
         /// Clock time.
         now: i64,
+        /// `X-Request-Id` of the request that caused it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<String>,
     },
     /// `token.added`.
     Token {
@@ -68,6 +77,9 @@ pub enum Entry {
         correlation: Option<String>,
         /// Clock time.
         now: i64,
+        /// `X-Request-Id` of the request that caused it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<String>,
     },
     /// `timer.fired`.
     Timer {
@@ -106,6 +118,9 @@ pub enum Entry {
     Stopped {
         /// Why.
         reason: String,
+        /// `X-Request-Id` of the request that caused it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<String>,
     },
     /// `action.dispatched` (derived).
     Dispatched {
@@ -245,6 +260,26 @@ impl Entry {
         }
     }
 
+    /// The `X-Request-Id` of the request that caused this record, if it was recorded.
+    pub fn request_id(&self) -> Option<&str> {
+        match self {
+            Entry::Started { request_id, .. }
+            | Entry::Token { request_id, .. }
+            | Entry::Stopped { request_id, .. } => request_id.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Sets the request id on the kinds that carry one (others are left alone).
+    pub fn set_request_id(&mut self, id: Option<String>) {
+        if let Entry::Started { request_id, .. }
+        | Entry::Token { request_id, .. }
+        | Entry::Stopped { request_id, .. } = self
+        {
+            *request_id = id;
+        }
+    }
+
     /// The entry for a runtime input (`tenant`, `plan_version` only matter for `Start`).
     pub fn from_input(net: &Net, tenant: &str, plan_version: u32, input: &Input) -> Entry {
         match input {
@@ -255,6 +290,7 @@ impl Entry {
                 plan_version,
                 input: input.clone(),
                 now: *now,
+                request_id: None,
             },
             Input::Token {
                 event,
@@ -266,6 +302,7 @@ impl Entry {
                 payload: payload.clone(),
                 correlation: correlation.clone(),
                 now: *now,
+                request_id: None,
             },
             Input::Timer {
                 id,
@@ -297,6 +334,7 @@ impl Entry {
             Input::Resume => Entry::Resumed,
             Input::Stop { reason } => Entry::Stopped {
                 reason: reason.clone(),
+                request_id: None,
             },
             Input::TimerSet {
                 id,
@@ -347,15 +385,28 @@ impl Entry {
                 plan_version,
                 input,
                 now,
-            } => json!({"v": v, "tenant": tenant, "plan": plan, "plan_version": plan_version,
-                "input": input, "now": now}),
+                request_id,
+            } => {
+                let mut b = json!({"v": v, "tenant": tenant, "plan": plan,
+                    "plan_version": plan_version, "input": input, "now": now});
+                if let Some(r) = request_id {
+                    b["request_id"] = json!(r);
+                }
+                b
+            }
             Entry::Token {
                 event,
                 payload,
                 correlation,
                 now,
+                request_id,
             } => {
-                json!({"event": event, "payload": payload, "correlation": correlation, "now": now})
+                let mut b = json!({"event": event, "payload": payload,
+                    "correlation": correlation, "now": now});
+                if let Some(r) = request_id {
+                    b["request_id"] = json!(r);
+                }
+                b
             }
             Entry::Timer {
                 timer_id,
@@ -382,8 +433,15 @@ impl Entry {
                 result: Err(e),
                 now,
             } => json!({"firing": firing, "error": e, "now": now}),
+            Entry::Stopped {
+                reason,
+                request_id: Some(r),
+            } => json!({"reason": reason, "request_id": r}),
             Entry::Paused { reason }
-            | Entry::Stopped { reason }
+            | Entry::Stopped {
+                reason,
+                request_id: None,
+            }
             | Entry::RepairFailed { reason } => json!({"reason": reason}),
             Entry::Repaired {
                 document,
@@ -509,6 +567,7 @@ impl Entry {
                 payload,
                 correlation,
                 now,
+                ..
             } => Input::Token {
                 event: ev(event)?,
                 payload: payload.clone(),
@@ -543,7 +602,7 @@ impl Entry {
                 reason: reason.clone(),
             },
             Entry::Resumed => Input::Resume,
-            Entry::Stopped { reason } => Input::Stop {
+            Entry::Stopped { reason, .. } => Input::Stop {
                 reason: reason.clone(),
             },
             Entry::Dispatched { .. } => return Ok(None),
@@ -709,5 +768,69 @@ impl Folded {
         if let Some(i) = self.instance.as_mut() {
             i.settle(cur.as_deref().unwrap_or(net));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(r: &NewRecord) -> Record {
+        Record {
+            seq: 1,
+            kind: r.kind.clone(),
+            body: r.body.clone(),
+            at_ms: r.at_ms,
+            prev_hash: weft_store::GENESIS,
+            hash: weft_store::GENESIS,
+        }
+    }
+
+    #[test]
+    fn request_ids_are_optional_and_old_bodies_are_unchanged() {
+        let token = Entry::Token {
+            event: "tick".into(),
+            payload: serde_json::json!({"n": 1}),
+            correlation: None,
+            now: 5,
+            request_id: None,
+        };
+        // Without an id the body is exactly what builds before the field wrote.
+        assert_eq!(
+            String::from_utf8(token.to_record(0).body).unwrap(),
+            r#"{"event":"tick","payload":{"n":1},"correlation":null,"now":5}"#
+        );
+        let stop = Entry::Stopped {
+            reason: "r".into(),
+            request_id: None,
+        };
+        assert_eq!(stop.to_record(0).body, br#"{"reason":"r"}"#);
+        let started = Entry::Started {
+            v: 1,
+            tenant: "t".into(),
+            plan: "p".into(),
+            plan_version: 2,
+            input: serde_json::json!({}),
+            now: 3,
+            request_id: None,
+        };
+        assert!(
+            !String::from_utf8(started.to_record(0).body)
+                .unwrap()
+                .contains("request_id")
+        );
+        for mut e in [token, stop, started] {
+            assert_eq!(Entry::from_record(&stored(&e.to_record(0))).unwrap(), e);
+            e.set_request_id(Some("req-1".into()));
+            let r = e.to_record(0);
+            assert!(String::from_utf8_lossy(&r.body).contains(r#""request_id":"req-1""#));
+            let back = Entry::from_record(&stored(&r)).unwrap();
+            assert_eq!(back.request_id(), Some("req-1"));
+            assert_eq!(back, e);
+        }
+        // Kinds that never carry an id ignore it.
+        let mut resumed = Entry::Resumed;
+        resumed.set_request_id(Some("x".into()));
+        assert_eq!(resumed.request_id(), None);
     }
 }

@@ -67,6 +67,28 @@ fn timeout_error(ms: u64) -> ActionError {
     )
 }
 
+/// The `weft.step` span of one attempt of a firing (tenant, instance, step, action, firing,
+/// attempt, idempotency key; `outcome` is recorded when the result is known). Disabled
+/// (one level check, no allocation) unless a subscriber wants INFO spans.
+fn step_span(ctx: &ToolContext, action: &str, firing: FiringId) -> tracing::Span {
+    if !tracing::enabled!(target: "weft::step", tracing::Level::INFO) {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(target: "weft::step", "weft.step", tenant = %ctx.tenant,
+        instance = %ctx.instance, step = %ctx.step, action, firing, attempt = ctx.attempt,
+        idempotency_key = %ctx.idempotency_key, outcome = tracing::field::Empty)
+}
+
+/// Records a result on its step span: `ok`, or the error's code.
+fn step_outcome(span: &tracing::Span, r: &Result<Value, ActionError>) {
+    if !span.is_disabled() {
+        span.record(
+            "outcome",
+            r.as_ref().map_or_else(|e| e.code.as_str(), |_| "ok"),
+        );
+    }
+}
+
 /// Aborts a spawned task when the instance drops it (stop, failure).
 struct AbortOnDrop(tokio::task::JoinHandle<Result<Value, ActionError>>);
 
@@ -218,10 +240,14 @@ impl Cell {
                 None => self.inputs(srt, core, f.firing),
             };
             let ctx = self.context(&plan.name, srt, key, 1, inputs);
-            let r = match catch_unwind(AssertUnwindSafe(|| tool.call_now(ctx, args))) {
+            let span = step_span(&ctx, &srt.action, f.firing);
+            let r = match span
+                .in_scope(|| catch_unwind(AssertUnwindSafe(|| tool.call_now(ctx, args))))
+            {
                 Ok(r) => r.map_err(ActionError::from),
                 Err(p) => Err(panic_error(p)),
             };
+            step_outcome(&span, &r);
             ready.push_back((f.firing, r));
             return;
         }
@@ -251,6 +277,8 @@ impl Cell {
         spawn: bool,
         ready: &mut VecDeque<Ready>,
     ) {
+        let span = step_span(&ctx, &tool.spec().name, firing);
+        let entered = span.enter();
         let mut fut = match catch_unwind(AssertUnwindSafe(|| tool.call(ctx, args))) {
             Ok(f) => f,
             Err(p) => {
@@ -259,14 +287,25 @@ impl Cell {
             }
         };
         let mut cx = Context::from_waker(Waker::noop());
-        match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx))) {
-            Ok(Poll::Ready(r)) => ready.push_back((firing, r.map_err(ActionError::from))),
+        let r = match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx))) {
+            Ok(Poll::Ready(r)) => r.map_err(ActionError::from),
             Ok(Poll::Pending) => {
+                drop(entered);
                 let g = guarded(fut, timeout_ms, Arc::clone(&self.engine.clock));
-                self.push_pending(core, firing, g, spawn);
+                if span.is_disabled() {
+                    self.push_pending(core, firing, g, spawn);
+                } else {
+                    let s = span.clone();
+                    let g = tracing::Instrument::instrument(g, span)
+                        .inspect(move |r| step_outcome(&s, r));
+                    self.push_pending(core, firing, g, spawn);
+                }
+                return;
             }
-            Err(p) => ready.push_back((firing, Err(panic_error(p)))),
-        }
+            Err(p) => Err(panic_error(p)),
+        };
+        step_outcome(&span, &r);
+        ready.push_back((firing, r));
     }
 
     fn push_pending(
@@ -411,12 +450,18 @@ impl Cell {
         }
         let clock = Arc::clone(&self.engine.clock);
         let timeout = srt.timeout_ms;
+        let span = step_span(&ctx, &srt.action, firing);
         let fut = async move {
             clock.sleep(delay_ms).await;
-            match catch_unwind(AssertUnwindSafe(|| tool.call(ctx, args))) {
-                Ok(f) => guarded(f, timeout, clock).await,
+            let r = match catch_unwind(AssertUnwindSafe(|| span.in_scope(|| tool.call(ctx, args))))
+            {
+                Ok(f) => {
+                    tracing::Instrument::instrument(guarded(f, timeout, clock), span.clone()).await
+                }
                 Err(p) => Err(panic_error(p)),
-            }
+            };
+            step_outcome(&span, &r);
+            r
         };
         self.push_pending(core, firing, fut, srt.spawn);
     }

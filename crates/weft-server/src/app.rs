@@ -1,19 +1,17 @@
-//! The router ([`app`]): routes, the auth layer on `/v1` and `/plan`, request ids, tracing,
-//! response counting, problem fallbacks, and the OpenAPI document generated from the
+//! The router ([`app`]): routes, the auth layer on `/v1` and `/plan`, one outer layer for
+//! request ids, the request span and response counting, problem fallbacks, and the OpenAPI document generated from the
 //! handlers' `#[utoipa::path]` annotations ([`openapi_doc`]).
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::StatusCode;
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::error::ApiError;
-use crate::metrics::CodeLabel;
 use crate::state::AppState;
 use crate::{auth, events, instances, llm, ops, plans, request_id};
 
@@ -56,9 +54,10 @@ pub fn app(state: AppState) -> Router {
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(state.clone(), count))
-        .layer(TraceLayer::new_for_http())
-        .layer(middleware::from_fn(request_id::layer))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            request_id::layer,
+        ))
         .with_state(state)
 }
 
@@ -76,19 +75,6 @@ async fn method_not_allowed(req: Request) -> Response {
     )
     .hint("see /openapi.json for the routes")
     .into_response()
-}
-
-async fn count(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let res = next.run(req).await;
-    state
-        .inner
-        .metrics
-        .http_responses
-        .get_or_create(&CodeLabel {
-            code: res.status().as_str().to_string(),
-        })
-        .inc();
-    res
 }
 
 struct Security;

@@ -5,7 +5,7 @@
 //! the receiving instances' journal records are durable. `GET /v1/events/stream` is the
 //! tenant's lifecycle events as Server-Sent Events.
 
-use std::collections::BTreeSet;
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::time::Instant;
 
@@ -20,7 +20,7 @@ use utoipa::{IntoParams, ToSchema};
 use weft_runtime::{CloudEvent, Delivery, Filter};
 
 use crate::auth::Tenant;
-use crate::body::{ApiQuery, Cap, content_type, parse_json, read_capped};
+use crate::body::{ApiQuery, Cap, content_type, read_capped};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::names::{check_name, valid_name};
 use crate::state::AppState;
@@ -43,61 +43,124 @@ fn invalid(detail: String) -> ApiError {
     )
 }
 
-fn text_attr<'a>(
-    o: &'a serde_json::Map<String, Value>,
-    k: &str,
-    at: &str,
-) -> Result<Option<&'a str>, ApiError> {
-    match o.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(invalid(format!("{at}`{k}` must be a string"))),
+/// A CloudEvent as sent, parsed straight from the body (attributes weft does not use are
+/// skipped, string attributes borrowed from the body when they hold no escapes).
+#[derive(Deserialize)]
+struct RawEvent<'a> {
+    #[serde(borrow, default)]
+    specversion: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    source: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "type")]
+    ty: Option<Cow<'a, str>>,
+    #[serde(default = "no_data")]
+    data: Value,
+    #[serde(default, deserialize_with = "present")]
+    data_base64: bool,
+    #[serde(default)]
+    weftinstance: Option<String>,
+    #[serde(default)]
+    weftcorrelation: Option<String>,
+}
+
+fn no_data() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+/// `true` whenever the attribute is there (even `null`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    serde::de::IgnoredAny::deserialize(d).map(|_| true)
+}
+
+/// The body as one event or a batch, parsed once; a JSON syntax error is `invalid_json`,
+/// anything else wrong `invalid_cloudevent`.
+fn parse_events(bytes: &[u8], batch: Option<bool>) -> Result<Vec<RawEvent<'_>>, ApiError> {
+    let is_array = bytes
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'[');
+    let err = |e: serde_json::Error, what: &str| {
+        if e.is_data() {
+            invalid(format!("{what}: {e}"))
+        } else {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_json",
+                format!("the request body is not valid JSON: {e}"),
+            )
+        }
+    };
+    match (is_array, batch) {
+        (true, Some(true) | None) => {
+            let events: Vec<RawEvent<'_>> = serde_json::from_slice(bytes)
+                .map_err(|e| err(e, "a batch is a JSON array of CloudEvent objects"))?;
+            if events.len() > MAX_BATCH {
+                return Err(invalid(format!(
+                    "a batch holds at most {MAX_BATCH} events, got {}",
+                    events.len()
+                )));
+            }
+            Ok(events)
+        }
+        (true, Some(false)) => Err(invalid(
+            "a batch must be sent as application/cloudevents-batch+json".into(),
+        )),
+        (false, Some(true)) => {
+            // Keep JSON syntax errors apart from a well-formed non-array.
+            serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|e| err(e, ""))?;
+            Err(invalid(
+                "application/cloudevents-batch+json takes a JSON array of events".into(),
+            ))
+        }
+        (false, _) => serde_json::from_slice(bytes)
+            .map(|e| vec![e])
+            .map_err(|e| err(e, "a CloudEvent is a JSON object")),
     }
 }
 
-fn check_event(v: Value, at: &str) -> Result<Incoming, ApiError> {
-    let Value::Object(mut o) = v else {
-        return Err(invalid(format!("{at}a CloudEvent must be a JSON object")));
-    };
-    match text_attr(&o, "specversion", at)? {
+/// Checks one parsed event (`k`: its index in a batch, for the message).
+fn check_event(e: RawEvent<'_>, k: Option<usize>) -> Result<Incoming, ApiError> {
+    let at = || k.map_or_else(String::new, |k| format!("event {k}: "));
+    match e.specversion.as_deref() {
         Some("1.0") => {}
         Some(other) => {
             return Err(invalid(format!(
-                "{at}`specversion` is `{other}`; only 1.0 is supported"
+                "{}`specversion` is `{other}`; only 1.0 is supported",
+                at()
             )));
         }
-        None => return Err(invalid(format!("{at}`specversion` is missing"))),
+        None => return Err(invalid(format!("{}`specversion` is missing", at()))),
     }
-    for k in ["id", "source", "type"] {
-        match text_attr(&o, k, at)? {
-            Some(s) if !s.is_empty() => {}
-            _ => return Err(invalid(format!("{at}`{k}` is missing or empty"))),
+    for (name, v) in [("id", &e.id), ("source", &e.source), ("type", &e.ty)] {
+        if v.as_deref().is_none_or(str::is_empty) {
+            return Err(invalid(format!("{}`{name}` is missing or empty", at())));
         }
     }
-    if o.contains_key("data_base64") {
+    if e.data_base64 {
         return Err(invalid(format!(
-            "{at}`data_base64` is not supported; send JSON `data`"
+            "{}`data_base64` is not supported; send JSON `data`",
+            at()
         )));
     }
-    let ty = text_attr(&o, "type", at)?.unwrap_or_default().to_string();
+    let ty = e.ty.unwrap_or_default().into_owned();
     if ty.len() > 256 || ty.chars().any(char::is_control) {
-        return Err(invalid(format!("{at}`type` is not a valid event name")));
+        return Err(invalid(format!("{}`type` is not a valid event name", at())));
     }
-    let instance = text_attr(&o, "weftinstance", at)?.map(str::to_string);
-    if let Some(i) = &instance
+    if let Some(i) = &e.weftinstance
         && !valid_name(i)
     {
         return Err(invalid(format!(
-            "{at}`weftinstance` is not a valid instance id"
+            "{}`weftinstance` is not a valid instance id",
+            at()
         )));
     }
-    let correlation = text_attr(&o, "weftcorrelation", at)?.map(str::to_string);
-    let data = o.remove("data").unwrap_or_else(|| json!({}));
     Ok(Incoming {
         ty,
-        data,
-        instance,
-        correlation,
+        data: e.data,
+        instance: e.weftinstance,
+        correlation: e.weftcorrelation,
     })
 }
 
@@ -179,115 +242,114 @@ pub async fn ingest(
         }
     };
     let bytes = read_capped(req, &state, Cap::Default).await?;
-    let v: Value = parse_json(&bytes)?;
-    let events = match (v, batch) {
-        (Value::Array(a), Some(true) | None) => {
-            if a.len() > MAX_BATCH {
-                return Err(invalid(format!(
-                    "a batch holds at most {MAX_BATCH} events, got {}",
-                    a.len()
-                )));
-            }
-            a.into_iter()
-                .enumerate()
-                .map(|(k, e)| check_event(e, &format!("event {k}: ")))
-                .collect::<Result<Vec<_>, _>>()?
-        }
-        (Value::Array(_), Some(false)) => {
-            return Err(invalid(
-                "a batch must be sent as application/cloudevents-batch+json".into(),
-            ));
-        }
-        (_, Some(true)) => {
-            return Err(invalid(
-                "application/cloudevents-batch+json takes a JSON array of events".into(),
-            ));
-        }
-        (v, _) => vec![check_event(v, "")?],
-    };
+    let raw = parse_events(&bytes, batch)?;
+    let many = raw.len() > 1;
+    let events = raw
+        .into_iter()
+        .enumerate()
+        .map(|(k, e)| check_event(e, many.then_some(k)))
+        .collect::<Result<Vec<_>, _>>()?;
+    drop(bytes);
     let engine = state.inner.durable.engine();
-    // Check every addressed event before ingesting any, so a 4xx means nothing was accepted.
-    for (k, e) in events.iter().enumerate() {
-        let Some(id) = &e.instance else { continue };
-        let at = if events.len() > 1 {
+    let many = events.len() > 1;
+    let at = |k: usize| {
+        if many {
             format!("event {k}: ")
         } else {
             String::new()
-        };
-        let live = engine
-            .handle(id)
-            .filter(|h| h.tenant() == tenant && !h.state().status.is_terminal());
-        let Some(h) = live else {
-            let mut err = not_live(&state, &tenant, id).await;
-            err.detail = format!("{at}{}", err.detail);
-            return Err(err);
-        };
-        let net = &h.plan().net;
-        let accepted = net
-            .event_id(&e.ty)
-            .is_some_and(|ev| net.event(ev).kind == weft_core::EventKind::Input);
-        if !accepted {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "event_not_accepted",
-                format!(
-                    "{at}plan `{}` of instance `{id}` has no input event `{}`",
-                    h.plan().name,
-                    e.ty
-                ),
-            )
-            .hint("the event's `type` must be an input event of the instance's plan"));
+        }
+    };
+    // A batch is checked whole before anything of it is ingested, so a 4xx means nothing
+    // was accepted. (A single event is checked by the ingest itself, with the same answers.)
+    // A registered instance is not terminal: the engine unregisters an instance in the loop
+    // turn that ends it.
+    if many {
+        for (k, e) in events.iter().enumerate() {
+            let Some(id) = &e.instance else { continue };
+            let Some(h) = engine.handle(id).filter(|h| h.tenant() == tenant) else {
+                let mut err = not_live(&state, &tenant, id).await;
+                err.detail = format!("{}{}", at(k), err.detail);
+                return Err(err);
+            };
+            let plan = h.plan();
+            let net = &plan.net;
+            let accepted = net
+                .event_id(&e.ty)
+                .is_some_and(|ev| net.event(ev).kind == weft_core::EventKind::Input);
+            if !accepted {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "event_not_accepted",
+                    format!(
+                        "{}plan `{}` of instance `{id}` has no input event `{}`",
+                        at(k),
+                        plan.name,
+                        e.ty
+                    ),
+                )
+                .hint("the event's `type` must be an input event of the instance's plan"));
+            }
         }
     }
-    let mut targets: BTreeSet<String> = BTreeSet::new();
+    let accepted = events.len();
+    let mut targets: Vec<String> = Vec::with_capacity(accepted);
     let mut routed = 0;
+    let request_id = crate::request_id::current_request_id();
+    let durable = &state.inner.durable;
     let started = Instant::now();
-    for (k, e) in events.iter().enumerate() {
-        let at = if events.len() > 1 {
-            format!("event {k}: ")
-        } else {
-            String::new()
-        };
-        match &e.instance {
+    for (k, e) in events.into_iter().enumerate() {
+        let Incoming {
+            ty,
+            data,
+            instance,
+            correlation,
+        } = e;
+        match instance {
             Some(id) => {
-                match engine.ingest(
+                match durable.ingest_with(
                     &tenant,
-                    &e.ty,
-                    e.data.clone(),
-                    e.correlation.as_deref(),
-                    Some(id),
+                    &ty,
+                    data,
+                    correlation.as_deref(),
+                    Some(&id),
+                    request_id.as_deref(),
                 ) {
                     Ok(n) => routed += n,
                     Err(weft_runtime::Error::UnknownInstance(_)) => {
-                        let mut err = not_live(&state, &tenant, id).await;
-                        err.detail = format!("{at}{}", err.detail);
+                        let mut err = not_live(&state, &tenant, &id).await;
+                        err.detail = format!("{}{}", at(k), err.detail);
                         return Err(err);
                     }
                     Err(err @ weft_runtime::Error::EventNotAccepted { .. }) => {
                         return Err(ApiError::new(
                             StatusCode::UNPROCESSABLE_ENTITY,
                             "event_not_accepted",
-                            format!("{at}{err}"),
+                            format!("{}{err}", at(k)),
                         )
                         .hint("the event's `type` must be an input event of the instance's plan"));
                     }
                     Err(err) => return Err(ApiError::internal(err)),
                 }
-                targets.insert(id.clone());
+                targets.push(id);
             }
             None => {
-                targets.extend(engine.routed_instances(&tenant, &e.ty));
-                routed += engine
-                    .ingest(
+                targets.extend(engine.routed_instances(&tenant, &ty));
+                routed += durable
+                    .ingest_with(
                         &tenant,
-                        &e.ty,
-                        e.data.clone(),
-                        e.correlation.as_deref(),
+                        &ty,
+                        data,
+                        correlation.as_deref(),
                         None,
+                        request_id.as_deref(),
                     )
                     .map_err(ApiError::internal)?;
             }
         }
+    }
+    if targets.len() > 1 {
+        targets.sort_unstable();
+        targets.dedup();
     }
     let journal = state.inner.durable.journal();
     let waits = targets.iter().map(|t| journal.barrier(t));
@@ -296,15 +358,9 @@ pub async fn ingest(
     }
     let m = &state.inner.metrics;
     m.journal_commit.observe(started.elapsed().as_secs_f64());
-    m.events_ingested.inc_by(events.len() as u64);
+    m.events_ingested.inc_by(accepted as u64);
     m.events_routed.inc_by(routed as u64);
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(Accepted {
-            accepted: events.len(),
-            routed,
-        }),
-    ))
+    Ok((StatusCode::ACCEPTED, Json(Accepted { accepted, routed })))
 }
 
 /// `GET /v1/events/stream` query.

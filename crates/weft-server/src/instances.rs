@@ -658,7 +658,10 @@ pub async fn stop(
     if h.state().status.is_terminal() {
         return Err(terminal_conflict(&id, h.state().status.name()));
     }
-    h.stop();
+    state
+        .inner
+        .durable
+        .stop_with(&h, crate::request_id::current_request_id().as_deref());
     let out = state.inner.durable.wait(&h).await?;
     Ok(Json(InstanceRef {
         id,

@@ -30,6 +30,7 @@ mod ops;
 mod plans;
 pub mod request_id;
 mod state;
+pub mod telemetry;
 
 use std::net::SocketAddr;
 

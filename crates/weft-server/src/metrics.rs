@@ -63,6 +63,8 @@ pub struct Metrics {
     pub journal_appends: Gauge,
     /// HTTP responses by status code.
     pub http_responses: Family<CodeLabel, Counter>,
+    /// The counters of `http_responses` by status code, looked up once each.
+    by_status: Arc<[std::sync::OnceLock<Counter>]>,
     /// LLM tokens used by the API's LLM calls.
     pub llm_tokens: Family<KindLabel, Counter>,
     /// Lifecycle events the metrics subscriber missed (bus overflow).
@@ -162,9 +164,26 @@ impl Metrics {
             journal_records,
             journal_appends,
             http_responses,
+            by_status: (100..600).map(|_| std::sync::OnceLock::new()).collect(),
             llm_tokens,
             bus_lagged,
         }
+    }
+
+    /// Counts an HTTP response.
+    pub fn response(&self, status: axum::http::StatusCode) {
+        let code = status.as_u16();
+        let new = || {
+            self.http_responses
+                .get_or_create(&CodeLabel {
+                    code: status.as_str().to_string(),
+                })
+                .clone()
+        };
+        match self.by_status.get(usize::from(code).wrapping_sub(100)) {
+            Some(slot) => slot.get_or_init(new).inc(),
+            None => new().inc(),
+        };
     }
 
     /// Counts a terminal status.

@@ -75,6 +75,10 @@ pub enum ConfigError {
     /// I/O.
     #[error("[io] {0}")]
     Io(#[from] std::io::Error),
+    /// The OTLP exporter could not be set up (check `--otlp-endpoint` /
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    #[error("[invalid_otlp] {0}; check --otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT")]
+    Telemetry(String),
 }
 
 /// Parses `WEFT_API_TOKENS` (`tokA=tenant-a,tokB=tenant-b`).
@@ -297,12 +301,13 @@ impl AppState {
         let trace = plan.net.graph_type == weft_core::GraphType::Acyclic;
         let h = {
             let _g = lock(&self.inner.start_lock);
-            self.inner.durable.start_compiled(
+            self.inner.durable.start_compiled_with(
                 tenant,
                 plan,
                 version,
                 input,
                 weft_runtime::StartOptions { trace },
+                crate::request_id::current_request_id().as_deref(),
             )
         };
         self.inner.metrics.started.inc();

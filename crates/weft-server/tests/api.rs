@@ -1115,3 +1115,163 @@ async fn llm_routes_without_a_model() {
         (StatusCode::SERVICE_UNAVAILABLE, "llm_unavailable")
     );
 }
+
+/// The `request_id`s on an instance's journal records, by kind, in order.
+async fn record_ids(s: &Srv, id: &str) -> Vec<(String, Option<String>)> {
+    let (st, j) = s
+        .get(&format!("/v1/instances/{id}/journal?limit=1000"), A)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{j}");
+    j["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap_or_default().to_string(),
+                r["body"]["request_id"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+async fn post_with_id(
+    s: &Srv,
+    uri: &str,
+    ct: &str,
+    body: &Value,
+    rid: Option<&str>,
+) -> (StatusCode, Value, String) {
+    let mut r = req("POST", uri, A).header("content-type", ct);
+    if let Some(rid) = rid {
+        r = r.header("x-request-id", rid);
+    }
+    let res = s
+        .send(r.body(Body::from(body.to_string())).expect("request"))
+        .await;
+    let st = res.status();
+    let echoed = res
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    (
+        st,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        echoed,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_reach_the_journal_records_they_cause() {
+    let s = sqlite(two_tenants()).await;
+    let json_ct = "application/json";
+    let (st, v, _) = post_with_id(
+        &s,
+        "/v1/instances",
+        json_ct,
+        &json!({"plan_inline": ticker()}),
+        Some("req-start-1"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    // A second instance, started without an id: the generated one lands on its record.
+    let (st, v, generated) = post_with_id(
+        &s,
+        "/v1/instances",
+        json_ct,
+        &json!({"plan_inline": ticker()}),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let other = v["id"].as_str().unwrap().to_string();
+    assert_eq!(generated.len(), 36, "a UUID is generated: {generated}");
+    // One event to the instance, one routed by type to both, one batch of three.
+    let (st, v, _) = post_with_id(
+        &s,
+        "/v1/events",
+        "application/cloudevents+json",
+        &cloud_event("tick", 1, Some(&id)),
+        Some("req-event-1"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{v}");
+    let (st, v, routed_id) = post_with_id(
+        &s,
+        "/v1/events",
+        json_ct,
+        &cloud_event("tick", 2, None),
+        None,
+    )
+    .await;
+    assert_eq!((st, v["routed"].clone()), (StatusCode::ACCEPTED, json!(2)));
+    let batch: Vec<Value> = (3..6).map(|n| cloud_event("tick", n, Some(&id))).collect();
+    let (st, v, _) = post_with_id(
+        &s,
+        "/v1/events",
+        "application/cloudevents-batch+json",
+        &Value::Array(batch),
+        Some("req-batch-1"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{v}");
+    let (st, v, _) = post_with_id(
+        &s,
+        &format!("/v1/instances/{id}/stop"),
+        json_ct,
+        &json!({}),
+        Some("req-stop-1"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+
+    let ids = record_ids(&s, &id).await;
+    let carried: Vec<(&str, Option<&str>)> = ids
+        .iter()
+        .filter(|(k, _)| {
+            matches!(
+                k.as_str(),
+                "instance.started" | "token.added" | "instance.stopped"
+            )
+        })
+        .map(|(k, r)| (k.as_str(), r.as_deref()))
+        .collect();
+    assert_eq!(
+        carried,
+        vec![
+            ("instance.started", Some("req-start-1")),
+            ("token.added", Some("req-event-1")),
+            ("token.added", Some(routed_id.as_str())),
+            ("token.added", Some("req-batch-1")),
+            ("token.added", Some("req-batch-1")),
+            ("token.added", Some("req-batch-1")),
+            ("instance.stopped", Some("req-stop-1")),
+        ],
+        "{ids:?}"
+    );
+    // Records no request caused carry none.
+    assert!(
+        ids.iter()
+            .filter(|(k, _)| k.starts_with("action."))
+            .all(|(_, r)| r.is_none()),
+        "{ids:?}"
+    );
+    let ids = record_ids(&s, &other).await;
+    assert_eq!(
+        ids[0],
+        ("instance.started".into(), Some(generated)),
+        "{ids:?}"
+    );
+    assert_eq!(ids[1], ("token.added".into(), Some(routed_id)), "{ids:?}");
+    // The journal still verifies (the id is inside the hashed body).
+    let report = weft_durable::verify(s.state.durable().store().as_ref(), &id)
+        .await
+        .expect("the chain verifies");
+    assert_eq!(report.records as usize, record_ids(&s, &id).await.len());
+}

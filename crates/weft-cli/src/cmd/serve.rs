@@ -2,7 +2,8 @@
 //! fully embedded: SQLite at `.weft/weft.db`, the in-process bus, the built-in tools, one
 //! local tenant on 127.0.0.1:8080. Tokens (`--tokens FILE` or `WEFT_API_TOKENS`) turn on
 //! authentication and tenants; `--store postgres://…` selects PostgreSQL; `WEFT_LLM_*`
-//! configures the model for the LLM routes.
+//! configures the model for the LLM routes. `--otlp-endpoint URL` (or the standard
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`) exports request and step spans over OTLP/HTTP.
 
 use std::io::{Read as _, Write};
 use std::net::SocketAddr;
@@ -43,6 +44,11 @@ pub struct Args {
     /// Burst size per tenant.
     #[arg(long, value_name = "N", default_value_t = ServerConfig::default().rate_burst)]
     pub rate_burst: f64,
+    /// Export request and step spans over OTLP/HTTP (protobuf) to this collector base URL
+    /// (`/v1/traces` is appended), service name `weft`. Default: the standard
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT; neither: no export.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -82,26 +88,20 @@ fn config(args: &Args) -> anyhow::Result<ServerConfig> {
     Ok(config)
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
-}
-
 /// Runs `weft serve` until SIGINT/SIGTERM.
 pub fn run(args: &Args, _ctx: &Ctx, _out: &mut dyn Write) -> anyhow::Result<Status> {
-    init_logging();
     let config = config(args)?;
+    let otlp = weft_server::telemetry::otlp_traces_url(args.otlp_endpoint.as_deref());
+    let telemetry = weft_server::telemetry::init(otlp.as_deref())?;
+    if let Some(url) = &otlp {
+        eprintln!("weft: exporting traces over OTLP/HTTP to {url}");
+    }
     let cfg = tools_config(args.tools_config.as_deref())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(async {
+    let served = rt.block_on(async {
         let store = crate::store::open(args.store.as_deref()).await?;
         let mut registry = Registry::new();
         weft_tools::register_all(&mut registry, &cfg);
@@ -123,6 +123,10 @@ pub fn run(args: &Args, _ctx: &Ctx, _out: &mut dyn Write) -> anyhow::Result<Stat
         weft_server::serve(state, weft_server::shutdown_signal()).await?;
         eprintln!("weft: stopped");
         Ok::<_, anyhow::Error>(())
-    })?;
+    });
+    drop(rt);
+    // After the runtime: the exporter's last batch goes out on its own thread.
+    telemetry.shutdown();
+    served?;
     Ok(Status::Clean)
 }
