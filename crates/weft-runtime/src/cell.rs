@@ -19,7 +19,7 @@ use futures::stream::FuturesUnordered;
 use serde_json::Value;
 use tokio::sync::oneshot;
 use weft_core::token::FiringId;
-use weft_core::{ActionError, GraphType, Instance, Net, Status};
+use weft_core::{ActionError, GraphType, Instance, Status};
 
 use crate::engine::Shared;
 use crate::journal::Input;
@@ -66,6 +66,8 @@ pub(crate) struct Core {
     pub repairing: bool,
     /// The compiled revised plan of the `Input::Repair` about to be applied.
     pub next_plan: Option<Arc<CompiledPlan>>,
+    /// Reused buffer for building a firing's idempotency key.
+    pub key_buf: String,
 }
 
 /// One instance, shared between the engine's table, handles, timers and its task.
@@ -120,6 +122,7 @@ impl Cell {
                 repairs: 0,
                 repairing: false,
                 next_plan: None,
+                key_buf: String::new(),
             }),
             mailbox: Mutex::new(Vec::new()),
             timers: AtomicU32::new(0),
@@ -203,7 +206,10 @@ impl Cell {
         ) {
             self.check_rate(core);
         }
-        self.apply(core, input, &mut ready);
+        // The plan is taken once per batch (not per input) and taken again only if an input
+        // changed it (a repair).
+        let mut plan = Arc::clone(&core.plan);
+        self.apply_on(core, &plan, input, &mut ready);
         // One clock reading per batch: outcomes that were ready at once share it.
         let now = if ready.is_empty() {
             0
@@ -212,8 +218,12 @@ impl Cell {
         };
         while let Some((firing, result)) = ready.pop_front() {
             self.check_rate(core);
-            self.apply(
+            if !Arc::ptr_eq(&plan, &core.plan) {
+                plan = Arc::clone(&core.plan);
+            }
+            self.apply_on(
                 core,
+                &plan,
                 Input::Outcome {
                     firing,
                     result,
@@ -232,10 +242,21 @@ impl Cell {
         input: Input,
         ready: &mut VecDeque<Ready>,
     ) {
+        let plan = Arc::clone(&core.plan);
+        self.apply_on(core, &plan, input, ready);
+    }
+
+    /// [`Cell::apply`] with the instance's current plan (`core.plan`) held by the caller.
+    fn apply_on(
+        self: &Arc<Self>,
+        core: &mut Core,
+        plan: &Arc<CompiledPlan>,
+        input: Input,
+        ready: &mut VecDeque<Ready>,
+    ) {
         if let Some(j) = &self.engine.journal {
             j.record(&self.tenant, &self.name, &input);
         }
-        let plan = Arc::clone(&core.plan);
         let net = &*plan.net;
         match input {
             Input::Start { input, now, .. } => {
@@ -276,7 +297,7 @@ impl Cell {
                 firing,
                 result,
                 now,
-            } => self.complete(core, firing, result, now, ready),
+            } => self.complete(core, plan, firing, result, now, ready),
             Input::Pause { reason } => {
                 if let Some(i) = core.inst.as_mut() {
                     i.pause(reason);
@@ -306,10 +327,10 @@ impl Cell {
                 return;
             }
             Input::Repair(r) => {
-                self.apply_repair(core, &plan, &r);
+                self.apply_repair(core, plan, &r);
                 // Fire on the revised plan from here on.
                 let revised = Arc::clone(&core.plan);
-                self.drain(core, &revised.net, ready);
+                self.drain(core, &revised, ready);
                 return;
             }
             Input::RepairFailed { reason } => {
@@ -324,17 +345,22 @@ impl Cell {
                 return;
             }
         }
-        self.drain(core, net, ready);
+        self.drain(core, plan, ready);
     }
 
-    /// Fires every enabled step of `net` (the instance's current plan, held by the caller);
-    /// outcomes that are ready at once go to `ready`.
-    fn drain(self: &Arc<Self>, core: &mut Core, net: &Net, ready: &mut VecDeque<Ready>) {
+    /// Fires every enabled step of `plan` (the instance's current plan, held by the
+    /// caller); outcomes that are ready at once go to `ready`.
+    fn drain(
+        self: &Arc<Self>,
+        core: &mut Core,
+        plan: &Arc<CompiledPlan>,
+        ready: &mut VecDeque<Ready>,
+    ) {
         loop {
-            let Some(fired) = core.inst.as_mut().and_then(|i| i.next(net)) else {
+            let Some(fired) = core.inst.as_mut().and_then(|i| i.next(&plan.net)) else {
                 return;
             };
-            self.dispatch(core, fired, ready);
+            self.dispatch(core, plan, fired, ready);
         }
     }
 

@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 use futures::FutureExt;
 use futures::future::Either;
 use serde_json::Value;
-use weft_core::instance::{Completion, idempotency_key};
+use weft_core::instance::{Args, Completion, idempotency_key, push_idempotency_key};
 use weft_core::token::FiringId;
 use weft_core::token::Token;
 use weft_core::{ActionError, Fired, Net};
@@ -26,7 +26,7 @@ use weft_tools::{BoxFuture, Tool, ToolContext, ToolError, ToolServices};
 use crate::cell::{Active, Cell, Core, PendingFut, Ready};
 use crate::clock::Clock;
 use crate::outcome::TraceEntry;
-use crate::plans::StepRt;
+use crate::plans::{CompiledPlan, StepRt};
 
 /// The error for a caught panic.
 pub(crate) fn panic_error(p: Box<dyn Any + Send>) -> ActionError {
@@ -140,14 +140,15 @@ impl Cell {
         }
     }
 
-    /// Runs the effect of a firing.
+    /// Runs the effect of a firing of `plan` (the instance's current plan, held by the
+    /// caller).
     pub(crate) fn dispatch(
         self: &Arc<Self>,
         core: &mut Core,
+        plan: &Arc<CompiledPlan>,
         f: Fired,
         ready: &mut VecDeque<Ready>,
     ) {
-        let plan = Arc::clone(&core.plan);
         let srt = &plan.steps[f.step as usize];
         if core.trace.is_some() {
             self.trace_start(core, &f);
@@ -183,7 +184,7 @@ impl Cell {
             return;
         };
         if let Some(v) = &srt.validator
-            && let Err(e) = v.validate(&args)
+            && let Err(e) = v.validate(args.as_value())
         {
             ready.push_back((
                 f.firing,
@@ -199,7 +200,10 @@ impl Cell {
             ));
             return;
         }
-        let key = Arc::from(f.idempotency_key);
+        // Built in a reused buffer: one allocation, the shared string itself.
+        core.key_buf.clear();
+        push_idempotency_key(&mut core.key_buf, &self.name, &srt.name, f.firing);
+        let key: Arc<str> = Arc::from(core.key_buf.as_str());
         if srt.immediate {
             // Finishes at once: the outcome is applied before anything else can look at the
             // instance, so the consumed tokens can go to the tool when nothing reads them
@@ -218,7 +222,11 @@ impl Cell {
                 None => self.inputs(srt, core, f.firing),
             };
             let ctx = self.context(&plan.name, srt, key, 1, inputs);
-            let r = match catch_unwind(AssertUnwindSafe(|| tool.call_now(ctx, args))) {
+            let r = match catch_unwind(AssertUnwindSafe(|| match args {
+                Args::Owned(a) => tool.call_now(ctx, a),
+                // Literal args: the tool reads them where they are (no copy per firing).
+                Args::Shared(a) => tool.call_now_shared(ctx, &a),
+            })) {
                 Ok(r) => r.map_err(ActionError::from),
                 Err(p) => Err(panic_error(p)),
             };
@@ -232,7 +240,7 @@ impl Cell {
             f.firing,
             tool,
             ctx,
-            args,
+            args.into_value(),
             srt.timeout_ms,
             srt.spawn,
             ready,
@@ -290,16 +298,16 @@ impl Cell {
         }
     }
 
-    /// Applies an action's outcome.
+    /// Applies an action's outcome (`plan`: the instance's current plan, held by the caller).
     pub(crate) fn complete(
         self: &Arc<Self>,
         core: &mut Core,
+        plan: &CompiledPlan,
         firing: FiringId,
         result: Result<Value, ActionError>,
         now: i64,
         ready: &mut VecDeque<Ready>,
     ) {
-        let plan = Arc::clone(&core.plan);
         let net = &*plan.net;
         let Some(inst) = core.inst.as_mut() else {
             return;
@@ -447,7 +455,7 @@ impl Cell {
                 firing: f.firing,
                 step: net.step(f.step).name.clone(),
                 binding,
-                args: f.args.clone(),
+                args: f.args.clone().map(Args::into_value),
                 attempts: 1,
                 outcome: None,
                 emitted: Vec::new(),

@@ -79,22 +79,35 @@ impl Tool for Noop {
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
         noop_owned(ctx, args)
     }
+    fn call_now_shared(&self, ctx: ToolContext, args: &Value) -> Result<Value, ToolError> {
+        // Literal args: copy only the entries merged into the output (none for `{}`/null).
+        let mut out = noop_input(ctx);
+        if let (Value::Object(o), Value::Object(a)) = (&mut out, args) {
+            o.extend(a.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        Ok(out)
+    }
 }
 
 fn noop_owned(ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
-    let mut out = if ctx.inputs.is_empty() {
-        Value::Object(serde_json::Map::new())
-    } else if ctx.inputs.len() == 1 {
-        ctx.into_input_values()
-            .pop()
-            .unwrap_or_else(|| Value::Object(serde_json::Map::new()))
-    } else {
-        (*ctx.inputs[0].1).clone()
-    };
+    let mut out = noop_input(ctx);
     if let (Value::Object(o), Value::Object(a)) = (&mut out, args) {
         o.extend(a);
     }
     Ok(out)
+}
+
+/// The payload `noop` starts from: its only input taken over, else a copy of the first.
+fn noop_input(ctx: ToolContext) -> Value {
+    if ctx.inputs.is_empty() {
+        Value::Object(serde_json::Map::new())
+    } else if ctx.inputs.len() == 1 {
+        ctx.take_input_values()
+            .next()
+            .unwrap_or_else(|| Value::Object(serde_json::Map::new()))
+    } else {
+        (*ctx.inputs[0].1).clone()
+    }
 }
 
 /// `noop`: passes its (first) input token's payload through, merged with object args.

@@ -204,11 +204,15 @@ impl ToolContext {
     /// The input payloads, owned and in binding order: moved out where this context is
     /// their only holder, cloned otherwise.
     pub fn into_input_values(self) -> Vec<Value> {
+        self.take_input_values().collect()
+    }
+
+    /// [`ToolContext::into_input_values`] as an iterator (no vector is built).
+    pub fn take_input_values(self) -> impl Iterator<Item = Value> {
         let inputs = Arc::try_unwrap(self.inputs).unwrap_or_else(|shared| (*shared).clone());
         inputs
             .into_iter()
             .map(|(_, p)| Arc::try_unwrap(p).unwrap_or_else(|shared| (*shared).clone()))
-            .collect()
     }
 
     /// A context for calling a tool outside an engine (tests, `weft tools call`).
@@ -241,6 +245,14 @@ pub trait Tool: Send + Sync {
     /// firing's input tokens may be handed over (see [`ToolContext::into_input_values`]).
     fn is_immediate(&self) -> bool {
         false
+    }
+
+    /// [`Tool::call_now`] with args the runtime shares between firings (a step's literal
+    /// args). The default copies them and calls [`Tool::call_now`]; a tool that only reads
+    /// its args can override it and skip the copy. Must behave exactly like `call_now` with
+    /// `args.clone()`.
+    fn call_now_shared(&self, ctx: ToolContext, args: &Value) -> Result<Value, ToolError> {
+        self.call_now(ctx, args.clone())
     }
 
     /// Runs an immediate tool synchronously. The default polls [`Tool::call`]'s future once

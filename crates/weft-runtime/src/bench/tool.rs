@@ -43,13 +43,39 @@ impl Tool for BenchAdd {
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
         add(ctx, args)
     }
+    fn call_now_shared(&self, ctx: ToolContext, args: &Value) -> Result<Value, ToolError> {
+        // Literal args (every benchmark step): copy only the key and the value.
+        let Value::Object(a) = args else {
+            return Err(not_object());
+        };
+        let (mut key, mut value) = (None, None);
+        for (k, v) in a {
+            match k.as_str() {
+                "key" => key = Some(v),
+                "value" => value = Some(v),
+                _ => {}
+            }
+        }
+        let (Some(Value::String(key)), Some(value)) = (key, value) else {
+            return Err(missing_fields());
+        };
+        Ok(merge(ctx, key.clone(), value.clone()))
+    }
+}
+
+fn not_object() -> ToolError {
+    ToolError::fatal("args_invalid", "args must be an object")
+}
+
+fn missing_fields() -> ToolError {
+    ToolError::fatal("args_invalid", "args need `key` (string) and `value`")
 }
 
 /// `{...in, key: value}`. Takes the input objects over when the runtime handed them to the
 /// tool (nothing else holds them), else copies them.
 fn add(ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
     let Value::Object(a) = args else {
-        return Err(ToolError::fatal("args_invalid", "args must be an object"));
+        return Err(not_object());
     };
     // Take both fields by walking the entries (no hashing, nothing copied).
     let (mut key, mut value) = (None, None);
@@ -61,13 +87,16 @@ fn add(ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
         }
     }
     let (Some(Value::String(key)), Some(value)) = (key, value) else {
-        return Err(ToolError::fatal(
-            "args_invalid",
-            "args need `key` (string) and `value`",
-        ));
+        return Err(missing_fields());
     };
+    Ok(merge(ctx, key, value))
+}
+
+/// The input objects merged in binding order (taken over when only the tool holds them),
+/// plus `key: value`.
+fn merge(ctx: ToolContext, key: String, value: Value) -> Value {
     let mut out: Option<Map<String, Value>> = None;
-    for p in ctx.into_input_values() {
+    for p in ctx.take_input_values() {
         let Value::Object(o) = p else { continue };
         match &mut out {
             None => out = Some(o),
@@ -76,7 +105,7 @@ fn add(ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
     }
     let mut out = out.unwrap_or_default();
     out.insert(key, value);
-    Ok(Value::Object(out))
+    Value::Object(out)
 }
 
 /// A registry entry for the tool.
