@@ -126,9 +126,7 @@ fn push_u64(s: &mut String, mut n: u64) {
             break;
         }
     }
-    for &b in &buf[i..] {
-        s.push(b as char);
-    }
+    s.extend(buf[i..].iter().map(|&b| b as char));
 }
 
 /// The args of a firing: rendered for this firing, or the step's literal args, shared by
@@ -205,8 +203,9 @@ impl ActionError {
 /// What completing a firing did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Completion {
-    /// The action succeeded; these tokens were emitted.
-    Emitted(Vec<TokenId>),
+    /// The action succeeded; these tokens were emitted (their ids are consecutive: one
+    /// range, no list to allocate per firing).
+    Emitted(std::ops::Range<TokenId>),
     /// Run the action again after `delay_ms` (the firing stays in flight).
     Retry {
         /// The attempt about to run.
@@ -712,9 +711,9 @@ impl Instance {
         firing: FiringId,
         result: Value,
         now: i64,
-    ) -> Result<Vec<TokenId>, ActionError> {
+    ) -> Result<std::ops::Range<TokenId>, ActionError> {
         let Some(inf) = self.in_flight.get(&firing) else {
-            return Ok(Vec::new());
+            return Ok(self.next_token..self.next_token);
         };
         let step = inf.step;
         let s = net.step(step);
@@ -723,21 +722,18 @@ impl Instance {
         // Fast path: plain emits need no expression scope and no staging.
         if s.emits.iter().all(|e| e.when.is_none() && e.data.is_none()) {
             self.in_flight.remove(&firing);
-            let ids = s
-                .emits
-                .iter()
-                .map(|e| {
-                    self.put(
-                        net,
-                        e.event,
-                        Arc::clone(&result),
-                        Arc::clone(&correlation),
-                        Origin::Step { step, firing },
-                        now,
-                    )
-                })
-                .collect();
-            return Ok(ids);
+            let first = self.next_token;
+            for e in &s.emits {
+                self.put(
+                    net,
+                    e.event,
+                    Arc::clone(&result),
+                    Arc::clone(&correlation),
+                    Origin::Step { step, firing },
+                    now,
+                );
+            }
+            return Ok(first..self.next_token);
         }
         let mut outs: Vec<(EventId, Arc<Value>)> = Vec::with_capacity(s.emits.len());
         {
@@ -777,18 +773,18 @@ impl Instance {
             }
         }
         self.in_flight.remove(&firing);
-        let mut ids = Vec::with_capacity(outs.len());
+        let first = self.next_token;
         for (ev, payload) in outs {
-            ids.push(self.put(
+            self.put(
                 net,
                 ev,
                 payload,
                 Arc::clone(&correlation),
                 Origin::Step { step, firing },
                 now,
-            ));
+            );
         }
-        Ok(ids)
+        Ok(first..self.next_token)
     }
 
     /// The correlation the outputs of an in-flight firing get: its binding's.

@@ -70,6 +70,27 @@ pub(crate) struct Core {
     pub key_buf: String,
 }
 
+/// `i<id>`, the instance's name (one allocation: digits written on the stack).
+fn instance_name(id: u64) -> Arc<str> {
+    let mut buf = [0u8; 21];
+    let mut i = buf.len();
+    let mut n = id;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    i -= 1;
+    buf[i] = b'i';
+    match std::str::from_utf8(&buf[i..]) {
+        Ok(s) => Arc::from(s),
+        Err(_) => Arc::from(format!("i{id}")),
+    }
+}
+
 /// One instance, shared between the engine's table, handles, timers and its task.
 pub(crate) struct Cell {
     pub id: u64,
@@ -103,7 +124,7 @@ impl Cell {
         Arc::new_cyclic(|me| Cell {
             id,
             me: me.clone(),
-            name: Arc::from(format!("i{id}")),
+            name: instance_name(id),
             tenant,
             plan_name: Arc::clone(&plan.name),
             plan: RwLock::new(Arc::clone(&plan)),
@@ -560,12 +581,19 @@ impl Cell {
             instance: self.name.to_string(),
             status: inst.status.clone(),
             reason: core.reason.clone(),
-            results: inst
-                .results(net)
-                .into_iter()
-                .map(|(event, toks)| ResultTokens {
-                    event,
-                    payloads: toks.into_iter().map(|t| t.payload).collect(),
+            // What `Instance::results` returns, read in place (no token is copied).
+            results: net
+                .events
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.is_output)
+                .filter_map(|(i, e)| {
+                    let slot = *net.event_slots[i].first()?;
+                    let toks = &inst.marking.slots[slot as usize].tokens;
+                    (!toks.is_empty()).then(|| ResultTokens {
+                        event: e.name.clone(),
+                        payloads: toks.iter().map(|t| Arc::clone(&t.payload)).collect(),
+                    })
                 })
                 .collect(),
             waiting: if inst.status == Status::Stuck {

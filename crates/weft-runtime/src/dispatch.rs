@@ -214,11 +214,15 @@ impl Cell {
                 .as_mut()
                 .and_then(|i| i.detach_inputs(net, f.firing))
             {
-                Some(tokens) => tokens
-                    .into_iter()
-                    .enumerate()
-                    .map(|(k, t)| (Self::input_name(net, srt, k, &t), t.payload))
-                    .collect(),
+                Some(tokens) => {
+                    // A new vector (not collected in place: the smaller items would make
+                    // that a reallocation).
+                    let mut v = Vec::with_capacity(tokens.len());
+                    for (k, t) in tokens.into_iter().enumerate() {
+                        v.push((Self::input_name(net, srt, k, &t), t.payload));
+                    }
+                    v
+                }
                 None => self.inputs(srt, core, f.firing),
             };
             let ctx = self.context(&plan.name, srt, key, 1, inputs);
@@ -328,7 +332,7 @@ impl Cell {
             e.outcome = Some(out);
             e.finished_ms = Some(now);
             match &c {
-                Completion::Emitted(ids) => e.emitted = ids.clone(),
+                Completion::Emitted(ids) => e.emitted = ids.clone().collect(),
                 Completion::ErrorToken { token, .. } => e.emitted = vec![*token],
                 Completion::Retry { attempt, .. } => e.attempts = *attempt,
                 _ => {}
@@ -349,6 +353,7 @@ impl Cell {
                 self.retry(core, firing, attempt, delay_ms, ready);
             }
             Completion::Emitted(ids) => self.publish("plan.step.finished", || {
+                let ids: Vec<_> = ids.collect();
                 serde_json::json!({"step": &**sname, "firing": firing, "emitted": ids})
             }),
             Completion::Unknown => {}
