@@ -126,7 +126,10 @@ fn push_u64(s: &mut String, mut n: u64) {
             break;
         }
     }
-    s.extend(buf[i..].iter().map(|&b| b as char));
+    match std::str::from_utf8(&buf[i..]) {
+        Ok(digits) => s.push_str(digits),
+        Err(_) => s.extend(buf[i..].iter().map(|&b| b as char)),
+    }
 }
 
 /// The args of a firing: rendered for this firing, or the step's literal args, shared by

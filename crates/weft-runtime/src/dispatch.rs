@@ -17,11 +17,11 @@ use std::task::{Context, Poll, Waker};
 use futures::FutureExt;
 use futures::future::Either;
 use serde_json::Value;
-use weft_core::instance::{Args, Completion, idempotency_key, push_idempotency_key};
+use weft_core::instance::{Completion, idempotency_key, push_idempotency_key};
 use weft_core::token::FiringId;
 use weft_core::token::Token;
 use weft_core::{ActionError, Fired, Net};
-use weft_tools::{BoxFuture, Tool, ToolContext, ToolError, ToolServices};
+use weft_tools::{Args, BoxFuture, InlineContext, Tool, ToolContext, ToolError, ToolServices};
 
 use crate::cell::{Active, Cell, Core, PendingFut, Ready};
 use crate::clock::Clock;
@@ -200,10 +200,6 @@ impl Cell {
             ));
             return;
         }
-        // Built in a reused buffer: one allocation, the shared string itself.
-        core.key_buf.clear();
-        push_idempotency_key(&mut core.key_buf, &self.name, &srt.name, f.firing);
-        let key: Arc<str> = Arc::from(core.key_buf.as_str());
         if srt.immediate {
             // Finishes at once: the outcome is applied before anything else can look at the
             // instance, so the consumed tokens can go to the tool when nothing reads them
@@ -225,18 +221,24 @@ impl Cell {
                 }
                 None => self.inputs(srt, core, f.firing),
             };
-            let ctx = self.context(&plan.name, srt, key, 1, inputs);
-            let r = match catch_unwind(AssertUnwindSafe(|| match args {
-                Args::Owned(a) => tool.call_now(ctx, a),
-                // Literal args: the tool reads them where they are (no copy per firing).
-                Args::Shared(a) => tool.call_now_shared(ctx, &a),
-            })) {
+            // The context (names, key, services) is built only if the tool asks for it.
+            let firing = f.firing;
+            let build = |inputs| {
+                let key = Arc::from(idempotency_key(&self.name, &srt.name, firing));
+                self.context(&plan.name, srt, key, 1, inputs)
+            };
+            let ctx = InlineContext::new(inputs, &build);
+            let r = match catch_unwind(AssertUnwindSafe(|| tool.call_inline(ctx, args))) {
                 Ok(r) => r.map_err(ActionError::from),
                 Err(p) => Err(panic_error(p)),
             };
             ready.push_back((f.firing, r));
             return;
         }
+        // Built in a reused buffer: one allocation, the shared string itself.
+        core.key_buf.clear();
+        push_idempotency_key(&mut core.key_buf, &self.name, &srt.name, f.firing);
+        let key: Arc<str> = Arc::from(core.key_buf.as_str());
         let inputs = self.inputs(srt, core, f.firing);
         let ctx = self.context(&plan.name, srt, key, 1, inputs);
         self.call(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use weft_core::catalog::{StaticCatalog, ToolCatalog, ToolSpec};
 
-use crate::{BoxFuture, Registry, Tool, ToolContext, ToolError};
+use crate::{Args, BoxFuture, InlineContext, Registry, Tool, ToolContext, ToolError};
 
 /// The spec of a built-in tool, from `builtin_tools.json`.
 pub fn builtin_spec(name: &str) -> ToolSpec {
@@ -79,11 +79,27 @@ impl Tool for Noop {
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
         noop_owned(ctx, args)
     }
-    fn call_now_shared(&self, ctx: ToolContext, args: &Value) -> Result<Value, ToolError> {
-        // Literal args: copy only the entries merged into the output (none for `{}`/null).
-        let mut out = noop_input(ctx);
-        if let (Value::Object(o), Value::Object(a)) = (&mut out, args) {
-            o.extend(a.iter().map(|(k, v)| (k.clone(), v.clone())));
+    fn call_inline(&self, ctx: InlineContext<'_>, args: Args) -> Result<Value, ToolError> {
+        // Needs no context; literal args: copies only the entries merged into the output.
+        let n = ctx.inputs().len();
+        let mut out = match n {
+            0 => Value::Object(serde_json::Map::new()),
+            1 => ctx
+                .take_input_values()
+                .next()
+                .unwrap_or_else(|| Value::Object(serde_json::Map::new())),
+            _ => (*ctx.inputs()[0].1).clone(),
+        };
+        if let Value::Object(o) = &mut out {
+            match args {
+                Args::Owned(Value::Object(a)) => o.extend(a),
+                Args::Shared(a) => {
+                    if let Value::Object(a) = &*a {
+                        o.extend(a.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    }
+                }
+                Args::Owned(_) => {}
+            }
         }
         Ok(out)
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use weft_core::{Effect, ToolSpec};
-use weft_tools::{BoxFuture, Tool, ToolContext, ToolError};
+use weft_tools::{Args, BoxFuture, InlineContext, Tool, ToolContext, ToolError};
 
 /// The `bench.add` tool.
 pub struct BenchAdd {
@@ -43,23 +43,30 @@ impl Tool for BenchAdd {
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
         add(ctx, args)
     }
-    fn call_now_shared(&self, ctx: ToolContext, args: &Value) -> Result<Value, ToolError> {
-        // Literal args (every benchmark step): copy only the key and the value.
-        let Value::Object(a) = args else {
-            return Err(not_object());
-        };
-        let (mut key, mut value) = (None, None);
-        for (k, v) in a {
-            match k.as_str() {
-                "key" => key = Some(v),
-                "value" => value = Some(v),
-                _ => {}
+    fn call_inline(&self, ctx: InlineContext<'_>, args: Args) -> Result<Value, ToolError> {
+        // Needs only its inputs and args: no context is built. Literal args (every
+        // benchmark step) are read in place; only the key and the value are copied.
+        let (key, value) = match args {
+            Args::Owned(a) => fields(a)?,
+            Args::Shared(a) => {
+                let Value::Object(a) = &*a else {
+                    return Err(not_object());
+                };
+                let (mut key, mut value) = (None, None);
+                for (k, v) in a {
+                    match k.as_str() {
+                        "key" => key = Some(v),
+                        "value" => value = Some(v),
+                        _ => {}
+                    }
+                }
+                let (Some(Value::String(key)), Some(value)) = (key, value) else {
+                    return Err(missing_fields());
+                };
+                (key.clone(), value.clone())
             }
-        }
-        let (Some(Value::String(key)), Some(value)) = (key, value) else {
-            return Err(missing_fields());
         };
-        Ok(merge(ctx, key.clone(), value.clone()))
+        Ok(merge(ctx.take_input_values(), key, value))
     }
 }
 
@@ -74,6 +81,12 @@ fn missing_fields() -> ToolError {
 /// `{...in, key: value}`. Takes the input objects over when the runtime handed them to the
 /// tool (nothing else holds them), else copies them.
 fn add(ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+    let (key, value) = fields(args)?;
+    Ok(merge(ctx.take_input_values(), key, value))
+}
+
+/// `key` and `value` of owned args.
+fn fields(args: Value) -> Result<(String, Value), ToolError> {
     let Value::Object(a) = args else {
         return Err(not_object());
     };
@@ -89,14 +102,14 @@ fn add(ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
     let (Some(Value::String(key)), Some(value)) = (key, value) else {
         return Err(missing_fields());
     };
-    Ok(merge(ctx, key, value))
+    Ok((key, value))
 }
 
 /// The input objects merged in binding order (taken over when only the tool holds them),
 /// plus `key: value`.
-fn merge(ctx: ToolContext, key: String, value: Value) -> Value {
+fn merge(inputs: impl Iterator<Item = Value>, key: String, value: Value) -> Value {
     let mut out: Option<Map<String, Value>> = None;
-    for p in ctx.take_input_values() {
+    for p in inputs {
         let Value::Object(o) = p else { continue };
         match &mut out {
             None => out = Some(o),
