@@ -95,9 +95,8 @@ pub fn idempotency_key(instance: &str, step: &str, firing: FiringId) -> String {
     k
 }
 
-/// Appends the [`idempotency_key`] to `buf` (lets the runtime build the key in a reused
-/// buffer and copy it once into the shared string a tool gets).
-pub fn push_idempotency_key(buf: &mut String, instance: &str, step: &str, firing: FiringId) {
+/// Appends the [`idempotency_key`] to `buf`.
+fn push_idempotency_key(buf: &mut String, instance: &str, step: &str, firing: FiringId) {
     buf.push_str(instance);
     buf.push('/');
     buf.push_str(step);

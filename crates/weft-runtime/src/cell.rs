@@ -66,8 +66,6 @@ pub(crate) struct Core {
     pub repairing: bool,
     /// The compiled revised plan of the `Input::Repair` about to be applied.
     pub next_plan: Option<Arc<CompiledPlan>>,
-    /// Reused buffer for building a firing's idempotency key.
-    pub key_buf: String,
 }
 
 /// `i<id>`, the instance's name (one allocation: digits written on the stack).
@@ -143,7 +141,6 @@ impl Cell {
                 repairs: 0,
                 repairing: false,
                 next_plan: None,
-                key_buf: String::new(),
             }),
             mailbox: Mutex::new(Vec::new()),
             timers: AtomicU32::new(0),
@@ -155,6 +152,15 @@ impl Cell {
     /// The plan the instance runs now (outside the loop; the loop reads `Core::plan`).
     pub(crate) fn plan(&self) -> Arc<CompiledPlan> {
         Arc::clone(&self.plan.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The id of `event` in the instance's current plan (read in place: no `Arc` clone).
+    pub(crate) fn event_id(&self, event: &str) -> Option<weft_core::EventId> {
+        self.plan
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .net
+            .event_id(event)
     }
 
     /// Swaps the plan (a repair, applied by the loop).

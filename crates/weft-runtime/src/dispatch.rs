@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 use futures::FutureExt;
 use futures::future::Either;
 use serde_json::Value;
-use weft_core::instance::{Completion, idempotency_key, push_idempotency_key};
+use weft_core::instance::{Completion, idempotency_key};
 use weft_core::token::FiringId;
 use weft_core::token::Token;
 use weft_core::{ActionError, Fired, Net};
@@ -235,10 +235,7 @@ impl Cell {
             ready.push_back((f.firing, r));
             return;
         }
-        // Built in a reused buffer: one allocation, the shared string itself.
-        core.key_buf.clear();
-        push_idempotency_key(&mut core.key_buf, &self.name, &srt.name, f.firing);
-        let key: Arc<str> = Arc::from(core.key_buf.as_str());
+        let key: Arc<str> = Arc::from(idempotency_key(&self.name, &srt.name, f.firing));
         let inputs = self.inputs(srt, core, f.firing);
         let ctx = self.context(&plan.name, srt, key, 1, inputs);
         self.call(

@@ -187,3 +187,63 @@ pub fn default_registry() -> Registry {
     register_all(&mut reg, &crate::ToolsConfig::default());
     reg
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(vals: &[Value]) -> Vec<(Arc<str>, Arc<Value>)> {
+        vals.iter()
+            .enumerate()
+            .map(|(k, v)| (Arc::from(format!("e{k}")), Arc::new(v.clone())))
+            .collect()
+    }
+
+    fn call_both(ins: &[Value], args: Value) -> (Value, Value, Value) {
+        let noop = Noop {
+            spec: builtin_spec("noop"),
+        };
+        let build = |inputs: Vec<(Arc<str>, Arc<Value>)>| {
+            let mut c = ToolContext::detached("s");
+            c.inputs = Arc::new(inputs);
+            c
+        };
+        let mut ctx = ToolContext::detached("s");
+        ctx.inputs = Arc::new(inputs(ins));
+        let now = noop.call_now(ctx, args.clone()).expect("noop");
+        let shared = noop
+            .call_inline(
+                InlineContext::new(inputs(ins), &build),
+                Args::Shared(Arc::new(args.clone())),
+            )
+            .expect("noop");
+        let owned = noop
+            .call_inline(InlineContext::new(inputs(ins), &build), Args::Owned(args))
+            .expect("noop");
+        (now, shared, owned)
+    }
+
+    #[test]
+    fn noop_inline_matches_call_now() {
+        let cases = [
+            (vec![], serde_json::json!({"a": 1})),
+            (
+                vec![serde_json::json!({"x": 1})],
+                serde_json::json!({"a": 2}),
+            ),
+            (
+                vec![serde_json::json!({"x": 1}), serde_json::json!({"y": 2})],
+                serde_json::json!({"x": 3}),
+            ),
+            (vec![serde_json::json!([1])], serde_json::json!({"a": 1})),
+            (vec![serde_json::json!({"x": 1})], Value::Null),
+        ];
+        for (ins, args) in cases {
+            let (now, shared, owned) = call_both(&ins, args.clone());
+            assert_eq!(now, shared, "shared args, inputs {ins:?}, args {args}");
+            assert_eq!(now, owned, "owned args, inputs {ins:?}, args {args}");
+        }
+        let (now, _, _) = call_both(&[serde_json::json!({"x": 1})], serde_json::json!({"a": 2}));
+        assert_eq!(now, serde_json::json!({"x": 1, "a": 2}));
+    }
+}

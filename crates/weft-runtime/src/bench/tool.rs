@@ -125,3 +125,46 @@ fn merge(inputs: impl Iterator<Item = Value>, key: String, value: Value) -> Valu
 pub fn tool() -> Arc<dyn Tool> {
     Arc::new(BenchAdd::default())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs() -> Vec<(Arc<str>, Arc<Value>)> {
+        vec![
+            (Arc::from("a"), Arc::new(json!({"run": 1, "x": 1}))),
+            (Arc::from("b"), Arc::new(json!({"x": 2, "y": 3}))),
+        ]
+    }
+
+    #[test]
+    fn inline_call_matches_call_now() {
+        let t = BenchAdd::default();
+        let build = |inputs: Vec<(Arc<str>, Arc<Value>)>| {
+            let mut c = ToolContext::detached("s");
+            c.inputs = Arc::new(inputs);
+            c
+        };
+        let args = json!({"key": "k", "value": 7});
+        let mut ctx = ToolContext::detached("s");
+        ctx.inputs = Arc::new(inputs());
+        let now = t.call_now(ctx, args.clone()).expect("add");
+        assert_eq!(now, json!({"run": 1, "x": 2, "y": 3, "k": 7}));
+        let shared = t
+            .call_inline(
+                InlineContext::new(inputs(), &build),
+                Args::Shared(Arc::new(args.clone())),
+            )
+            .expect("add");
+        assert_eq!(shared, now);
+        let owned = t
+            .call_inline(InlineContext::new(inputs(), &build), Args::Owned(args))
+            .expect("add");
+        assert_eq!(owned, now);
+        let bad = t.call_inline(
+            InlineContext::new(inputs(), &build),
+            Args::Shared(Arc::new(json!({"key": 1, "value": 2}))),
+        );
+        assert_eq!(bad.err().map(|e| e.code), Some("args_invalid".to_string()));
+    }
+}
