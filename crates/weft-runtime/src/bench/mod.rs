@@ -10,9 +10,9 @@
 //! Instructions per step from `valgrind --tool=callgrind` on `examples/prof.rs` (mimalloc),
 //! differenced over two run counts so plan compilation drops out; repeatable on a loaded
 //! machine, unlike wall-clock figures. After the hot-path work of issue #3 (before → after):
-//! W1 chain 6,028 → 3,480, W3 many 7,149 → 4,637, W2 fanout 9,208 → 6,705.
+//! W1 chain 6,028 → 3,477, W3 many 7,149 → 4,633, W2 fanout 9,208 → 6,681.
 //!
-//! A W1 step (3,480) now splits roughly into: completing the firing (`Instance::complete`:
+//! A W1 step (3,477) now splits roughly into: completing the firing (`Instance::complete`:
 //! ~850, of which ~220 is removing the in-flight record from its `BTreeMap` and ~190 putting
 //! the output token, the slot's queue allocating on first use); the tool `bench.add` (~810,
 //! half of it `serde_json::Map::insert`: a SipHash of the key and the map's growth);
