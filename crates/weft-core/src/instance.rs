@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::expr::{Scope, Template};
+use crate::expr::Scope;
 use crate::marking::{Marking, key_at};
 use crate::net::{EventId, FailPolicy, Net, SlotId, StepId};
 use crate::plan::GraphType;
@@ -91,12 +91,17 @@ pub struct InFlight {
 /// across retries and recovery.
 pub fn idempotency_key(instance: &str, step: &str, firing: FiringId) -> String {
     let mut k = String::with_capacity(instance.len() + step.len() + 22);
-    k.push_str(instance);
-    k.push('/');
-    k.push_str(step);
-    k.push('/');
-    push_u64(&mut k, firing);
+    push_idempotency_key(&mut k, instance, step, firing);
     k
+}
+
+/// Appends the [`idempotency_key`] to `buf`.
+fn push_idempotency_key(buf: &mut String, instance: &str, step: &str, firing: FiringId) {
+    buf.push_str(instance);
+    buf.push('/');
+    buf.push_str(step);
+    buf.push('/');
+    push_u64(buf, firing);
 }
 
 /// The channel id `fresh()` returns in a firing: `<instance>.<firing>`.
@@ -120,12 +125,43 @@ fn push_u64(s: &mut String, mut n: u64) {
             break;
         }
     }
-    for &b in &buf[i..] {
-        s.push(b as char);
+    match std::str::from_utf8(&buf[i..]) {
+        Ok(digits) => s.push_str(digits),
+        Err(_) => s.extend(buf[i..].iter().map(|&b| b as char)),
     }
 }
 
-/// The effect of a firing: call `action` with `args`.
+/// The args of a firing: rendered for this firing, or the step's literal args, shared by
+/// every firing of the step (not copied per firing).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Args {
+    /// Rendered from a template for this firing.
+    Owned(Value),
+    /// The step's literal args.
+    Shared(Arc<Value>),
+}
+
+impl Args {
+    /// The args.
+    pub fn as_value(&self) -> &Value {
+        match self {
+            Args::Owned(v) => v,
+            Args::Shared(v) => v,
+        }
+    }
+
+    /// The args, owned (literal args are copied).
+    pub fn into_value(self) -> Value {
+        match self {
+            Args::Owned(v) => v,
+            Args::Shared(v) => Arc::unwrap_or_clone(v),
+        }
+    }
+}
+
+/// The effect of a firing: call `action` with `args`. The tokens it consumed are in the
+/// firing's [`InFlight`] record; its idempotency key is [`idempotency_key`] of the instance,
+/// the step's name and `firing` (built by whoever needs it, not per firing).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fired {
     /// Firing number.
@@ -133,11 +169,7 @@ pub struct Fired {
     /// The step that fired.
     pub step: StepId,
     /// Rendered args, or why they could not be rendered.
-    pub args: Result<Value, String>,
-    /// Stable key for the tool: the same across retries and recovery.
-    pub idempotency_key: String,
-    /// Ids of the consumed tokens.
-    pub consumed: Vec<TokenId>,
+    pub args: Result<Args, String>,
 }
 
 /// Why an action failed.
@@ -173,8 +205,9 @@ impl ActionError {
 /// What completing a firing did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Completion {
-    /// The action succeeded; these tokens were emitted.
-    Emitted(Vec<TokenId>),
+    /// The action succeeded; these tokens were emitted (their ids are consecutive: one
+    /// range, no list to allocate per firing).
+    Emitted(std::ops::Range<TokenId>),
     /// Run the action again after `delay_ms` (the firing stays in flight).
     Retry {
         /// The attempt about to run.
@@ -277,15 +310,16 @@ pub struct Instance {
 impl Instance {
     /// A new instance whose input is put on the plan's initial events.
     pub fn start(net: &Net, id: &str, input: Value, now: i64) -> Instance {
+        let id: Arc<str> = Arc::from(id);
         let mut inst = Instance {
-            id: Arc::from(id),
+            root: Arc::clone(&id),
+            id,
             marking: Marking::new(net),
             in_flight: BTreeMap::new(),
             status: Status::Running,
             fired: 0,
             next_token: 0,
             next_firing: 0,
-            root: Arc::from(id),
             dirty: VecDeque::new(),
             is_dirty: vec![false; net.steps.len()],
         };
@@ -521,9 +555,8 @@ impl Instance {
         self.next_firing += 1;
         self.fired += 1;
         let args = self.render_args(net, step, firing, &tokens);
-        let consumed = tokens.iter().map(|t| t.id).collect();
         let kept_args = match (&s.retry, &args) {
-            (Some(_), Ok(a)) => a.clone(),
+            (Some(_), Ok(a)) => a.as_value().clone(),
             _ => Value::Null,
         };
         self.in_flight.insert(
@@ -538,13 +571,7 @@ impl Instance {
         );
         // More bindings may exist for the same step.
         self.mark_dirty(step);
-        Fired {
-            firing,
-            step,
-            args,
-            idempotency_key: idempotency_key(&self.id, &s.name, firing),
-            consumed,
-        }
+        Fired { firing, step, args }
     }
 
     /// The args of an in-flight firing (for a retry or a re-dispatch after recovery): the
@@ -556,7 +583,10 @@ impl Instance {
         if s.retry.is_some() && !inf.args.is_null() {
             return Some(Ok(inf.args.clone()));
         }
-        Some(self.render_args(net, inf.step, firing, &inf.tokens))
+        Some(
+            self.render_args(net, inf.step, firing, &inf.tokens)
+                .map(Args::into_value),
+        )
     }
 
     /// Renders a step's args against the consumed tokens of one firing (literal args are
@@ -567,10 +597,10 @@ impl Instance {
         step: StepId,
         firing: FiringId,
         tokens: &[Token],
-    ) -> Result<Value, String> {
+    ) -> Result<Args, String> {
         let s = net.step(step);
-        if let Template::Literal(v) = &s.args {
-            return Ok(v.clone());
+        if let Some(v) = net.literal_args(step) {
+            return Ok(Args::Shared(Arc::clone(v)));
         }
         let fresh = if net.args_use_fresh(step) {
             fresh_id(&self.id, firing)
@@ -588,7 +618,10 @@ impl Instance {
             plan: &net.plan_name,
             fresh: &fresh,
         };
-        s.args.render(&scope).map_err(|e| e.message)
+        s.args
+            .render(&scope)
+            .map(Args::Owned)
+            .map_err(|e| e.message)
     }
 
     /// Hands the consumed tokens of an in-flight firing to its action, when completing the
@@ -618,6 +651,15 @@ impl Instance {
         }
         while let Some(step) = self.dirty.pop_front() {
             self.is_dirty[step as usize] = false;
+            // One input, no guard: the oldest token, without building a binding.
+            if let [slot] = net.input_slots[step as usize][..]
+                && net.step(step).guard.is_none()
+            {
+                if self.marking.len(slot) > 0 {
+                    return Some(self.fire(net, step, &[(slot, 0)]));
+                }
+                continue;
+            }
             if let Some(b) = self.bind(net, step) {
                 return Some(self.fire(net, step, &b));
             }
@@ -671,9 +713,9 @@ impl Instance {
         firing: FiringId,
         result: Value,
         now: i64,
-    ) -> Result<Vec<TokenId>, ActionError> {
+    ) -> Result<std::ops::Range<TokenId>, ActionError> {
         let Some(inf) = self.in_flight.get(&firing) else {
-            return Ok(Vec::new());
+            return Ok(self.next_token..self.next_token);
         };
         let step = inf.step;
         let s = net.step(step);
@@ -682,21 +724,18 @@ impl Instance {
         // Fast path: plain emits need no expression scope and no staging.
         if s.emits.iter().all(|e| e.when.is_none() && e.data.is_none()) {
             self.in_flight.remove(&firing);
-            let ids = s
-                .emits
-                .iter()
-                .map(|e| {
-                    self.put(
-                        net,
-                        e.event,
-                        Arc::clone(&result),
-                        Arc::clone(&correlation),
-                        Origin::Step { step, firing },
-                        now,
-                    )
-                })
-                .collect();
-            return Ok(ids);
+            let first = self.next_token;
+            for e in &s.emits {
+                self.put(
+                    net,
+                    e.event,
+                    Arc::clone(&result),
+                    Arc::clone(&correlation),
+                    Origin::Step { step, firing },
+                    now,
+                );
+            }
+            return Ok(first..self.next_token);
         }
         let mut outs: Vec<(EventId, Arc<Value>)> = Vec::with_capacity(s.emits.len());
         {
@@ -736,18 +775,18 @@ impl Instance {
             }
         }
         self.in_flight.remove(&firing);
-        let mut ids = Vec::with_capacity(outs.len());
+        let first = self.next_token;
         for (ev, payload) in outs {
-            ids.push(self.put(
+            self.put(
                 net,
                 ev,
                 payload,
                 Arc::clone(&correlation),
                 Origin::Step { step, firing },
                 now,
-            ));
+            );
         }
-        Ok(ids)
+        Ok(first..self.next_token)
     }
 
     /// The correlation the outputs of an in-flight firing get: its binding's.

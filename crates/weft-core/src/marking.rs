@@ -50,7 +50,8 @@ impl Marking {
             .iter()
             .map(|s| Slot {
                 tokens: VecDeque::new(),
-                indexes: vec![HashMap::new(); s.index_paths.len()],
+                // Built per index (no hasher state is made for a slot without one).
+                indexes: s.index_paths.iter().map(|_| HashMap::new()).collect(),
             })
             .collect();
         Marking { slots }

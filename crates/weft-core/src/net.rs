@@ -5,6 +5,9 @@
 //! dense ids here instead. A [`Net`] only exists for a plan that validated without errors.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
 
 use crate::expr::{Expr, Template};
 use crate::plan::{Consume, EventKind, GraphType, Plan, Retry};
@@ -142,6 +145,9 @@ pub struct Net {
     step_ids: HashMap<String, StepId>,
     /// Per step: whether its args template calls `fresh()`.
     args_fresh: Vec<bool>,
+    /// Per step: its args when they are a literal, shared by every firing (no copy per
+    /// firing; see [`crate::instance::Args`]).
+    literal_args: Vec<Option<Arc<Value>>>,
     /// Per step: whether anything reads the consumed tokens after the action ran
     /// (conditional or shaped emits, an error-token target, a retry policy).
     keeps_inputs: Vec<bool>,
@@ -166,6 +172,11 @@ impl Net {
     /// The step with this id.
     pub fn step(&self, id: StepId) -> &StepNode {
         &self.steps[id as usize]
+    }
+
+    /// The step's args when they are a literal (shared by every firing).
+    pub fn literal_args(&self, step: StepId) -> Option<&Arc<Value>> {
+        self.literal_args.get(step as usize)?.as_ref()
     }
 
     /// Does the step's args template call `fresh()`? (Firing skips building the channel id
@@ -258,6 +269,13 @@ impl Net {
                 f
             })
             .collect();
+        let literal_args = steps
+            .iter()
+            .map(|s| match &s.args {
+                Template::Literal(v) => Some(Arc::new(v.clone())),
+                _ => None,
+            })
+            .collect();
         let keeps_inputs = steps
             .iter()
             .map(|s| {
@@ -270,6 +288,7 @@ impl Net {
             .collect();
         Net {
             args_fresh,
+            literal_args,
             keeps_inputs,
             slots,
             input_slots,

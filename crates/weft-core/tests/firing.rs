@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 use weft_core::instance::Completion;
-use weft_core::{ActionError, Instance, Limits, Net, Status, parse_plan, validate};
+use weft_core::{ActionError, Args, Instance, Limits, Net, Status, parse_plan, validate};
 
 fn net(plan: Value) -> Net {
     let bytes = serde_json::to_vec(&plan).expect("ser");
@@ -25,6 +25,7 @@ fn drive(net: &Net, inst: &mut Instance) -> Vec<String> {
             &step.action,
             f.args
                 .clone()
+                .map(Args::into_value)
                 .map_err(|e| ActionError::fatal("args_invalid", e)),
         );
         while let Completion::Retry { .. } = inst.complete(net, f.firing, outcome.clone(), 0) {
@@ -32,6 +33,7 @@ fn drive(net: &Net, inst: &mut Instance) -> Vec<String> {
                 &step.action,
                 f.args
                     .clone()
+                    .map(Args::into_value)
                     .map_err(|e| ActionError::fatal("args_invalid", e)),
             );
         }

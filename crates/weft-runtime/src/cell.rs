@@ -19,7 +19,7 @@ use futures::stream::FuturesUnordered;
 use serde_json::Value;
 use tokio::sync::oneshot;
 use weft_core::token::FiringId;
-use weft_core::{ActionError, GraphType, Instance, Net, Status};
+use weft_core::{ActionError, GraphType, Instance, Status};
 
 use crate::engine::Shared;
 use crate::journal::Input;
@@ -68,6 +68,27 @@ pub(crate) struct Core {
     pub next_plan: Option<Arc<CompiledPlan>>,
 }
 
+/// `i<id>`, the instance's name (one allocation: digits written on the stack).
+fn instance_name(id: u64) -> Arc<str> {
+    let mut buf = [0u8; 21];
+    let mut i = buf.len();
+    let mut n = id;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    i -= 1;
+    buf[i] = b'i';
+    match std::str::from_utf8(&buf[i..]) {
+        Ok(s) => Arc::from(s),
+        Err(_) => Arc::from(format!("i{id}")),
+    }
+}
+
 /// One instance, shared between the engine's table, handles, timers and its task.
 pub(crate) struct Cell {
     pub id: u64,
@@ -101,7 +122,7 @@ impl Cell {
         Arc::new_cyclic(|me| Cell {
             id,
             me: me.clone(),
-            name: Arc::from(format!("i{id}")),
+            name: instance_name(id),
             tenant,
             plan_name: Arc::clone(&plan.name),
             plan: RwLock::new(Arc::clone(&plan)),
@@ -131,6 +152,15 @@ impl Cell {
     /// The plan the instance runs now (outside the loop; the loop reads `Core::plan`).
     pub(crate) fn plan(&self) -> Arc<CompiledPlan> {
         Arc::clone(&self.plan.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The id of `event` in the instance's current plan (read in place: no `Arc` clone).
+    pub(crate) fn event_id(&self, event: &str) -> Option<weft_core::EventId> {
+        self.plan
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .net
+            .event_id(event)
     }
 
     /// Swaps the plan (a repair, applied by the loop).
@@ -203,7 +233,10 @@ impl Cell {
         ) {
             self.check_rate(core);
         }
-        self.apply(core, input, &mut ready);
+        // The plan is taken once per batch (not per input) and taken again only if an input
+        // changed it (a repair).
+        let mut plan = Arc::clone(&core.plan);
+        self.apply_on(core, &plan, input, &mut ready);
         // One clock reading per batch: outcomes that were ready at once share it.
         let now = if ready.is_empty() {
             0
@@ -212,8 +245,12 @@ impl Cell {
         };
         while let Some((firing, result)) = ready.pop_front() {
             self.check_rate(core);
-            self.apply(
+            if !Arc::ptr_eq(&plan, &core.plan) {
+                plan = Arc::clone(&core.plan);
+            }
+            self.apply_on(
                 core,
+                &plan,
                 Input::Outcome {
                     firing,
                     result,
@@ -232,10 +269,21 @@ impl Cell {
         input: Input,
         ready: &mut VecDeque<Ready>,
     ) {
+        let plan = Arc::clone(&core.plan);
+        self.apply_on(core, &plan, input, ready);
+    }
+
+    /// [`Cell::apply`] with the instance's current plan (`core.plan`) held by the caller.
+    fn apply_on(
+        self: &Arc<Self>,
+        core: &mut Core,
+        plan: &Arc<CompiledPlan>,
+        input: Input,
+        ready: &mut VecDeque<Ready>,
+    ) {
         if let Some(j) = &self.engine.journal {
             j.record(&self.tenant, &self.name, &input);
         }
-        let plan = Arc::clone(&core.plan);
         let net = &*plan.net;
         match input {
             Input::Start { input, now, .. } => {
@@ -276,7 +324,7 @@ impl Cell {
                 firing,
                 result,
                 now,
-            } => self.complete(core, firing, result, now, ready),
+            } => self.complete(core, plan, firing, result, now, ready),
             Input::Pause { reason } => {
                 if let Some(i) = core.inst.as_mut() {
                     i.pause(reason);
@@ -306,10 +354,10 @@ impl Cell {
                 return;
             }
             Input::Repair(r) => {
-                self.apply_repair(core, &plan, &r);
+                self.apply_repair(core, plan, &r);
                 // Fire on the revised plan from here on.
                 let revised = Arc::clone(&core.plan);
-                self.drain(core, &revised.net, ready);
+                self.drain(core, &revised, ready);
                 return;
             }
             Input::RepairFailed { reason } => {
@@ -324,17 +372,22 @@ impl Cell {
                 return;
             }
         }
-        self.drain(core, net, ready);
+        self.drain(core, plan, ready);
     }
 
-    /// Fires every enabled step of `net` (the instance's current plan, held by the caller);
-    /// outcomes that are ready at once go to `ready`.
-    fn drain(self: &Arc<Self>, core: &mut Core, net: &Net, ready: &mut VecDeque<Ready>) {
+    /// Fires every enabled step of `plan` (the instance's current plan, held by the
+    /// caller); outcomes that are ready at once go to `ready`.
+    fn drain(
+        self: &Arc<Self>,
+        core: &mut Core,
+        plan: &Arc<CompiledPlan>,
+        ready: &mut VecDeque<Ready>,
+    ) {
         loop {
-            let Some(fired) = core.inst.as_mut().and_then(|i| i.next(net)) else {
+            let Some(fired) = core.inst.as_mut().and_then(|i| i.next(&plan.net)) else {
                 return;
             };
-            self.dispatch(core, fired, ready);
+            self.dispatch(core, plan, fired, ready);
         }
     }
 
@@ -534,12 +587,19 @@ impl Cell {
             instance: self.name.to_string(),
             status: inst.status.clone(),
             reason: core.reason.clone(),
-            results: inst
-                .results(net)
-                .into_iter()
-                .map(|(event, toks)| ResultTokens {
-                    event,
-                    payloads: toks.into_iter().map(|t| t.payload).collect(),
+            // What `Instance::results` returns, read in place (no token is copied).
+            results: net
+                .events
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.is_output)
+                .filter_map(|(i, e)| {
+                    let slot = *net.event_slots[i].first()?;
+                    let toks = &inst.marking.slots[slot as usize].tokens;
+                    (!toks.is_empty()).then(|| ResultTokens {
+                        event: e.name.clone(),
+                        payloads: toks.iter().map(|t| Arc::clone(&t.payload)).collect(),
+                    })
                 })
                 .collect(),
             waiting: if inst.status == Status::Stuck {

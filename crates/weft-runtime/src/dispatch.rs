@@ -21,12 +21,12 @@ use weft_core::instance::{Completion, idempotency_key};
 use weft_core::token::FiringId;
 use weft_core::token::Token;
 use weft_core::{ActionError, Fired, Net};
-use weft_tools::{BoxFuture, Tool, ToolContext, ToolError, ToolServices};
+use weft_tools::{Args, BoxFuture, InlineContext, Tool, ToolContext, ToolError, ToolServices};
 
 use crate::cell::{Active, Cell, Core, PendingFut, Ready};
 use crate::clock::Clock;
 use crate::outcome::TraceEntry;
-use crate::plans::StepRt;
+use crate::plans::{CompiledPlan, StepRt};
 
 /// The error for a caught panic.
 pub(crate) fn panic_error(p: Box<dyn Any + Send>) -> ActionError {
@@ -71,12 +71,37 @@ fn timeout_error(ms: u64) -> ActionError {
 /// attempt, idempotency key; `outcome` is recorded when the result is known). Disabled
 /// (one level check, no allocation) unless a subscriber wants INFO spans.
 fn step_span(ctx: &ToolContext, action: &str, firing: FiringId) -> tracing::Span {
-    if !tracing::enabled!(target: "weft::step", tracing::Level::INFO) {
+    if !step_spans_enabled() {
         return tracing::Span::none();
     }
-    tracing::info_span!(target: "weft::step", "weft.step", tenant = %ctx.tenant,
-        instance = %ctx.instance, step = %ctx.step, action, firing, attempt = ctx.attempt,
-        idempotency_key = %ctx.idempotency_key, outcome = tracing::field::Empty)
+    step_span_of(
+        &ctx.tenant,
+        &ctx.instance,
+        &ctx.step,
+        action,
+        firing,
+        ctx.attempt,
+        &ctx.idempotency_key,
+    )
+}
+
+/// Whether a subscriber wants `weft.step` spans (one cached level check).
+fn step_spans_enabled() -> bool {
+    tracing::enabled!(target: "weft::step", tracing::Level::INFO)
+}
+
+/// The `weft.step` span from its parts (the inline path has no `ToolContext` to read).
+fn step_span_of(
+    tenant: &str,
+    instance: &str,
+    step: &str,
+    action: &str,
+    firing: FiringId,
+    attempt: u32,
+    key: &str,
+) -> tracing::Span {
+    tracing::info_span!(target: "weft::step", "weft.step", tenant, instance, step, action,
+        firing, attempt, idempotency_key = key, outcome = tracing::field::Empty)
 }
 
 /// Records a result on its step span: `ok`, or the error's code.
@@ -162,14 +187,15 @@ impl Cell {
         }
     }
 
-    /// Runs the effect of a firing.
+    /// Runs the effect of a firing of `plan` (the instance's current plan, held by the
+    /// caller).
     pub(crate) fn dispatch(
         self: &Arc<Self>,
         core: &mut Core,
+        plan: &Arc<CompiledPlan>,
         f: Fired,
         ready: &mut VecDeque<Ready>,
     ) {
-        let plan = Arc::clone(&core.plan);
         let srt = &plan.steps[f.step as usize];
         if core.trace.is_some() {
             self.trace_start(core, &f);
@@ -205,7 +231,7 @@ impl Cell {
             return;
         };
         if let Some(v) = &srt.validator
-            && let Err(e) = v.validate(&args)
+            && let Err(e) = v.validate(args.as_value())
         {
             ready.push_back((
                 f.firing,
@@ -221,7 +247,6 @@ impl Cell {
             ));
             return;
         }
-        let key = Arc::from(f.idempotency_key);
         if srt.immediate {
             // Finishes at once: the outcome is applied before anything else can look at the
             // instance, so the consumed tokens can go to the tool when nothing reads them
@@ -232,17 +257,40 @@ impl Cell {
                 .as_mut()
                 .and_then(|i| i.detach_inputs(net, f.firing))
             {
-                Some(tokens) => tokens
-                    .into_iter()
-                    .enumerate()
-                    .map(|(k, t)| (Self::input_name(net, srt, k, &t), t.payload))
-                    .collect(),
+                Some(tokens) => {
+                    // A new vector (not collected in place: the smaller items would make
+                    // that a reallocation).
+                    let mut v = Vec::with_capacity(tokens.len());
+                    for (k, t) in tokens.into_iter().enumerate() {
+                        v.push((Self::input_name(net, srt, k, &t), t.payload));
+                    }
+                    v
+                }
                 None => self.inputs(srt, core, f.firing),
             };
-            let ctx = self.context(&plan.name, srt, key, 1, inputs);
-            let span = step_span(&ctx, &srt.action, f.firing);
+            // The context (names, key, services) is built only if the tool asks for it.
+            let firing = f.firing;
+            let build = |inputs| {
+                let key = Arc::from(idempotency_key(&self.name, &srt.name, firing));
+                self.context(&plan.name, srt, key, 1, inputs)
+            };
+            let span = if step_spans_enabled() {
+                let key = idempotency_key(&self.name, &srt.name, firing);
+                step_span_of(
+                    &self.tenant,
+                    &self.name,
+                    &srt.name,
+                    &srt.action,
+                    firing,
+                    1,
+                    &key,
+                )
+            } else {
+                tracing::Span::none()
+            };
+            let ctx = InlineContext::new(inputs, &build);
             let r = match span
-                .in_scope(|| catch_unwind(AssertUnwindSafe(|| tool.call_now(ctx, args))))
+                .in_scope(|| catch_unwind(AssertUnwindSafe(|| tool.call_inline(ctx, args))))
             {
                 Ok(r) => r.map_err(ActionError::from),
                 Err(p) => Err(panic_error(p)),
@@ -251,6 +299,7 @@ impl Cell {
             ready.push_back((f.firing, r));
             return;
         }
+        let key: Arc<str> = Arc::from(idempotency_key(&self.name, &srt.name, f.firing));
         let inputs = self.inputs(srt, core, f.firing);
         let ctx = self.context(&plan.name, srt, key, 1, inputs);
         self.call(
@@ -258,7 +307,7 @@ impl Cell {
             f.firing,
             tool,
             ctx,
-            args,
+            args.into_value(),
             srt.timeout_ms,
             srt.spawn,
             ready,
@@ -329,16 +378,16 @@ impl Cell {
         }
     }
 
-    /// Applies an action's outcome.
+    /// Applies an action's outcome (`plan`: the instance's current plan, held by the caller).
     pub(crate) fn complete(
         self: &Arc<Self>,
         core: &mut Core,
+        plan: &CompiledPlan,
         firing: FiringId,
         result: Result<Value, ActionError>,
         now: i64,
         ready: &mut VecDeque<Ready>,
     ) {
-        let plan = Arc::clone(&core.plan);
         let net = &*plan.net;
         let Some(inst) = core.inst.as_mut() else {
             return;
@@ -359,7 +408,7 @@ impl Cell {
             e.outcome = Some(out);
             e.finished_ms = Some(now);
             match &c {
-                Completion::Emitted(ids) => e.emitted = ids.clone(),
+                Completion::Emitted(ids) => e.emitted = ids.clone().collect(),
                 Completion::ErrorToken { token, .. } => e.emitted = vec![*token],
                 Completion::Retry { attempt, .. } => e.attempts = *attempt,
                 _ => {}
@@ -380,6 +429,7 @@ impl Cell {
                 self.retry(core, firing, attempt, delay_ms, ready);
             }
             Completion::Emitted(ids) => self.publish("plan.step.finished", || {
+                let ids: Vec<_> = ids.collect();
                 serde_json::json!({"step": &**sname, "firing": firing, "emitted": ids})
             }),
             Completion::Unknown => {}
@@ -492,7 +542,7 @@ impl Cell {
                 firing: f.firing,
                 step: net.step(f.step).name.clone(),
                 binding,
-                args: f.args.clone(),
+                args: f.args.clone().map(Args::into_value),
                 attempts: 1,
                 outcome: None,
                 emitted: Vec::new(),

@@ -422,7 +422,7 @@ impl Engine {
         let n = targets.len();
         let mut payload = Some(payload);
         for (k, cell) in targets.into_iter().enumerate() {
-            let Some(ev) = cell.plan().net.event_id(event) else {
+            let Some(ev) = cell.event_id(event) else {
                 continue;
             };
             let p = if k + 1 == n {

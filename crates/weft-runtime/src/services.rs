@@ -26,11 +26,10 @@ impl ToolServices for Cell {
     }
 
     fn set_timer(&self, ctx: &ToolContext, timer: TimerRequest) -> Result<String, ToolError> {
-        let plan = self.plan();
-        let Some(event) = plan.net.event_id(&timer.event) else {
+        let Some(event) = self.event_id(&timer.event) else {
             return Err(ToolError::fatal(
                 "unknown_event",
-                format!("plan `{}` has no event `{}`", plan.name, timer.event),
+                format!("plan `{}` has no event `{}`", self.plan().name, timer.event),
             ));
         };
         let Some(cell) = self.me.upgrade() else {

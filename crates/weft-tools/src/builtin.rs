@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use weft_core::catalog::{StaticCatalog, ToolCatalog, ToolSpec};
 
-use crate::{BoxFuture, Registry, Tool, ToolContext, ToolError};
+use crate::{Args, BoxFuture, InlineContext, Registry, Tool, ToolContext, ToolError};
 
 /// The spec of a built-in tool, from `builtin_tools.json`.
 pub fn builtin_spec(name: &str) -> ToolSpec {
@@ -79,22 +79,51 @@ impl Tool for Noop {
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
         noop_owned(ctx, args)
     }
+    fn call_inline(&self, ctx: InlineContext<'_>, args: Args) -> Result<Value, ToolError> {
+        // Needs no context; literal args: copies only the entries merged into the output.
+        let n = ctx.inputs().len();
+        let mut out = match n {
+            0 => Value::Object(serde_json::Map::new()),
+            1 => ctx
+                .take_input_values()
+                .next()
+                .unwrap_or_else(|| Value::Object(serde_json::Map::new())),
+            _ => (*ctx.inputs()[0].1).clone(),
+        };
+        if let Value::Object(o) = &mut out {
+            match args {
+                Args::Owned(Value::Object(a)) => o.extend(a),
+                Args::Shared(a) => {
+                    if let Value::Object(a) = &*a {
+                        o.extend(a.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    }
+                }
+                Args::Owned(_) => {}
+            }
+        }
+        Ok(out)
+    }
 }
 
 fn noop_owned(ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
-    let mut out = if ctx.inputs.is_empty() {
-        Value::Object(serde_json::Map::new())
-    } else if ctx.inputs.len() == 1 {
-        ctx.into_input_values()
-            .pop()
-            .unwrap_or_else(|| Value::Object(serde_json::Map::new()))
-    } else {
-        (*ctx.inputs[0].1).clone()
-    };
+    let mut out = noop_input(ctx);
     if let (Value::Object(o), Value::Object(a)) = (&mut out, args) {
         o.extend(a);
     }
     Ok(out)
+}
+
+/// The payload `noop` starts from: its only input taken over, else a copy of the first.
+fn noop_input(ctx: ToolContext) -> Value {
+    if ctx.inputs.is_empty() {
+        Value::Object(serde_json::Map::new())
+    } else if ctx.inputs.len() == 1 {
+        ctx.take_input_values()
+            .next()
+            .unwrap_or_else(|| Value::Object(serde_json::Map::new()))
+    } else {
+        (*ctx.inputs[0].1).clone()
+    }
 }
 
 /// `noop`: passes its (first) input token's payload through, merged with object args.
@@ -157,4 +186,64 @@ pub fn default_registry() -> Registry {
     let mut reg = Registry::new();
     register_all(&mut reg, &crate::ToolsConfig::default());
     reg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(vals: &[Value]) -> Vec<(Arc<str>, Arc<Value>)> {
+        vals.iter()
+            .enumerate()
+            .map(|(k, v)| (Arc::from(format!("e{k}")), Arc::new(v.clone())))
+            .collect()
+    }
+
+    fn call_both(ins: &[Value], args: Value) -> (Value, Value, Value) {
+        let noop = Noop {
+            spec: builtin_spec("noop"),
+        };
+        let build = |inputs: Vec<(Arc<str>, Arc<Value>)>| {
+            let mut c = ToolContext::detached("s");
+            c.inputs = Arc::new(inputs);
+            c
+        };
+        let mut ctx = ToolContext::detached("s");
+        ctx.inputs = Arc::new(inputs(ins));
+        let now = noop.call_now(ctx, args.clone()).expect("noop");
+        let shared = noop
+            .call_inline(
+                InlineContext::new(inputs(ins), &build),
+                Args::Shared(Arc::new(args.clone())),
+            )
+            .expect("noop");
+        let owned = noop
+            .call_inline(InlineContext::new(inputs(ins), &build), Args::Owned(args))
+            .expect("noop");
+        (now, shared, owned)
+    }
+
+    #[test]
+    fn noop_inline_matches_call_now() {
+        let cases = [
+            (vec![], serde_json::json!({"a": 1})),
+            (
+                vec![serde_json::json!({"x": 1})],
+                serde_json::json!({"a": 2}),
+            ),
+            (
+                vec![serde_json::json!({"x": 1}), serde_json::json!({"y": 2})],
+                serde_json::json!({"x": 3}),
+            ),
+            (vec![serde_json::json!([1])], serde_json::json!({"a": 1})),
+            (vec![serde_json::json!({"x": 1})], Value::Null),
+        ];
+        for (ins, args) in cases {
+            let (now, shared, owned) = call_both(&ins, args.clone());
+            assert_eq!(now, shared, "shared args, inputs {ins:?}, args {args}");
+            assert_eq!(now, owned, "owned args, inputs {ins:?}, args {args}");
+        }
+        let (now, _, _) = call_both(&[serde_json::json!({"x": 1})], serde_json::json!({"a": 2}));
+        assert_eq!(now, serde_json::json!({"x": 1, "a": 2}));
+    }
 }

@@ -26,6 +26,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 pub use weft_core::catalog::{Effect, ToolSpec};
+pub use weft_core::instance::Args;
 
 pub use builtin::{default_registry, register_all};
 pub use config::{EmailConfig, HttpConfig, ProcessConfig, SmtpConfig, SmtpSecurity, ToolsConfig};
@@ -200,15 +201,62 @@ impl ToolServices for NoServices {
     }
 }
 
+/// Builds a firing's [`ToolContext`] from its inputs.
+pub type ContextBuilder<'a> = &'a dyn Fn(Vec<(Arc<str>, Arc<Value>)>) -> ToolContext;
+
+/// The context of an immediate call ([`Tool::call_inline`]): the firing's inputs, and the
+/// rest of the [`ToolContext`] (names, idempotency key, services) built on demand.
+pub struct InlineContext<'a> {
+    inputs: Vec<(Arc<str>, Arc<Value>)>,
+    build: ContextBuilder<'a>,
+}
+
+impl std::fmt::Debug for InlineContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InlineContext")
+            .field("inputs", &self.inputs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> InlineContext<'a> {
+    /// The inputs (as in [`ToolContext::inputs`]) and how to build the full context.
+    pub fn new(inputs: Vec<(Arc<str>, Arc<Value>)>, build: ContextBuilder<'a>) -> Self {
+        InlineContext { inputs, build }
+    }
+
+    /// The input token payloads by event name, in binding order.
+    pub fn inputs(&self) -> &[(Arc<str>, Arc<Value>)] {
+        &self.inputs
+    }
+
+    /// The input payloads, owned and in binding order (as
+    /// [`ToolContext::take_input_values`]).
+    pub fn take_input_values(self) -> impl Iterator<Item = Value> {
+        self.inputs
+            .into_iter()
+            .map(|(_, p)| Arc::try_unwrap(p).unwrap_or_else(|shared| (*shared).clone()))
+    }
+
+    /// The full context.
+    pub fn into_context(self) -> ToolContext {
+        (self.build)(self.inputs)
+    }
+}
+
 impl ToolContext {
     /// The input payloads, owned and in binding order: moved out where this context is
     /// their only holder, cloned otherwise.
     pub fn into_input_values(self) -> Vec<Value> {
+        self.take_input_values().collect()
+    }
+
+    /// [`ToolContext::into_input_values`] as an iterator (no vector is built).
+    pub fn take_input_values(self) -> impl Iterator<Item = Value> {
         let inputs = Arc::try_unwrap(self.inputs).unwrap_or_else(|shared| (*shared).clone());
         inputs
             .into_iter()
             .map(|(_, p)| Arc::try_unwrap(p).unwrap_or_else(|shared| (*shared).clone()))
-            .collect()
     }
 
     /// A context for calling a tool outside an engine (tests, `weft tools call`).
@@ -241,6 +289,15 @@ pub trait Tool: Send + Sync {
     /// firing's input tokens may be handed over (see [`ToolContext::into_input_values`]).
     fn is_immediate(&self) -> bool {
         false
+    }
+
+    /// How the runtime calls an immediate tool: the context is built only if the tool asks
+    /// for it ([`InlineContext::into_context`]) and literal args come shared
+    /// ([`Args::Shared`], not copied per firing). The default builds the context, takes the
+    /// args owned and calls [`Tool::call_now`]; a pure tool that needs only its inputs and
+    /// args can override it and skip both. Must behave exactly like `call_now`.
+    fn call_inline(&self, ctx: InlineContext<'_>, args: Args) -> Result<Value, ToolError> {
+        self.call_now(ctx.into_context(), args.into_value())
     }
 
     /// Runs an immediate tool synchronously. The default polls [`Tool::call`]'s future once
