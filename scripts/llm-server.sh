@@ -17,7 +17,9 @@ setup() {
   # Prefer the shared copy when it sits beside the repository, else the vendored one.
   local script="$HERE/setup-local-llm.sh"
   [ -f "$HERE/../../shared/llm/setup-local-llm.sh" ] && script="$HERE/../../shared/llm/setup-local-llm.sh"
-  LLM_HOME="$LLM_HOME" JOBS=${JOBS:-1} bash "$script" >&2
+  # A portable build (GGML_NATIVE=OFF): the -march=native build of this llama.cpp crashed
+  # with a general protection fault while loading the model on an AVX-512 machine here.
+  LLM_HOME="$LLM_HOME" JOBS=${JOBS:-1} GGML_NATIVE=${GGML_NATIVE:-OFF} bash "$script" >&2
 }
 
 free_port() {
