@@ -9,7 +9,7 @@ use crate::cover::karp_miller;
 use crate::describe::place_label;
 use crate::explore::{Stop, explore};
 use crate::net::{NetKind, PtNet, Role};
-use crate::reduce::{can_enable, explore_reduced};
+use crate::reduce::{Index, can_enable_with, explore_reduced};
 use crate::report::{AnalysisOptions, AnalysisReport, Verdict};
 
 /// Markings of the full graph explored on a net without cycles before switching to the
@@ -203,6 +203,7 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
 /// transitions the state limit left undecided.
 fn settle_dead_steps(net: &PtNet, g: &mut crate::explore::Graph, max_states: usize) -> Vec<usize> {
     let mut undecided = Vec::new();
+    let ix = Index::new(net);
     for t in 0..net.transitions.len() {
         let tr = &net.transitions[t];
         if g.enabled_ever[t] || tr.role == Role::Environment {
@@ -218,7 +219,7 @@ fn settle_dead_steps(net: &PtNet, g: &mut crate::explore::Graph, max_states: usi
         if step_alive {
             continue;
         }
-        match can_enable(net, t as u32, max_states) {
+        match can_enable_with(net, &ix, t as u32, max_states) {
             Some(true) => g.enabled_ever[t] = true,
             Some(false) => {}
             None => undecided.push(t),

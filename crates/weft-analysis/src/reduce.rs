@@ -24,7 +24,7 @@ use crate::explore::{Cells, Graph, Stop};
 use crate::net::PtNet;
 
 /// Consumers and increasers of each place, for the closure rules.
-struct Index {
+pub(crate) struct Index {
     /// Transitions with an input arc from place `p`.
     consumers: Vec<Vec<u32>>,
     /// Transitions whose firing leaves more tokens on `p` than before.
@@ -32,7 +32,7 @@ struct Index {
 }
 
 impl Index {
-    fn new(net: &PtNet) -> Index {
+    pub(crate) fn new(net: &PtNet) -> Index {
         let np = net.places.len();
         let mut consumers = vec![Vec::new(); np];
         let mut increasers = vec![Vec::new(); np];
@@ -233,7 +233,16 @@ pub fn explore_reduced(net: &PtNet, max_states: usize) -> Graph {
 /// stored `max_states` markings without deciding. Every stubborn set contains `target`, so a
 /// set without an enabled member proves that `target` stays disabled from that marking.
 pub fn can_enable(net: &PtNet, target: u32, max_states: usize) -> Option<bool> {
-    let ix = Index::new(net);
+    can_enable_with(net, &Index::new(net), target, max_states)
+}
+
+/// [`can_enable`] with a place index built once for many searches.
+pub(crate) fn can_enable_with(
+    net: &PtNet,
+    ix: &Index,
+    target: u32,
+    max_states: usize,
+) -> Option<bool> {
     let mut c = Closure::new(net.transitions.len());
     let mut seen: HashSet<Vec<u32>> = HashSet::new();
     let mut queue = std::collections::VecDeque::new();
@@ -243,7 +252,7 @@ pub fn can_enable(net: &PtNet, target: u32, max_states: usize) -> Option<bool> {
         if net.enabled(target as usize, &m) {
             return Some(true);
         }
-        let set = c.run(net, &ix, &m, target, usize::MAX).unwrap_or_default();
+        let set = c.run(net, ix, &m, target, usize::MAX).unwrap_or_default();
         for t in set {
             let next = fire(net, t, &m)?;
             if !seen.contains(&next) {
