@@ -8,13 +8,14 @@
 //! so the same sequence of inputs always gives the same marking: that is what makes journal
 //! replay and time travel exact.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::expr::Scope;
+pub use crate::inflight::InFlightMap;
 use crate::marking::{Marking, key_at};
 use crate::net::{EventId, FailPolicy, Net, SlotId, StepId};
 use crate::plan::GraphType;
@@ -295,7 +296,7 @@ pub struct Instance {
     /// Tokens.
     pub marking: Marking,
     /// Dispatched firings without an outcome.
-    pub in_flight: BTreeMap<FiringId, InFlight>,
+    pub in_flight: InFlightMap,
     /// Lifecycle status.
     pub status: Status,
     /// Firings so far.
@@ -305,6 +306,38 @@ pub struct Instance {
     root: Arc<str>,
     dirty: VecDeque<StepId>,
     is_dirty: Vec<bool>,
+    #[serde(skip)]
+    spare: SpareTokens,
+}
+
+/// The emptied binding vector of a completed firing, reused by the next firing (a chain
+/// then allocates none per step). Not part of the state: clones and snapshots start empty.
+#[derive(Default)]
+struct SpareTokens(Option<Vec<Token>>);
+
+impl SpareTokens {
+    fn take(&mut self) -> Vec<Token> {
+        self.0.take().unwrap_or_default()
+    }
+
+    fn keep(&mut self, mut v: Vec<Token>) {
+        if self.0.is_none() && v.capacity() > 0 {
+            v.clear();
+            self.0 = Some(v);
+        }
+    }
+}
+
+impl Clone for SpareTokens {
+    fn clone(&self) -> Self {
+        SpareTokens::default()
+    }
+}
+
+impl std::fmt::Debug for SpareTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("..")
+    }
 }
 
 impl Instance {
@@ -315,13 +348,14 @@ impl Instance {
             root: Arc::clone(&id),
             id,
             marking: Marking::new(net),
-            in_flight: BTreeMap::new(),
+            in_flight: InFlightMap::new(),
             status: Status::Running,
             fired: 0,
             next_token: 0,
             next_firing: 0,
             dirty: VecDeque::new(),
             is_dirty: vec![false; net.steps.len()],
+            spare: SpareTokens::default(),
         };
         let payload = Arc::new(input);
         let root = Arc::clone(&inst.root);
@@ -379,6 +413,22 @@ impl Instance {
     ) -> TokenId {
         let id = self.next_token;
         self.next_token += 1;
+        if let [slot] = net.event_slots[event as usize][..] {
+            // One slot (the usual case): the payload and correlation move in.
+            let token = Token {
+                id,
+                event,
+                payload,
+                correlation,
+                origin,
+                created_at: now,
+            };
+            self.marking.push(net, slot, token);
+            for &c in &net.slots[slot as usize].consumers {
+                self.mark_dirty(c);
+            }
+            return id;
+        }
         for &slot in &net.event_slots[event as usize] {
             let token = Token {
                 id,
@@ -425,6 +475,17 @@ impl Instance {
         if slots.len() == 1 && s.guard.is_none() {
             return Some(vec![(slots[0], 0)]);
         }
+        if s.guard.is_none() {
+            // The search tries at most `inputs × Π tokens per input` candidates; below the
+            // budget it cannot give up, and the linear pass finds what it would find.
+            let mut tries = slots.len();
+            for &sl in slots {
+                tries = tries.saturating_mul(self.marking.len(sl));
+            }
+            if tries <= MAX_GUARD_EVALS {
+                return self.bind_unguarded(s.correlate, slots);
+            }
+        }
         let mut chosen = Vec::with_capacity(slots.len());
         let mut budget = MAX_GUARD_EVALS;
         if self.search(net, step, &mut chosen, &mut budget) {
@@ -432,6 +493,36 @@ impl Instance {
         } else {
             None
         }
+    }
+
+    /// [`Instance::search`] for a step without a guard, in one pass per candidate of the
+    /// first input: without a guard, the other inputs only have to share the first one's
+    /// correlation (when the step correlates), independently of each other, so the search's
+    /// binding is the first candidate for which every other input holds such a token, with
+    /// the oldest such token of each.
+    fn bind_unguarded(&self, correlate: bool, slots: &[SlotId]) -> Option<Vec<(SlotId, usize)>> {
+        let (&first, rest) = slots.split_first()?;
+        if !correlate {
+            return Some(slots.iter().map(|&sl| (sl, 0)).collect());
+        }
+        let mut chosen = Vec::with_capacity(slots.len());
+        'candidate: for (p0, t0) in self.marking.slots[first as usize].tokens.iter().enumerate() {
+            let corr = &t0.correlation;
+            chosen.clear();
+            chosen.push((first, p0));
+            for &sl in rest {
+                let found = self.marking.slots[sl as usize]
+                    .tokens
+                    .iter()
+                    .position(|t| Arc::ptr_eq(&t.correlation, corr) || t.correlation == *corr);
+                match found {
+                    Some(p) => chosen.push((sl, p)),
+                    None => continue 'candidate,
+                }
+            }
+            return Some(chosen);
+        }
+        None
     }
 
     fn token(&self, slot: SlotId, pos: usize) -> &Token {
@@ -538,8 +629,19 @@ impl Instance {
     /// args and records the firing as in flight.
     pub fn fire(&mut self, net: &Net, step: StepId, binding: &[(SlotId, usize)]) -> Fired {
         let s = net.step(step);
-        let tokens: Vec<Token> = if let [(slot, pos)] = *binding {
-            self.marking.take(net, slot, pos).into_iter().collect()
+        let mut tokens = self.spare.take();
+        if let [(slot, pos)] = *binding {
+            tokens.extend(self.marking.take(net, slot, pos));
+        } else if binding
+            .iter()
+            .enumerate()
+            .all(|(i, (sl, _))| binding[..i].iter().all(|(o, _)| o != sl))
+        {
+            // One token per slot: taking one leaves the others' positions as they were.
+            tokens.reserve(binding.len());
+            for &(slot, pos) in binding {
+                tokens.extend(self.marking.take(net, slot, pos));
+            }
         } else {
             // Take tokens highest position first per slot so earlier positions stay valid.
             let mut order: Vec<usize> = (0..binding.len()).collect();
@@ -549,8 +651,8 @@ impl Instance {
                 let (slot, pos) = binding[i];
                 taken[i] = self.marking.take(net, slot, pos);
             }
-            taken.into_iter().flatten().collect()
-        };
+            tokens.extend(taken.into_iter().flatten());
+        }
         let firing = self.next_firing;
         self.next_firing += 1;
         self.fired += 1;
@@ -628,8 +730,13 @@ impl Instance {
     /// firing will not read them ([`Net::keeps_inputs`] is false: plain emits, no error
     /// token, no retry); their correlation stays. Lets an action that is the only holder of
     /// a payload take it over instead of copying it. `None` (and nothing changes) when the
-    /// tokens are still needed or the firing is not in flight.
-    pub fn detach_inputs(&mut self, net: &Net, firing: FiringId) -> Option<Vec<Token>> {
+    /// tokens are still needed or the firing is not in flight. The tokens are drained out of
+    /// the record (its emptied vector is reused by a later firing).
+    pub fn detach_inputs(
+        &mut self,
+        net: &Net,
+        firing: FiringId,
+    ) -> Option<std::vec::Drain<'_, Token>> {
         let inf = self.in_flight.get_mut(&firing)?;
         if net.keeps_inputs(inf.step) || inf.correlation.is_some() {
             return None;
@@ -640,7 +747,7 @@ impl Instance {
             .map(|t| Arc::clone(&t.correlation))
             .unwrap_or_else(|| Arc::clone(&self.root));
         inf.correlation = Some(corr);
-        Some(std::mem::take(&mut inf.tokens))
+        Some(inf.tokens.drain(..))
     }
 
     /// The next firing, if any step is enabled: searches dirty steps for a binding and fires
@@ -681,7 +788,7 @@ impl Instance {
         let step = inf.step;
         let s = net.step(step);
         let err = match outcome {
-            Ok(result) => match self.emit(net, firing, result, now) {
+            Ok(result) => match self.emit(net, firing, step, result, now) {
                 Ok(ids) => return Completion::Emitted(ids),
                 Err(e) => e,
             },
@@ -706,37 +813,55 @@ impl Instance {
         self.fail(net, firing, err, now)
     }
 
-    /// Puts the result tokens of a successful firing.
+    /// Puts the result tokens of a successful firing of `step` (in flight).
     fn emit(
         &mut self,
         net: &Net,
         firing: FiringId,
+        step: StepId,
         result: Value,
         now: i64,
     ) -> Result<std::ops::Range<TokenId>, ActionError> {
-        let Some(inf) = self.in_flight.get(&firing) else {
-            return Ok(self.next_token..self.next_token);
-        };
-        let step = inf.step;
         let s = net.step(step);
-        let correlation = Self::correlation_of(inf, &self.root);
         let result = Arc::new(result);
         // Fast path: plain emits need no expression scope and no staging.
         if s.emits.iter().all(|e| e.when.is_none() && e.data.is_none()) {
-            self.in_flight.remove(&firing);
+            let Some(inf) = self.in_flight.remove(&firing) else {
+                return Ok(self.next_token..self.next_token);
+            };
+            let correlation = Self::correlation_of(&inf, &self.root);
+            self.spare.keep(inf.tokens);
             let first = self.next_token;
-            for e in &s.emits {
-                self.put(
-                    net,
-                    e.event,
-                    Arc::clone(&result),
-                    Arc::clone(&correlation),
-                    Origin::Step { step, firing },
-                    now,
-                );
+            match &s.emits[..] {
+                [e] => {
+                    self.put(
+                        net,
+                        e.event,
+                        result,
+                        correlation,
+                        Origin::Step { step, firing },
+                        now,
+                    );
+                }
+                emits => {
+                    for e in emits {
+                        self.put(
+                            net,
+                            e.event,
+                            Arc::clone(&result),
+                            Arc::clone(&correlation),
+                            Origin::Step { step, firing },
+                            now,
+                        );
+                    }
+                }
             }
             return Ok(first..self.next_token);
         }
+        let Some(inf) = self.in_flight.get(&firing) else {
+            return Ok(self.next_token..self.next_token);
+        };
+        let correlation = Self::correlation_of(inf, &self.root);
         let mut outs: Vec<(EventId, Arc<Value>)> = Vec::with_capacity(s.emits.len());
         {
             let fresh = fresh_id(&self.id, firing);
@@ -774,7 +899,9 @@ impl Instance {
                 outs.push((e.event, payload));
             }
         }
-        self.in_flight.remove(&firing);
+        if let Some(inf) = self.in_flight.remove(&firing) {
+            self.spare.keep(inf.tokens);
+        }
         let first = self.next_token;
         for (ev, payload) in outs {
             self.put(
@@ -1027,7 +1154,7 @@ impl Instance {
                 }
             }
         }
-        let mut in_flight = BTreeMap::new();
+        let mut in_flight = InFlightMap::new();
         for (f, mut inf) in std::mem::take(&mut self.in_flight) {
             let Some(Some(ns)) = step_map.get(inf.step as usize).copied() else {
                 lost.steps.push(old.step(inf.step).name.clone());
@@ -1071,5 +1198,67 @@ impl Instance {
     /// Is anything left to examine or in flight?
     pub fn is_busy(&self) -> bool {
         !self.in_flight.is_empty() || !self.dirty.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{Limits, parse_plan, validate};
+
+    fn join_net(correlate: bool) -> Net {
+        let plan = json!({
+            "plan_name": "j", "graph_type": "reactive",
+            "events": {"a": {"kind": "input"}, "b": {"kind": "input"}, "c": {"kind": "input"},
+                       "out": {"kind": "output"}},
+            "steps": {"j": {"on": ["a", "b", "c"], "action": "echo", "args": {},
+                            "emits": ["out"], "correlate": correlate}}
+        });
+        let bytes = serde_json::to_vec(&plan).expect("ser");
+        let plan = parse_plan(&bytes, &Limits::default()).expect("parses");
+        let v = validate(&plan, None, &Limits::default());
+        assert!(!v.has_errors(), "{:#?}", v.findings);
+        v.net.expect("net")
+    }
+
+    /// The one-pass binding of a join without a guard is the recursive search's, token for
+    /// token, whatever the correlations on each input.
+    #[test]
+    fn unguarded_joins_bind_as_the_search_does() {
+        // Correlations per input, oldest first.
+        let layouts: &[[&[&str]; 3]] = &[
+            [&["x"], &["x"], &["x"]],
+            [&["x", "y"], &["y", "x"], &["y"]],
+            [&["x", "y", "z"], &["z", "y"], &["q", "z", "y"]],
+            [&["x"], &["y"], &["x"]],
+            [&["i1", "x"], &["x", "i1"], &["i1"]],
+            [&["x", "x", "y"], &["y", "x", "x"], &["x", "y", "y"]],
+        ];
+        for correlate in [true, false] {
+            let net = join_net(correlate);
+            let step = net.step_id("j").expect("j");
+            for layout in layouts {
+                let mut inst = Instance::start(&net, "i1", json!({}), 0);
+                for (k, corrs) in layout.iter().enumerate() {
+                    let event = net.steps[step as usize].inputs[k];
+                    for (n, c) in corrs.iter().enumerate() {
+                        inst.add_token(&net, event, json!({"n": n}), Some(c), 0)
+                            .expect("token");
+                    }
+                }
+                let mut searched = Vec::new();
+                let mut budget = MAX_GUARD_EVALS;
+                let found = inst
+                    .search(&net, step, &mut searched, &mut budget)
+                    .then_some(searched);
+                assert_eq!(
+                    inst.bind(&net, step),
+                    found,
+                    "correlate {correlate}, {layout:?}"
+                );
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@
 pub mod catalog;
 pub mod expr;
 pub mod finding;
+pub mod inflight;
 pub mod instance;
 pub mod load;
 pub mod marking;

@@ -40,21 +40,43 @@ pub fn key_at(payload: &Value, path: &[String]) -> Option<String> {
 pub struct Marking {
     /// One per slot of the net.
     pub slots: Vec<Slot>,
+    /// The buffer of a slot that was emptied, for the next slot that gets a token with no
+    /// buffer of its own (a chain moves one token from slot to slot: one allocation per
+    /// instance instead of one per step). Not part of the state.
+    #[serde(skip)]
+    spare: Option<VecDeque<Token>>,
+}
+
+/// Slots that never held a buffer (most of a finished instance's) are let go without
+/// running their drop glue, which costs more than the check (an instance of a long chain
+/// has a slot per event).
+impl Drop for Marking {
+    fn drop(&mut self) {
+        for s in std::mem::take(&mut self.slots) {
+            if s.tokens.capacity() == 0 && s.indexes.capacity() == 0 {
+                // Nothing on the heap: forgetting it leaks nothing.
+                std::mem::forget(s);
+            }
+        }
+    }
 }
 
 impl Marking {
     /// An empty marking for `net`.
     pub fn new(net: &Net) -> Self {
-        let slots = net
-            .slots
-            .iter()
-            .map(|s| Slot {
+        let mut slots = Vec::with_capacity(net.slots.len());
+        for s in &net.slots {
+            slots.push(Slot {
                 tokens: VecDeque::new(),
                 // Built per index (no hasher state is made for a slot without one).
-                indexes: s.index_paths.iter().map(|_| HashMap::new()).collect(),
-            })
-            .collect();
-        Marking { slots }
+                indexes: if s.index_paths.is_empty() {
+                    Vec::new()
+                } else {
+                    s.index_paths.iter().map(|_| HashMap::new()).collect()
+                },
+            });
+        }
+        Marking { slots, spare: None }
     }
 
     /// Rebuilds the equality indexes (after deserialising a snapshot).
@@ -79,6 +101,12 @@ impl Marking {
             if let Some(key) = key_at(&token.payload, path) {
                 s.indexes[k].entry(key).or_default().push_back(token.id);
             }
+        }
+        if s.tokens.capacity() == 0
+            && let Some(buf) = self.spare.take()
+        {
+            // The replaced queue never allocated: nothing to drop.
+            std::mem::forget(std::mem::replace(&mut s.tokens, buf));
         }
         s.tokens.push_back(token);
     }
@@ -114,7 +142,14 @@ impl Marking {
     /// Removes the token at `pos` from a slot and returns it.
     pub fn take(&mut self, net: &Net, slot: SlotId, pos: usize) -> Option<Token> {
         let s = &mut self.slots[slot as usize];
-        let t = s.tokens.remove(pos)?;
+        let t = if pos == 0 {
+            s.tokens.pop_front()?
+        } else {
+            s.tokens.remove(pos)?
+        };
+        if s.tokens.is_empty() && self.spare.is_none() {
+            self.spare = Some(std::mem::take(&mut s.tokens));
+        }
         for (k, path) in net.slots[slot as usize].index_paths.iter().enumerate() {
             if let Some(key) = key_at(&t.payload, path)
                 && let Some(ids) = s.indexes[k].get_mut(&key)

@@ -309,3 +309,55 @@ fn tokens_refused_after_the_end() {
     drive(&n, &mut inst);
     assert!(inst.add_token(&n, 0, json!({}), None, 0).is_err());
 }
+
+/// Snapshots keep the in-flight firings as a map from firing id to record (the form the
+/// `BTreeMap` it used to be wrote); one written that way loads and completes.
+#[test]
+fn in_flight_firings_keep_their_serialized_form() {
+    let n = net(json!({
+        "plan_name": "fan", "graph_type": "acyclic",
+        "events": {"start": {}, "a": {}, "b": {}, "done": {"kind": "output"}},
+        "steps": {
+            "x": {"on": ["start"], "action": "echo", "args": {"k": 1}, "emits": ["a"]},
+            "y": {"on": ["start"], "action": "echo", "args": {"k": 2}, "emits": ["b"]},
+            "j": {"on": ["a", "b"], "action": "echo", "args": {}, "emits": ["done"]}
+        }
+    }));
+    let mut inst = Instance::start(&n, "i1", json!({"run": 1}), 5);
+    let f0 = inst.next(&n).expect("x fires");
+    let f1 = inst.next(&n).expect("y fires");
+    assert_eq!((f0.firing, f1.firing), (0, 1));
+    let snap = serde_json::to_value(&inst).expect("ser");
+    let in_flight = snap["in_flight"].as_object().expect("a map");
+    assert_eq!(in_flight.keys().collect::<Vec<_>>(), ["0", "1"]);
+    assert_eq!(in_flight["1"]["step"], json!(n.step_id("y")));
+    assert_eq!(in_flight["1"]["attempt"], json!(1));
+    assert_eq!(in_flight["1"]["tokens"][0]["payload"], json!({"run": 1}));
+    // The same snapshot with its keys in another order (any map order must load).
+    let mut shuffled = snap.clone();
+    let recs = in_flight.clone();
+    let mut m = serde_json::Map::new();
+    m.insert("1".into(), recs["1"].clone());
+    m.insert("0".into(), recs["0"].clone());
+    shuffled["in_flight"] = Value::Object(m);
+    for s in [snap, shuffled] {
+        let mut back: Instance = serde_json::from_value(s).expect("de");
+        back.marking.reindex(&n);
+        assert_eq!(back.in_flight.keys().copied().collect::<Vec<_>>(), [0, 1]);
+        // Outcomes in reverse order still find their firings.
+        assert!(matches!(
+            back.complete(&n, 1, Ok(json!({"b": 1})), 6),
+            Completion::Emitted(_)
+        ));
+        assert!(back.in_flight.contains_key(&0) && !back.in_flight.contains_key(&1));
+        assert!(matches!(
+            back.complete(&n, 0, Ok(json!({"a": 1})), 6),
+            Completion::Emitted(_)
+        ));
+        assert!(back.in_flight.is_empty());
+        assert_eq!(back.complete(&n, 0, Ok(json!({})), 6), Completion::Unknown);
+        let trace = drive(&n, &mut back);
+        assert_eq!(trace, ["j"]);
+        assert_eq!(back.status, Status::Completed);
+    }
+}

@@ -575,7 +575,7 @@ impl Cell {
         let net = &*core.plan.net;
         let Some(inst) = &core.inst else {
             return Outcome {
-                instance: self.name.to_string(),
+                instance: String::from(&*self.name),
                 status: Status::Running,
                 reason: None,
                 results: Vec::new(),
@@ -584,7 +584,7 @@ impl Cell {
             };
         };
         Outcome {
-            instance: self.name.to_string(),
+            instance: String::from(&*self.name),
             status: inst.status.clone(),
             reason: core.reason.clone(),
             // What `Instance::results` returns, read in place (no token is copied).

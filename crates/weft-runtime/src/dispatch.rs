@@ -180,10 +180,9 @@ impl Cell {
 
     /// The event name of the `k`-th consumed token (the step's `k`-th input).
     fn input_name(net: &Net, srt: &StepRt, k: usize, t: &Token) -> Arc<str> {
-        let name = &net.event(t.event).name;
         match srt.inputs.get(k) {
-            Some(n) if **n == **name => Arc::clone(n),
-            _ => Arc::from(name.as_str()),
+            Some((e, n)) if *e == t.event => Arc::clone(n),
+            _ => Arc::from(net.event(t.event).name.as_str()),
         }
     }
 
@@ -252,31 +251,41 @@ impl Cell {
             // instance, so the consumed tokens can go to the tool when nothing reads them
             // afterwards (a payload only the tool holds is then taken over, not copied).
             let net = &*plan.net;
-            let inputs = match core
-                .inst
-                .as_mut()
-                .and_then(|i| i.detach_inputs(net, f.firing))
-            {
-                Some(tokens) => {
-                    // A new vector (not collected in place: the smaller items would make
-                    // that a reallocation).
-                    let mut v = Vec::with_capacity(tokens.len());
-                    for (k, t) in tokens.into_iter().enumerate() {
-                        v.push((Self::input_name(net, srt, k, &t), t.payload));
-                    }
-                    v
-                }
-                None => self.inputs(srt, core, f.firing),
-            };
             // The context (names, key, services) is built only if the tool asks for it.
             let firing = f.firing;
             let build = |inputs| {
                 let key = Arc::from(idempotency_key(&self.name, &srt.name, firing));
                 self.context(&plan.name, srt, key, 1, inputs)
             };
-            let span = if step_spans_enabled() {
+            let detached = core
+                .inst
+                .as_mut()
+                .and_then(|i| i.detach_inputs(net, f.firing))
+                .map(|mut tokens| {
+                    if tokens.len() == 1
+                        && let Some(t) = tokens.next()
+                    {
+                        // One input: held in place, no vector.
+                        return InlineContext::one(
+                            Self::input_name(net, srt, 0, &t),
+                            t.payload,
+                            &build,
+                        );
+                    }
+                    let mut v = Vec::with_capacity(tokens.len());
+                    for (k, t) in tokens.enumerate() {
+                        v.push((Self::input_name(net, srt, k, &t), t.payload));
+                    }
+                    InlineContext::new(v, &build)
+                });
+            let ctx = match detached {
+                Some(ctx) => ctx,
+                None => InlineContext::new(self.inputs(srt, core, f.firing), &build),
+            };
+            let call = || catch_unwind(AssertUnwindSafe(|| tool.call_inline(ctx, args)));
+            let r = if step_spans_enabled() {
                 let key = idempotency_key(&self.name, &srt.name, firing);
-                step_span_of(
+                let span = step_span_of(
                     &self.tenant,
                     &self.name,
                     &srt.name,
@@ -284,18 +293,20 @@ impl Cell {
                     firing,
                     1,
                     &key,
-                )
+                );
+                let r = match span.in_scope(call) {
+                    Ok(r) => r.map_err(ActionError::from),
+                    Err(p) => Err(panic_error(p)),
+                };
+                step_outcome(&span, &r);
+                r
             } else {
-                tracing::Span::none()
+                // No span wanted: nothing to enter or record.
+                match call() {
+                    Ok(r) => r.map_err(ActionError::from),
+                    Err(p) => Err(panic_error(p)),
+                }
             };
-            let ctx = InlineContext::new(inputs, &build);
-            let r = match span
-                .in_scope(|| catch_unwind(AssertUnwindSafe(|| tool.call_inline(ctx, args))))
-            {
-                Ok(r) => r.map_err(ActionError::from),
-                Err(p) => Err(panic_error(p)),
-            };
-            step_outcome(&span, &r);
             ready.push_back((f.firing, r));
             return;
         }

@@ -24,8 +24,9 @@ pub(crate) struct StepRt {
     /// The tool finishes at once ([`Tool::is_immediate`]) and no timeout applies: called
     /// with [`Tool::call_now`], no future.
     pub immediate: bool,
-    /// The event name of each input (in `on` order), shared by every tool context.
-    pub inputs: Vec<Arc<str>>,
+    /// The event (id and name) of each input, in `on` order; the names are shared by every
+    /// tool context.
+    pub inputs: Vec<(weft_core::EventId, Arc<str>)>,
 }
 
 /// A plan ready to run.
@@ -97,7 +98,7 @@ impl CompiledPlan {
                     inputs: s
                         .inputs
                         .iter()
-                        .map(|&e| Arc::from(net.event(e).name.as_str()))
+                        .map(|&e| (e, Arc::from(net.event(e).name.as_str())))
                         .collect(),
                     name: Arc::from(s.name.as_str()),
                     action: s.action.clone(),

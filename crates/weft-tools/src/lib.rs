@@ -207,14 +207,21 @@ pub type ContextBuilder<'a> = &'a dyn Fn(Vec<(Arc<str>, Arc<Value>)>) -> ToolCon
 /// The context of an immediate call ([`Tool::call_inline`]): the firing's inputs, and the
 /// rest of the [`ToolContext`] (names, idempotency key, services) built on demand.
 pub struct InlineContext<'a> {
-    inputs: Vec<(Arc<str>, Arc<Value>)>,
+    inputs: InlineInputs,
     build: ContextBuilder<'a>,
+}
+
+/// The inputs of an immediate call: a one-input step's input is held in place (no vector
+/// is allocated per firing for it).
+enum InlineInputs {
+    One([(Arc<str>, Arc<Value>); 1]),
+    Many(Vec<(Arc<str>, Arc<Value>)>),
 }
 
 impl std::fmt::Debug for InlineContext<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InlineContext")
-            .field("inputs", &self.inputs.len())
+            .field("inputs", &self.inputs().len())
             .finish_non_exhaustive()
     }
 }
@@ -222,27 +229,87 @@ impl std::fmt::Debug for InlineContext<'_> {
 impl<'a> InlineContext<'a> {
     /// The inputs (as in [`ToolContext::inputs`]) and how to build the full context.
     pub fn new(inputs: Vec<(Arc<str>, Arc<Value>)>, build: ContextBuilder<'a>) -> Self {
-        InlineContext { inputs, build }
+        InlineContext {
+            inputs: InlineInputs::Many(inputs),
+            build,
+        }
+    }
+
+    /// [`InlineContext::new`] for a firing with one input (nothing is allocated for it).
+    pub fn one(event: Arc<str>, payload: Arc<Value>, build: ContextBuilder<'a>) -> Self {
+        InlineContext {
+            inputs: InlineInputs::One([(event, payload)]),
+            build,
+        }
     }
 
     /// The input token payloads by event name, in binding order.
     pub fn inputs(&self) -> &[(Arc<str>, Arc<Value>)] {
-        &self.inputs
+        match &self.inputs {
+            InlineInputs::One(one) => one,
+            InlineInputs::Many(v) => v,
+        }
     }
 
     /// The input payloads, owned and in binding order (as
     /// [`ToolContext::take_input_values`]).
-    pub fn take_input_values(self) -> impl Iterator<Item = Value> {
-        self.inputs
-            .into_iter()
-            .map(|(_, p)| Arc::try_unwrap(p).unwrap_or_else(|shared| (*shared).clone()))
+    pub fn take_input_values(self) -> InputValues {
+        match self.inputs {
+            InlineInputs::One([(_, p)]) => InputValues {
+                one: Some(p),
+                many: Vec::new().into_iter(),
+            },
+            InlineInputs::Many(v) => InputValues {
+                one: None,
+                many: v.into_iter(),
+            },
+        }
     }
 
     /// The full context.
     pub fn into_context(self) -> ToolContext {
-        (self.build)(self.inputs)
+        let inputs = match self.inputs {
+            InlineInputs::One(one) => Vec::from(one),
+            InlineInputs::Many(v) => v,
+        };
+        (self.build)(inputs)
     }
 }
+
+/// The input payloads of an immediate call, owned and in binding order
+/// ([`InlineContext::take_input_values`]): moved out where the call is their only holder,
+/// cloned otherwise.
+pub struct InputValues {
+    one: Option<Arc<Value>>,
+    many: std::vec::IntoIter<(Arc<str>, Arc<Value>)>,
+}
+
+impl InputValues {
+    /// The next payload as it is held: a tool that can do better than copying a payload
+    /// it shares with others (read only what it needs) takes it this way.
+    pub fn next_arc(&mut self) -> Option<Arc<Value>> {
+        match self.one.take() {
+            Some(p) => Some(p),
+            None => self.many.next().map(|(_, p)| p),
+        }
+    }
+}
+
+impl Iterator for InputValues {
+    type Item = Value;
+
+    fn next(&mut self) -> Option<Value> {
+        let p = self.next_arc()?;
+        Some(Arc::try_unwrap(p).unwrap_or_else(|shared| (*shared).clone()))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = usize::from(self.one.is_some()) + self.many.len();
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for InputValues {}
 
 impl ToolContext {
     /// The input payloads, owned and in binding order: moved out where this context is

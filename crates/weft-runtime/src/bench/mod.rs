@@ -8,24 +8,40 @@
 //!
 //! # Where the time goes
 //! Instructions per step from `valgrind --tool=callgrind` on `examples/prof.rs` (mimalloc),
-//! differenced over two run counts so plan compilation drops out; repeatable on a loaded
-//! machine, unlike wall-clock figures. After the hot-path work of issue #3 (before → after):
-//! W1 chain 6,028 → 3,477, W3 many 7,149 → 4,633, W2 fanout 9,208 → 6,681.
+//! differenced over two run counts so plan compilation drops out (chain 200/1,200 runs,
+//! many 2,000/12,000, fanout 500/2,500); repeatable on a loaded machine, unlike wall-clock
+//! figures. First hot-path round of issue #3: W1 chain 6,028 → 3,477, W3 many 7,149 → 4,633,
+//! W2 fanout 9,208 → 6,681. Second round (measured with the run counts above, which put the
+//! starting point at 3,568 / 4,724 / 6,857): W1 3,568 → 2,857, W3 4,724 → 4,031,
+//! W2 6,857 → 5,741.
 //!
-//! A W1 step (3,477) now splits roughly into: completing the firing (`Instance::complete`:
-//! ~850, of which ~220 is removing the in-flight record from its `BTreeMap` and ~190 putting
-//! the output token, the slot's queue allocating on first use); the tool `bench.add` (~810,
-//! half of it `serde_json::Map::insert`: a SipHash of the key and the map's growth);
-//! firing (`Instance::next`/`fire`: ~690, the in-flight insert, the taken token, its
-//! vector); dispatch glue (the tool's input vector and names, `catch_unwind`, the ready
-//! queue: ~250); and per-instance start/outcome/teardown spread over the 100 steps (~500).
-//! About six allocations are left per step (~450 instructions of malloc/free).
-//! W3 adds ~1,500 per step of per-instance work (cell, instance, marking, outcome, the
-//! payload map growing from one key). In W2 the tool is a third of the cost (each branch
-//! copies the shared `started` object, the join merges ten objects: SipHash again), and the
-//! join's ten-way binding search ~700 per step.
+//! A W1 step (2,857) now splits roughly into: the tool `bench.add` (~780: inserting the key
+//! into the payload map is ~380 of it, a SipHash of the key and the probe, since
+//! `serde_json::Map` is an `IndexMap` with std's hasher; copying the key ~80);
+//! completing the firing (`Instance::complete`: ~580, putting the output token ~170,
+//! dropping the in-flight record ~80, the result's `Arc` ~45); firing
+//! (`Instance::next`/`fire`: ~540, taking the token ~90, the in-flight insert ~70);
+//! dispatch glue (~300: handing the tokens to the tool, names, `catch_unwind`, the ready
+//! queue); applying outcomes (~200); and per-instance start/outcome/teardown spread over
+//! the 100 steps (~250). About two allocations are left per step (the result's `Arc`, the
+//! new key), down from six. W3 adds ~1,200 per step of per-instance work (cell, instance,
+//! marking, outcome, the payload map growing from one key). In W2 the tool is still 40%
+//! (nine branches copy the shared `started` object; the join inserts nine new keys into a
+//! growing map), then putting the broadcast token on ten slots, each queue allocating.
 //!
-//! What removed the rest: literal args shared per step instead of cloned per firing
+//! What removed it, second round: the in-flight firings in a sorted queue
+//! (`weft_core::inflight::InFlightMap`: append, pop the front, binary search otherwise;
+//! same serialized form as the `BTreeMap` it replaces) instead of a `BTreeMap`; the
+//! emptied binding vector and slot queue reused by the next firing and token; a one-slot
+//! put moving the payload in; a one-input immediate call holding its input in place
+//! (`InlineContext::one`, no vector); input names matched by event id; `bench.add`
+//! walking its input `Arc`s (a shared one cloned, which keeps the hashes) and skipping
+//! the prefix a joined branch shares with the merged object; joins without a guard bound
+//! in one pass instead of a recursive search (when the search could not run out of
+//! budget, so the result is the same); a binding of distinct slots taken without sorting;
+//! empty slots let go without their drop glue; no empty span entered per call.
+//!
+//! First round: literal args shared per step instead of cloned per firing
 //! (`weft_core::Args`), immediate tools called through `Tool::call_inline` so a pure tool
 //! never builds its `ToolContext` (five `Arc` clones, the idempotency key, the inputs `Arc`),
 //! no binding vector for one-input steps, emitted ids as a range, the plan `Arc` taken once

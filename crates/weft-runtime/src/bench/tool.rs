@@ -52,21 +52,14 @@ impl Tool for BenchAdd {
                 let Value::Object(a) = &*a else {
                     return Err(not_object());
                 };
-                let (mut key, mut value) = (None, None);
-                for (k, v) in a {
-                    match k.as_str() {
-                        "key" => key = Some(v),
-                        "value" => value = Some(v),
-                        _ => {}
-                    }
-                }
-                let (Some(Value::String(key)), Some(value)) = (key, value) else {
+                let (Some(Value::String(key)), Some(value)) = key_and_value(a) else {
                     return Err(missing_fields());
                 };
                 (key.clone(), value.clone())
             }
         };
-        Ok(merge(ctx.take_input_values(), key, value))
+        let mut inputs = ctx.take_input_values();
+        Ok(merge(std::iter::from_fn(|| inputs.next_arc()), key, value))
     }
 }
 
@@ -82,7 +75,8 @@ fn missing_fields() -> ToolError {
 /// tool (nothing else holds them), else copies them.
 fn add(ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
     let (key, value) = fields(args)?;
-    Ok(merge(ctx.take_input_values(), key, value))
+    let inputs = Arc::unwrap_or_clone(ctx.inputs);
+    Ok(merge(inputs.into_iter().map(|(_, p)| p), key, value))
 }
 
 /// `key` and `value` of owned args.
@@ -90,35 +84,88 @@ fn fields(args: Value) -> Result<(String, Value), ToolError> {
     let Value::Object(a) = args else {
         return Err(not_object());
     };
-    // Take both fields by walking the entries (no hashing, nothing copied).
-    let (mut key, mut value) = (None, None);
-    for (k, v) in a {
-        match k.as_str() {
-            "key" => key = Some(v),
-            "value" => value = Some(v),
-            _ => {}
-        }
-    }
-    let (Some(Value::String(key)), Some(value)) = (key, value) else {
+    let (Some(Value::String(key)), Some(value)) = key_and_value(a) else {
         return Err(missing_fields());
     };
     Ok((key, value))
 }
 
-/// The input objects merged in binding order (taken over when only the tool holds them),
-/// plus `key: value`.
-fn merge(inputs: impl Iterator<Item = Value>, key: String, value: Value) -> Value {
+/// The `key` and `value` entries of args, owned or borrowed, found by walking the entries
+/// (no hashing, nothing copied).
+fn key_and_value<K: AsRef<str>, V>(
+    entries: impl IntoIterator<Item = (K, V)>,
+) -> (Option<V>, Option<V>) {
+    let (mut key, mut value) = (None, None);
+    for (k, v) in entries {
+        match k.as_ref() {
+            "key" => key = Some(v),
+            "value" => value = Some(v),
+            _ => {}
+        }
+    }
+    (key, value)
+}
+
+/// The input objects merged in binding order, plus `key: value`. An input only the tool
+/// holds is taken over, a shared one copied.
+fn merge(inputs: impl Iterator<Item = Arc<Value>>, key: String, value: Value) -> Value {
     let mut out: Option<Map<String, Value>> = None;
     for p in inputs {
-        let Value::Object(o) = p else { continue };
-        match &mut out {
-            None => out = Some(o),
-            Some(m) => m.extend(o),
+        match Arc::try_unwrap(p) {
+            Ok(Value::Object(o)) => match &mut out {
+                None => out = Some(o),
+                Some(m) => extend(m, o),
+            },
+            Ok(_) => {}
+            // Copied: a clone keeps the hashes (inserting the keys one by one would hash
+            // each again).
+            Err(shared) => match (&mut out, &*shared) {
+                (None, Value::Object(o)) => out = Some(o.clone()),
+                (Some(m), Value::Object(o)) => extend(m, o.clone()),
+                _ => {}
+            },
         }
     }
     let mut out = out.unwrap_or_default();
     out.insert(key, value);
     Value::Object(out)
+}
+
+/// `m.extend(o)`, skipping the leading entries of `o` that `m` holds at the same place
+/// with an identical value (objects derived from one ancestor, as the branches of a join,
+/// share a prefix): inserting those again would hash each key to change nothing.
+fn extend(m: &mut Map<String, Value>, o: Map<String, Value>) {
+    let same = m
+        .iter()
+        .zip(&o)
+        .take_while(|((mk, mv), (ok, ov))| mk == ok && identical(mv, ov))
+        .count();
+    // Inserted one by one: `extend` would reserve room for half the entries it skips.
+    for (k, v) in o.into_iter().skip(same) {
+        m.insert(k, v);
+    }
+}
+
+/// Equal and written the same: key order counts and `0.0` is not `-0.0` (`==` on values
+/// ignores both).
+fn identical(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_f64(), y.as_f64()) {
+            _ if x.is_f64() != y.is_f64() => false,
+            (Some(p), Some(q)) if x.is_f64() => p.to_bits() == q.to_bits(),
+            _ => x == y,
+        },
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| identical(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((kp, p), (kq, q))| kp == kq && identical(p, q))
+        }
+        _ => a == b,
+    }
 }
 
 /// A registry entry for the tool.
@@ -166,5 +213,36 @@ mod tests {
             Args::Shared(Arc::new(json!({"key": 1, "value": 2}))),
         );
         assert_eq!(bad.err().map(|e| e.code), Some("args_invalid".to_string()));
+    }
+
+    #[test]
+    fn merging_a_shared_prefix_is_merging() {
+        let cases = [
+            (json!({"a": 1, "b": 2}), json!({"a": 1, "b": 2, "c": 3})),
+            (json!({"a": 1, "b": 2}), json!({"a": 1, "b": 5, "c": 3})),
+            (json!({"a": 0.0, "b": 2}), json!({"a": -0.0, "b": 2})),
+            (json!({"a": 1, "b": 2}), json!({"a": 1.0, "b": 2})),
+            (
+                json!({"a": {"x": 1, "y": 2}}),
+                json!({"a": {"y": 2, "x": 1}}),
+            ),
+            (
+                json!({"a": [1, {"z": 1}]}),
+                json!({"a": [1, {"z": 1}], "q": null}),
+            ),
+            (json!({"b": 1, "a": 2}), json!({"a": 2, "b": 1})),
+        ];
+        for (m, o) in cases {
+            let (Value::Object(mut m), Value::Object(o)) = (m, o) else {
+                unreachable!()
+            };
+            let mut plain = m.clone();
+            plain.extend(o.clone());
+            extend(&mut m, o);
+            assert_eq!(
+                serde_json::to_string(&m).expect("ser"),
+                serde_json::to_string(&plain).expect("ser")
+            );
+        }
     }
 }
