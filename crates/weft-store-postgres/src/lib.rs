@@ -175,6 +175,26 @@ impl Store for PgStore {
         ops::put_snapshot(&self.pool, instance, &snapshot).await
     }
 
+    async fn load_many(
+        &self,
+        instances: &[String],
+    ) -> Result<Vec<(Option<Snapshot>, Vec<Record>)>> {
+        // One round trip for the whole batch instead of two per instance.
+        if instances.is_empty() {
+            return Ok(Vec::new());
+        }
+        ops::load_many(&self.pool, instances).await
+    }
+
+    async fn compact_fenced(
+        &self,
+        instance: &str,
+        fence: &Fence,
+        snapshot: Snapshot,
+    ) -> Result<u64> {
+        ops::compact_fenced(&self.pool, instance, fence, &snapshot).await
+    }
+
     async fn latest_snapshot(&self, instance: &str) -> Result<Option<Snapshot>> {
         ops::latest_snapshot(&self.pool, instance).await
     }
@@ -384,6 +404,13 @@ impl Store for PgStore {
 
     async fn release_lease(&self, instance: &str, owner: &str) -> Result<bool> {
         ops::release_lease(&self.pool, instance, owner).await
+    }
+
+    async fn release_leases(&self, instances: &[String], owner: &str) -> Result<usize> {
+        if instances.is_empty() {
+            return Ok(0);
+        }
+        ops::release_leases(&self.pool, instances, owner).await
     }
 
     async fn owner_of(&self, instance: &str, now_ms: i64) -> Result<Option<Lease>> {

@@ -3,12 +3,13 @@
 //! transaction on a pooled connection.
 
 use deadpool_postgres::Pool;
+use deadpool_postgres::Transaction;
 use serde_json::Value;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use weft_store::{
-    EffectRecorded, Error, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease, Page, PlanInfo,
-    PlanRecord, PlanStatus, Record, Result, Snapshot, Timer,
+    EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease, Page,
+    PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Timer,
 };
 
 use crate::schema::{is_unique_violation, map_err, map_pool};
@@ -168,6 +169,13 @@ pub async fn latest_snapshot(pool: &Pool, instance: &str) -> Result<Option<Snaps
 pub async fn truncate_before(pool: &Pool, instance: &str, before: u64) -> Result<u64> {
     let mut client = pool.get().await.map_err(map_pool)?;
     let tx = client.transaction().await.map_err(map_err)?;
+    let removed = truncate_in(&tx, instance, before).await?;
+    tx.commit().await.map_err(map_err)?;
+    Ok(removed)
+}
+
+/// The chain-head row, locked for the rest of the transaction.
+async fn head_for_update(tx: &Transaction<'_>, instance: &str) -> Result<Option<HeadRow>> {
     let rows = tx
         .query(
             "SELECT head_seq, head_hash, base_seq, base_hash FROM chain_heads WHERE instance = $1 FOR UPDATE",
@@ -175,7 +183,12 @@ pub async fn truncate_before(pool: &Pool, instance: &str, before: u64) -> Result
         )
         .await
         .map_err(map_err)?;
-    let Some((_, _, base_seq, _)) = rows.first().map(head_from).transpose()? else {
+    rows.first().map(head_from).transpose()
+}
+
+/// [`truncate_before`] inside `tx`.
+async fn truncate_in(tx: &Transaction<'_>, instance: &str, before: u64) -> Result<u64> {
+    let Some((_, _, base_seq, _)) = head_for_update(tx, instance).await? else {
         return Ok(0);
     };
     if before <= base_seq + 1 {
@@ -230,6 +243,136 @@ pub async fn truncate_before(pool: &Pool, instance: &str, before: u64) -> Result
     )
     .await
     .map_err(map_err)?;
+    Ok(removed)
+}
+
+/// What recovery folds for many instances, in one statement (one consistent view): each
+/// one's latest snapshot and every kept record after it, in the order of `instances`.
+pub async fn load_many(
+    pool: &Pool,
+    instances: &[String],
+) -> Result<Vec<(Option<Snapshot>, Vec<Record>)>> {
+    let rows = query(
+        pool,
+        "WITH snap AS (
+           SELECT DISTINCT ON (instance) instance, seq, hash, state, at_ms FROM snapshots
+           WHERE instance = ANY($1) ORDER BY instance, seq DESC)
+         SELECT 0 AS part, instance, seq, hash, state, at_ms, NULL::text, NULL::bytea FROM snap
+         UNION ALL
+         SELECT 1, j.instance, j.seq, j.hash, j.body, j.at_ms, j.kind, j.prev_hash
+         FROM journal j LEFT JOIN snap s ON s.instance = j.instance
+         WHERE j.instance = ANY($1) AND j.seq > COALESCE(s.seq, 0)
+         ORDER BY 2, 1, 3",
+        &[&instances],
+    )
+    .await?;
+    let mut by: std::collections::HashMap<String, (Option<Snapshot>, Vec<Record>)> =
+        std::collections::HashMap::with_capacity(instances.len());
+    for r in &rows {
+        let part: i32 = get(r, 0)?;
+        let slot = by.entry(get::<String>(r, 1)?).or_default();
+        let seq = seq_out(get(r, 2)?)?;
+        let hash = hash_out(&get::<Vec<u8>>(r, 3)?)?;
+        let at_ms: i64 = get(r, 5)?;
+        if part == 0 {
+            slot.0 = Some(Snapshot {
+                seq,
+                hash,
+                state: get(r, 4)?,
+                at_ms,
+            });
+        } else {
+            slot.1.push(Record {
+                seq,
+                kind: get(r, 6)?,
+                body: get(r, 4)?,
+                at_ms,
+                prev_hash: hash_out(&get::<Vec<u8>>(r, 7)?)?,
+                hash,
+            });
+        }
+    }
+    // An instance asked twice gets its answer twice (moved out at its last mention).
+    let mut left: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for i in instances {
+        *left.entry(i.as_str()).or_default() += 1;
+    }
+    Ok(instances
+        .iter()
+        .map(|i| {
+            let n = left.entry(i.as_str()).or_default();
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                by.remove(i).unwrap_or_default()
+            } else {
+                by.get(i).cloned().unwrap_or_default()
+            }
+        })
+        .collect())
+}
+
+/// Compaction by a lease holder in one transaction: the lease row is share-locked and
+/// checked against `fence` (as the journal writer's fenced batches do), then the snapshot is
+/// checked and stored and the records it covers are dropped, under the chain-head lock.
+pub async fn compact_fenced(
+    pool: &Pool,
+    instance: &str,
+    fence: &Fence,
+    snap: &Snapshot,
+) -> Result<u64> {
+    let mut client = pool.get().await.map_err(map_pool)?;
+    let tx = client.transaction().await.map_err(map_err)?;
+    let lease = tx
+        .query_opt(
+            "SELECT owner, epoch FROM leases WHERE instance = $1 FOR SHARE",
+            &[&instance],
+        )
+        .await
+        .map_err(map_err)?;
+    let found = match &lease {
+        Some(r) => Some((get::<String>(r, 0)?, get::<i64>(r, 1)?.max(0) as u64)),
+        None => None,
+    };
+    if found
+        .as_ref()
+        .is_none_or(|(o, e)| *o != fence.owner || *e != fence.epoch)
+    {
+        return Err(Error::lease_lost(
+            instance,
+            fence,
+            found.as_ref().map(|(o, e)| (o.as_str(), *e)),
+        ));
+    }
+    let (head_seq, _, base_seq, base_hash) = head_for_update(&tx, instance)
+        .await?
+        .unwrap_or((0, GENESIS, 0, GENESIS));
+    let seq = seq_in(snap.seq)?;
+    let row = tx
+        .query_opt(
+            "SELECT hash FROM journal WHERE instance = $1 AND seq = $2",
+            &[&instance, &seq],
+        )
+        .await
+        .map_err(map_err)?;
+    let matches = match &row {
+        Some(r) => hash_out(&get::<Vec<u8>>(r, 0)?)? == snap.hash,
+        None => snap.seq == base_seq && snap.hash == base_hash,
+    };
+    if snap.seq > head_seq || !matches {
+        return Err(Error::invalid(format!(
+            "snapshot of {instance} at seq {} does not match its journal (head {head_seq})",
+            snap.seq
+        )));
+    }
+    tx.execute(
+        "INSERT INTO snapshots (instance, seq, hash, state, at_ms) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (instance, seq) DO UPDATE SET hash = excluded.hash, state = excluded.state,
+           at_ms = excluded.at_ms",
+        &[&instance, &seq, &&snap.hash.0[..], &snap.state, &snap.at_ms],
+    )
+    .await
+    .map_err(map_err)?;
+    let removed = truncate_in(&tx, instance, snap.seq + 1).await?;
     tx.commit().await.map_err(map_err)?;
     Ok(removed)
 }
@@ -627,6 +770,18 @@ pub async fn release_lease(pool: &Pool, instance: &str, owner: &str) -> Result<b
     )
     .await?
         > 0)
+}
+
+/// Gives up many leases of `owner` in one statement: how many it held.
+pub async fn release_leases(pool: &Pool, instances: &[String], owner: &str) -> Result<usize> {
+    let n = execute(
+        pool,
+        "UPDATE leases SET expires_at_ms = $3
+         WHERE instance = ANY($1) AND owner = $2 AND expires_at_ms <> $3",
+        &[&instances, &owner, &i64::MIN],
+    )
+    .await?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 /// The live lease.

@@ -262,6 +262,10 @@ fn values_sql(head: &str, tuple: &str, rows: usize, tail: &str) -> String {
 /// instances, instead of one statement per row (the per-statement cost dominates the
 /// writer thread under group commit). Chains and results are exactly [`append`]'s; an
 /// empty record list only reports the head.
+///
+/// The statements are `INSERT OR FAIL`: with the default `ABORT`, a multi-row statement
+/// must be undoable alone, so SQLite copies every page it touches to a statement journal
+/// first. A failure here fails the whole job, which the writer rolls back anyway.
 pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<Vec<Appended>> {
     struct Row<'a> {
         instance: &'a str,
@@ -302,7 +306,7 @@ pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<
     }
     for chunk in rows.chunks(ROWS_PER_INSERT) {
         let sql = values_sql(
-            "INSERT INTO journal (instance, seq, kind, body, at_ms, prev_hash, hash) VALUES ",
+            "INSERT OR FAIL INTO journal (instance, seq, kind, body, at_ms, prev_hash, hash) VALUES ",
             "(?,?,?,?,?,?,?)",
             chunk.len(),
             "",
@@ -323,7 +327,7 @@ pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<
     }
     for chunk in heads.chunks(ROWS_PER_INSERT) {
         let sql = values_sql(
-            "INSERT INTO chain_heads (instance, head_seq, head_hash, base_seq, base_hash) VALUES ",
+            "INSERT OR FAIL INTO chain_heads (instance, head_seq, head_hash, base_seq, base_hash) VALUES ",
             "(?,?,?,0,?)",
             chunk.len(),
             " ON CONFLICT (instance) DO UPDATE SET head_seq = excluded.head_seq,

@@ -325,19 +325,43 @@ impl Store for SqliteStore {
         &self,
         instances: &[String],
     ) -> Result<Vec<(Option<Snapshot>, Vec<Record>)>> {
-        // One reader task for the whole batch: recovery of many instances is bound by
-        // round trips, not by SQLite.
+        // One reader task and one read transaction for the whole batch (one consistent
+        // view, one WAL read lock instead of two per instance): recovery of many
+        // instances is bound by round trips, not by SQLite.
         let ids = instances.to_vec();
         self.readers
             .run(move |c| {
-                ids.iter()
+                let tx = c.unchecked_transaction().map_err(schema::map_err)?;
+                let out = ids
+                    .iter()
                     .map(|id| {
-                        let snap = journal::latest_snapshot(c, id)?;
+                        let snap = journal::latest_snapshot(&tx, id)?;
                         let from = snap.as_ref().map_or(1, |s| s.seq + 1);
-                        let recs = journal::read(c, id, from, u32::MAX)?;
+                        let recs = journal::read(&tx, id, from, u32::MAX)?;
                         Ok((snap, recs))
                     })
-                    .collect()
+                    .collect();
+                // Read-only: ending it either way releases the snapshot.
+                let _ = tx.commit();
+                out
+            })
+            .await
+    }
+
+    async fn compact_fenced(
+        &self,
+        instance: &str,
+        fence: &Fence,
+        snapshot: Snapshot,
+    ) -> Result<u64> {
+        let (instance, fence) = (instance.to_string(), fence.clone());
+        // One job: the fence check, the snapshot and the truncation commit together or not
+        // at all (a failed job's writes are rolled back).
+        self.writer
+            .submit(move |c| {
+                state::check_fence(c, &instance, &fence)?;
+                journal::put_snapshot(c, &instance, &snapshot)?;
+                journal::truncate_before(c, &instance, snapshot.seq + 1)
             })
             .await
     }
@@ -514,15 +538,7 @@ impl Store for SqliteStore {
         self.writer
             .submit(move |c| {
                 ids.iter()
-                    .map(|id| {
-                        Ok(
-                            if state::acquire_lease_from(c, id, &owner, ttl_ms, now_ms, &dead)? {
-                                state::lease_epoch(c, id, &owner)?
-                            } else {
-                                None
-                            },
-                        )
-                    })
+                    .map(|id| state::acquire_lease_epoch(c, id, &owner, ttl_ms, now_ms, &dead))
                     .collect()
             })
             .await
@@ -558,6 +574,24 @@ impl Store for SqliteStore {
         let (instance, owner) = (instance.to_string(), owner.to_string());
         self.writer
             .submit(move |c| state::release_lease(c, &instance, &owner))
+            .await
+    }
+
+    async fn release_leases(&self, instances: &[String], owner: &str) -> Result<usize> {
+        if instances.is_empty() {
+            return Ok(0);
+        }
+        let (ids, owner) = (instances.to_vec(), owner.to_string());
+        self.writer
+            .submit(move |c| {
+                let mut n = 0;
+                for id in &ids {
+                    if state::release_lease(c, id, &owner)? {
+                        n += 1;
+                    }
+                }
+                Ok(n)
+            })
             .await
     }
 

@@ -555,6 +555,42 @@ pub fn acquire_lease_from(
     acquire_lease(conn, instance, owner, ttl, now)
 }
 
+/// [`acquire_lease_from`] answering the epoch `owner` holds the lease at (`None`: another
+/// owner's live lease kept it), with one statement in the usual case (`RETURNING`).
+pub fn acquire_lease_epoch(
+    conn: &Connection,
+    instance: &str,
+    owner: &str,
+    ttl: i64,
+    now: i64,
+    dead: &[String],
+) -> Result<Option<u64>> {
+    if !dead.is_empty() {
+        return if acquire_lease_from(conn, instance, owner, ttl, now, dead)? {
+            lease_epoch(conn, instance, owner)
+        } else {
+            Ok(None)
+        };
+    }
+    let expires = expiry(now, ttl)?;
+    let epoch: Option<i64> = conn
+        .prepare_cached(
+            "INSERT INTO leases (instance, owner, expires_at_ms, epoch) VALUES (?1, ?2, ?3, 1)
+             ON CONFLICT (instance) DO UPDATE SET owner = excluded.owner,
+               expires_at_ms = excluded.expires_at_ms,
+               epoch = CASE WHEN leases.owner = excluded.owner THEN leases.epoch
+                            ELSE leases.epoch + 1 END
+             WHERE leases.owner = excluded.owner OR leases.expires_at_ms <= ?4
+             RETURNING epoch",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![instance, owner, expires, now], |r| r.get(0))
+                .optional()
+        })
+        .map_err(map_err)?;
+    Ok(epoch.map(|e| e.max(0) as u64))
+}
+
 /// Owners of live leases, each once.
 pub fn lease_owners(conn: &Connection, now: i64) -> Result<Vec<String>> {
     let mut st = conn

@@ -2,8 +2,8 @@
 //!
 //! SQLite allows one writer at a time, and with `synchronous=FULL` each commit costs an fsync
 //! (about 3 ms here). So one thread owns the write connection and drains a queue of jobs into
-//! one transaction per batch: every job runs inside its own savepoint (a failing job rolls
-//! back alone), then the batch commits once, and only then is each job's caller answered.
+//! one transaction per batch: a failing job rolls back alone (every job but the first runs in
+//! its own savepoint; the first needs none), then the batch commits once, and only then is each job's caller answered.
 //! Concurrent instances therefore share one fsync, and no caller learns of a write before it
 //! is durable.
 
@@ -159,6 +159,14 @@ fn run(
 }
 
 /// One transaction for the whole batch; every job answered with the commit's outcome.
+///
+/// Every job but the first runs inside its own savepoint, so a failing job rolls back alone.
+/// The first job needs none: when it fails, the transaction holds nothing else, so rolling
+/// the whole transaction back and beginning a new one for the rest is the same. That matters
+/// because an open savepoint makes SQLite copy every page the job touches to a
+/// sub-journal first (a memory buffer spilling to a temporary file): for the group-commit
+/// batch of the durable journal, usually alone in its transaction, that copy was ~15% of the
+/// writer's time.
 fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> Result<()> {
     let mut dones: Vec<Done> = Vec::with_capacity(batch.len());
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
@@ -168,9 +176,23 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> Result<()> {
         return Err(e);
     }
     let mut failed: Option<Error> = None;
+    let mut first = true;
     for job in batch.drain(..) {
         if let Some(e) = &failed {
             job.fail(e.clone());
+            continue;
+        }
+        if first {
+            first = false;
+            let (ok, done) = job.run(conn);
+            dones.push(done);
+            if !ok {
+                // Nothing but this job's work is in the transaction: drop it and start over.
+                if let Err(e) = exec(conn, "ROLLBACK").and_then(|()| exec(conn, "BEGIN IMMEDIATE"))
+                {
+                    failed = Some(e);
+                }
+            }
             continue;
         }
         if let Err(e) = exec(conn, "SAVEPOINT job") {
@@ -200,4 +222,59 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> Result<()> {
         done(outcome.clone());
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Work = Box<dyn FnOnce(&Connection) -> Result<()> + Send>;
+
+    fn insert(c: &Connection, v: i64) -> Result<()> {
+        c.execute("INSERT INTO t (v) VALUES (?1)", [v])
+            .map(|_| ())
+            .map_err(map_err)
+    }
+
+    /// A batch of three jobs, job `failing` writing a row and then failing: only its row
+    /// is rolled back, the others commit, and each caller gets its own answer. The first
+    /// job runs without a savepoint, so position 0 takes the other path.
+    #[test]
+    fn a_failing_job_rolls_back_alone_wherever_it_is_in_the_batch() {
+        for failing in 0..3_i64 {
+            let conn = Connection::open_in_memory().unwrap();
+            conn.execute_batch("CREATE TABLE t (v INTEGER PRIMARY KEY)")
+                .unwrap();
+            let mut batch: Vec<Box<dyn Job>> = Vec::new();
+            let mut answers = Vec::new();
+            for k in 0..3_i64 {
+                let work: Work = if k == failing {
+                    Box::new(move |c| {
+                        insert(c, 100 + k)?;
+                        Err(Error::invalid("this job fails"))
+                    })
+                } else {
+                    Box::new(move |c| insert(c, k))
+                };
+                let (reply, answer) = oneshot::channel();
+                batch.push(Box::new(Call { f: work, reply }));
+                answers.push(answer);
+            }
+            run_batch(&conn, &mut batch).unwrap();
+            let rows: Vec<i64> = conn
+                .prepare("SELECT v FROM t ORDER BY v")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<std::result::Result<_, _>>()
+                .unwrap();
+            let expected: Vec<i64> = (0..3).filter(|k| *k != failing).collect();
+            assert_eq!(rows, expected, "failing job {failing}");
+            for (k, mut a) in answers.into_iter().enumerate() {
+                let got = a.try_recv().expect("answered");
+                assert_eq!(got.is_err(), k as i64 == failing, "job {k}: {got:?}");
+            }
+            assert!(conn.is_autocommit(), "the transaction ended");
+        }
+    }
 }

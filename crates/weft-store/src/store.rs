@@ -90,25 +90,39 @@ pub trait Store: Send + Sync + 'static {
 
     /// Checks the instance's whole kept journal against its hash chain and head.
     /// A broken chain is `Err(Error::Chain(..))` naming the first bad sequence number.
+    ///
+    /// The head is read first and the chain checked up to it, so records a live writer
+    /// appends meanwhile do not count as a mismatch; records beyond a head that did not
+    /// move while they were read do (a head that lags its records).
     async fn verify(&self, instance: &str) -> Result<VerifyReport> {
+        let head = self.head(instance).await?;
+        let head_seq = head.map_or(0, |(s, _)| s);
         let (base_seq, base_hash) = self.chain_base(instance).await?;
         let mut v = Verifier::new(instance, base_seq, base_hash);
         // Read from the base, not from the next expected seq, so stray records below it
         // show up as a gap instead of being skipped.
         let mut from = base_seq + 1;
+        // Past the head, records count only if the head did not move meanwhile.
+        let mut past_head = false;
         loop {
             let page = self.read(instance, from, VERIFY_PAGE).await?;
             let Some(last) = page.last() else { break };
             from = last.seq.saturating_add(1);
             let full = page.len() == VERIFY_PAGE as usize;
             for r in &page {
+                if r.seq > head_seq && !past_head {
+                    if self.head(instance).await? != head {
+                        // Appended after the head was read: not part of this check.
+                        return v.finish(head).map_err(Error::Chain);
+                    }
+                    past_head = true;
+                }
                 v.push(r).map_err(Error::Chain)?;
             }
             if !full {
                 break;
             }
         }
-        let head = self.head(instance).await?;
         v.finish(head).map_err(Error::Chain)
     }
 
@@ -226,6 +240,19 @@ pub trait Store: Send + Sync + 'static {
 
     /// The snapshot with the highest sequence number.
     async fn latest_snapshot(&self, instance: &str) -> Result<Option<Snapshot>>;
+
+    /// Compaction by a lease holder, in one transaction: only if `fence` still holds
+    /// (checked exactly as [`Store::append_fenced`] does; otherwise [`Error::LeaseLost`] and
+    /// nothing changes), stores `snapshot` (checked as [`Store::put_snapshot`]) and drops the
+    /// records it covers ([`Store::truncate_before`]`(snapshot.seq + 1)`). Returns how many
+    /// records were removed. A process whose lease was taken over can neither write a
+    /// snapshot nor truncate the new owner's journal.
+    async fn compact_fenced(
+        &self,
+        instance: &str,
+        fence: &Fence,
+        snapshot: Snapshot,
+    ) -> Result<u64>;
 
     // --- plans ---------------------------------------------------------------------------
 
@@ -385,6 +412,19 @@ pub trait Store: Send + Sync + 'static {
     /// Gives the lease up; `false` if `owner` did not hold it. The epoch is kept, so the
     /// next owner's is higher.
     async fn release_lease(&self, instance: &str, owner: &str) -> Result<bool>;
+
+    /// [`Store::release_lease`] for many instances at once (a durable engine's graceful
+    /// shutdown): returns how many of them `owner` held and gave up. Backends override it
+    /// with one write.
+    async fn release_leases(&self, instances: &[String], owner: &str) -> Result<usize> {
+        let mut n = 0;
+        for id in instances {
+            if self.release_lease(id, owner).await? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
 
     /// The live lease on an instance, if any.
     async fn owner_of(&self, instance: &str, now_ms: i64) -> Result<Option<Lease>>;

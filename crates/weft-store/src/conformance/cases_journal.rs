@@ -273,3 +273,51 @@ pub async fn truncate_needs_snapshot_and_verify_starts_at_base(s: Arc<dyn Store>
     assert_eq!(s.read("i", 0, 10).await.unwrap()[0].prev_hash, head.1);
     s.verify("i").await.unwrap();
 }
+
+/// `load_many` answers, per instance and in the order asked, exactly what
+/// `latest_snapshot` + `read` after it give: no snapshot (the whole journal), a snapshot
+/// with records kept before it (only the tail), a compacted journal, an unknown instance
+/// (nothing), an instance asked twice.
+pub async fn load_many_gives_snapshot_and_tail(s: Arc<dyn Store>) {
+    s.append("la", recs(3)).await.unwrap();
+    s.append("lb", recs(4)).await.unwrap();
+    let b2 = s.read("lb", 2, 1).await.unwrap().remove(0);
+    let snap = |seq: u64, hash: Hash, tag: &str| Snapshot {
+        seq,
+        hash,
+        state: tag.as_bytes().to_vec(),
+        at_ms: 7,
+    };
+    s.put_snapshot(
+        "lb",
+        snap(1, s.read("lb", 1, 1).await.unwrap()[0].hash, "b1"),
+    )
+    .await
+    .unwrap();
+    s.put_snapshot("lb", snap(2, b2.hash, "b2")).await.unwrap();
+    s.append("lc", recs(5)).await.unwrap();
+    let c3 = s.read("lc", 3, 1).await.unwrap().remove(0);
+    s.put_snapshot("lc", snap(3, c3.hash, "c3")).await.unwrap();
+    s.truncate_before("lc", 4).await.unwrap();
+    let ids: Vec<String> = ["lc", "none", "la", "lb", "la"]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+    let got = s.load_many(&ids).await.unwrap();
+    assert_eq!(got.len(), ids.len());
+    for (id, (snap, records)) in ids.iter().zip(&got) {
+        let want_snap = s.latest_snapshot(id).await.unwrap();
+        let from = want_snap.as_ref().map_or(1, |x| x.seq + 1);
+        let want = s.read(id, from, 1_000).await.unwrap();
+        assert_eq!(snap, &want_snap, "{id}");
+        assert_eq!(records, &want, "{id}");
+    }
+    let seqs = |i: usize| got[i].1.iter().map(|r| r.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(0), [4, 5]);
+    assert!(got[1].0.is_none() && got[1].1.is_empty());
+    assert_eq!(seqs(2), [1, 2, 3]);
+    assert_eq!(got[3].0.as_ref().unwrap().state, b"b2");
+    assert_eq!(seqs(3), [3, 4]);
+    assert_eq!(seqs(4), [1, 2, 3]);
+    assert!(s.load_many(&[]).await.unwrap().is_empty());
+}

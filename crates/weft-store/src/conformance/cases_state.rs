@@ -543,3 +543,100 @@ pub async fn timers_listed_by_keyset_pages(s: Arc<dyn Store>) {
     assert_eq!(got, want);
     assert!(s.list_timers(None, 0).await.is_err(), "limit 0 is refused");
 }
+
+/// Compaction is fenced like appends: the lease holder's `compact_fenced` stores the
+/// snapshot and drops the records it covers in one step; once another owner took the lease
+/// over, the old owner's compaction is `lease_lost` and changes nothing (no snapshot, no
+/// truncation); a snapshot that does not match the journal is refused as by `put_snapshot`.
+pub async fn compaction_fenced_by_lease_epoch(s: Arc<dyn Store>) {
+    let rec = |n: i64| crate::NewRecord {
+        kind: "k".to_string(),
+        body: format!("{{\"n\":{n}}}").into_bytes(),
+        at_ms: n,
+    };
+    let snap = |seq: u64, hash: crate::Hash, tag: &str| crate::Snapshot {
+        seq,
+        hash,
+        state: tag.as_bytes().to_vec(),
+        at_ms: 1,
+    };
+    assert!(s.acquire_lease("c", "p1", 1_000, 0).await.unwrap());
+    let f1 = s.owner_of("c", 0).await.unwrap().unwrap().fence();
+    s.append_fenced("c", &f1, (1..=6).map(rec).collect())
+        .await
+        .unwrap();
+    let r4 = s.read("c", 4, 1).await.unwrap().remove(0);
+    // The holder compacts: snapshot at 4, records 1..=4 gone, the chain verifies from 4.
+    let removed = s
+        .compact_fenced("c", &f1, snap(4, r4.hash, "at4"))
+        .await
+        .unwrap();
+    assert_eq!(removed, 4);
+    assert_eq!(s.chain_base("c").await.unwrap(), (4, r4.hash));
+    assert_eq!(s.latest_snapshot("c").await.unwrap().unwrap().state, b"at4");
+    assert_eq!(s.verify("c").await.unwrap().records, 2);
+    // A snapshot with the wrong hash: refused, nothing dropped.
+    let r5 = s.read("c", 5, 1).await.unwrap().remove(0);
+    let wrong = s
+        .compact_fenced("c", &f1, snap(5, r4.hash, "bad"))
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.code(), "invalid_input", "{wrong}");
+    assert_eq!(s.chain_base("c").await.unwrap().0, 4);
+    // p2 takes the lease over (p1's expired): p1 can neither snapshot nor truncate.
+    assert!(s.acquire_lease("c", "p2", 1_000, 5_000).await.unwrap());
+    let f2 = s.owner_of("c", 5_000).await.unwrap().unwrap().fence();
+    let lost = s
+        .compact_fenced("c", &f1, snap(5, r5.hash, "stale"))
+        .await
+        .unwrap_err();
+    assert_eq!(lost.code(), "lease_lost", "{lost}");
+    assert_eq!(s.chain_base("c").await.unwrap(), (4, r4.hash));
+    assert_eq!(s.latest_snapshot("c").await.unwrap().unwrap().state, b"at4");
+    assert_eq!(s.read("c", 5, 10).await.unwrap().len(), 2);
+    // No lease row at all: refused too.
+    s.append("nolease", vec![rec(1)]).await.unwrap();
+    let h = s.head("nolease").await.unwrap().unwrap().1;
+    let none = s
+        .compact_fenced("nolease", &f1, snap(1, h, "x"))
+        .await
+        .unwrap_err();
+    assert_eq!(none.code(), "lease_lost", "{none}");
+    assert!(s.latest_snapshot("nolease").await.unwrap().is_none());
+    // The new holder compacts.
+    assert_eq!(
+        s.compact_fenced("c", &f2, snap(5, r5.hash, "at5"))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(s.chain_base("c").await.unwrap(), (5, r5.hash));
+}
+
+/// `release_leases` gives up exactly the listed leases `owner` holds (others' and unknown
+/// ones are untouched) and reports how many; another owner can take them at once, with a
+/// higher epoch.
+pub async fn bulk_release_of_leases(s: Arc<dyn Store>) {
+    for id in ["r1", "r2", "r3"] {
+        assert!(s.acquire_lease(id, "me", 60_000, 0).await.unwrap());
+    }
+    assert!(s.acquire_lease("r4", "other", 60_000, 0).await.unwrap());
+    let ids: Vec<String> = ["r1", "r2", "r4", "missing"]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+    assert_eq!(s.release_leases(&ids, "me").await.unwrap(), 2);
+    assert!(s.owner_of("r1", 10).await.unwrap().is_none());
+    assert!(s.owner_of("r2", 10).await.unwrap().is_none());
+    assert_eq!(s.owner_of("r3", 10).await.unwrap().unwrap().owner, "me");
+    assert_eq!(s.owner_of("r4", 10).await.unwrap().unwrap().owner, "other");
+    // Taken over at once, long before the released lease would have expired.
+    let got = s
+        .acquire_leases(&ids[..2], "next", 1_000, 10, &[])
+        .await
+        .unwrap();
+    assert_eq!(got, [Some(2), Some(2)]);
+    // Released again: nothing more to give up.
+    assert_eq!(s.release_leases(&ids, "me").await.unwrap(), 0);
+    assert_eq!(s.release_leases(&[], "me").await.unwrap(), 0);
+}

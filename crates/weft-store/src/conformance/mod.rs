@@ -107,6 +107,9 @@ macro_rules! conformance_tests {
             write_batch_fenced_per_instance,
             bulk_leases_acquire_and_renew,
             timers_listed_by_keyset_pages,
+            compaction_fenced_by_lease_epoch,
+            bulk_release_of_leases,
+            load_many_gives_snapshot_and_tail,
         );
     };
     (@cases $factory:path; $($case:ident),* $(,)?) => {
