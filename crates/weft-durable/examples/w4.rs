@@ -2,6 +2,10 @@
 //! w4 -- [durable|durable_concurrent|durable_recovery|durable_compaction]…` (see
 //! `weft_durable::bench` for the `WEFT_W4_*` size variables and `WEFT_BENCH_POSTGRES_URL`).
 
+/// The allocator of the `weft` binary, so the figures match `weft bench`.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut out = std::io::stdout();

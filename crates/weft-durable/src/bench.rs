@@ -326,7 +326,13 @@ async fn one_rep(
 }
 
 async fn w4(b: &Backend, opts: &W4Options, concurrent: bool) -> Result<Value, String> {
-    let d = open_durable(b, DurableConfig::default()).await?;
+    // W4's contract: every step's result is committed before the next step starts, so
+    // even the pure `bench.add` waits for the journal.
+    let cfg = DurableConfig {
+        gate_pure_actions: true,
+        ..DurableConfig::default()
+    };
+    let d = open_durable(b, cfg).await?;
     d.register(
         "bench",
         weft_runtime::bench::workloads::chain_plan("durable", 5),

@@ -44,6 +44,16 @@ pub struct DurableConfig {
     pub lease_ttl_ms: i64,
     /// How often the leases are renewed (default 10 s; keep it well under the ttl).
     pub lease_renew_ms: u64,
+    /// Wait for the journal before pure actions too (default off). A pure, idempotent,
+    /// immediate tool (`noop`, `echo`, `bench.add`) has no effect outside its instance, so
+    /// running it before the records of its firing are durable cannot be observed: its
+    /// result goes to the same journal lane (usually the same commit as the input that
+    /// enabled it), an effectful action after it still waits for everything before it,
+    /// lifecycle events are published only once durable, and after a crash it runs again
+    /// from the journal with the same result. Such an action is then called inline, with
+    /// no task and no wait. W4 (BENCHMARKS.md) turns this on: its contract commits each
+    /// step's result before the next step starts, whatever the step does.
+    pub gate_pure_actions: bool,
 }
 
 impl Default for DurableConfig {
@@ -55,6 +65,7 @@ impl Default for DurableConfig {
             owner: None,
             lease_ttl_ms: 30_000,
             lease_renew_ms: 10_000,
+            gate_pure_actions: false,
         }
     }
 }
@@ -242,13 +253,21 @@ impl Durable {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(j) = weak.upgrade() else { break };
+                if j.is_shut_down() {
+                    break;
+                }
                 j.renew_leases().await;
             }
         });
         journal.set_record_idempotent_dispatch(config.record_idempotent_dispatch);
         let mut reg = Registry::new();
         for t in opts.registry.iter() {
-            reg.register(Arc::new(Gate::new(Arc::clone(t), Arc::clone(&journal))));
+            let ungated = !config.gate_pure_actions && !config.record_idempotent_dispatch;
+            reg.register(Arc::new(Gate::with_pure_ungated(
+                Arc::clone(t),
+                Arc::clone(&journal),
+                ungated,
+            )));
         }
         opts.registry = Arc::new(reg);
         opts.bus = Arc::new(GatedBus::new(Arc::clone(&opts.bus), Arc::clone(&journal)));
@@ -302,6 +321,17 @@ impl Durable {
             plans: Arc::new(PlanCache::default()),
             config,
         })
+    }
+
+    /// Graceful shutdown: makes everything recorded so far durable, stops driving this
+    /// engine's instances (each is paused here with `shut_down: …`; they stay as they are
+    /// in the store) and releases their leases, so another process's
+    /// [`Durable::recover`] takes them over at once instead of waiting for the lease
+    /// expiry. Instances started afterwards are not journaled. Returns how many leases
+    /// were released. (Without it, a stopped process's instances wait for expiry, or for
+    /// a restart on the same host, which sees the old process is dead.)
+    pub async fn shutdown(&self) -> Result<usize, DurableError> {
+        self.journal.shut_down().await
     }
 
     /// The engine (for ingest, subscribe, state, …).
@@ -752,6 +782,9 @@ impl Durable {
             epoch,
         );
         let repairs = folded.repaired.as_ref().map_or(0, |r| r.version);
+        // Read off the folded instance (a live `state()` per restored instance would copy
+        // its whole marking).
+        let store_paused = matches!(&inst.status, Status::Paused { reason } if reason.starts_with("store_unavailable"));
         let (h, actions) =
             self.engine
                 .restore_with(&rec.tenant, &plan, inst, &dispatched, &extras)?;
@@ -759,8 +792,7 @@ impl Durable {
         let timers = rows.len();
         // Paused because the store refused writes before the restart: it takes them now
         // (it was just read), so the pause has no reason left.
-        if matches!(&h.state().status, Status::Paused { reason } if reason.starts_with("store_unavailable"))
-        {
+        if store_paused {
             self.engine.resume(h.id())?;
         }
         // The journal is the truth; the rows may lag it by a crash: put them again.

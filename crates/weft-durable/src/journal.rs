@@ -213,6 +213,8 @@ pub struct StoreJournal {
     owner: String,
     /// Lifetime of the leases it takes.
     lease_ttl_ms: i64,
+    /// [`StoreJournal::shut_down`] ran: new instances are not journaled.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for StoreJournal {
@@ -249,7 +251,13 @@ impl StoreJournal {
             listener: std::sync::OnceLock::new(),
             owner,
             lease_ttl_ms: lease_ttl_ms.max(1),
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Has [`StoreJournal::shut_down`] run?
+    pub fn is_shut_down(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
     }
 
     /// This engine's lease owner id.
@@ -271,13 +279,22 @@ impl StoreJournal {
             "lease_lost: {why}; this process ({}) stopped driving {name}",
             self.owner
         );
+        if self.stop_lane(lane, &reason) {
+            tracing::error!(weft.instance = %name, weft.owner = %self.owner, reason = %reason, message = "Lease lost; the instance is no longer driven here");
+            self.tell(name, Some(&reason));
+        }
+    }
+
+    /// Stops writing anything of the lane's instance (see [`Self::lose`]); `false` if it
+    /// was stopped already.
+    fn stop_lane(&self, lane: &Arc<Lane>, reason: &str) -> bool {
         {
             let mut s = lock(&lane.st);
             if s.lost {
-                return;
+                return false;
             }
             s.lost = true;
-            s.failed = Some(reason.clone());
+            s.failed = Some(reason.to_string());
             s.buf.clear();
             s.timer_ops.clear();
             s.timers.clear();
@@ -289,8 +306,60 @@ impl StoreJournal {
                 w.wake();
             }
         }
-        tracing::error!(weft.instance = %name, weft.owner = %self.owner, reason = %reason, message = "Lease lost; the instance is no longer driven here");
-        self.tell(name, Some(&reason));
+        true
+    }
+
+    /// Graceful shutdown: waits until everything recorded so far is durable, stops driving
+    /// every instance this engine holds (nothing of them is written any more; each is
+    /// paused here with `shut_down: …`) and releases their leases in bulk
+    /// ([`Store::release_leases`], 1,000 per write), so another process recovers them at
+    /// once instead of after the lease expiry. Instances started afterwards are refused.
+    /// Returns how many leases were released.
+    pub async fn shut_down(self: &Arc<Self>) -> Result<usize, DurableError> {
+        self.closed.store(true, Ordering::SeqCst);
+        let lanes: Vec<(Arc<str>, Arc<Lane>)> = self
+            .lanes
+            .iter()
+            .flat_map(|shard| {
+                lock(shard)
+                    .iter()
+                    .map(|(n, l)| (Arc::clone(n), Arc::clone(l)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        // What was recorded is written first (a lane whose writes fail is released as it
+        // is: the next owner folds what the store has).
+        let flushes = lanes
+            .iter()
+            .map(|(n, l)| self.wait_lane(Arc::clone(n), Arc::clone(l)));
+        for (r, (name, _)) in futures::future::join_all(flushes).await.iter().zip(&lanes) {
+            if let Err(e) = r {
+                tracing::warn!(weft.instance = %name, error = %e, message = "Not all records were durable at shutdown");
+            }
+        }
+        let mut held = Vec::new();
+        for (name, lane) in &lanes {
+            let leased = {
+                let s = lock(&lane.st);
+                s.leased && !s.lost
+            };
+            let reason = format!(
+                "shut_down: this process ({}) released its lease on {name}",
+                self.owner
+            );
+            if self.stop_lane(lane, &reason) {
+                self.tell(name, Some(&reason));
+                if leased {
+                    held.push(name.to_string());
+                }
+            }
+        }
+        let mut released = 0;
+        for chunk in held.chunks(1_000) {
+            released += self.store.release_leases(chunk, &self.owner).await?;
+        }
+        tracing::info!(weft.owner = %self.owner, released, message = "Leases released at shutdown");
+        Ok(released)
     }
 
     /// Renews the leases of every instance this engine drives (one bulk write per 1,000);
@@ -695,7 +764,9 @@ impl StoreJournal {
                     .snapshot_every
                     .is_some_and(|every| s.since_snapshot >= every);
                 let snap = match s.shadow.as_ref() {
-                    Some(sh) if due => serde_json::to_vec(sh).ok(),
+                    Some(sh) if due => serde_json::to_vec(sh)
+                        .ok()
+                        .map(|v| (v, s.epoch.unwrap_or(0))),
                     _ => None,
                 };
                 if snap.is_some() {
@@ -805,10 +876,11 @@ impl StoreJournal {
                             tracing::info!(weft.instance = %name, message = "Journal writes succeed again; resuming");
                             self.tell(&name, None);
                         }
-                        if let Some(state) = snap {
+                        if let Some((state, epoch)) = snap {
                             let me = Arc::clone(&self);
                             self.rt.spawn(async move {
-                                me.compact(&name, app.last_seq, app.head, state).await;
+                                me.compact(&name, &lane, epoch, (app.last_seq, app.head), state)
+                                    .await;
                             });
                         }
                     }
@@ -941,28 +1013,37 @@ impl StoreJournal {
         }
     }
 
-    /// Snapshot at `seq`, then drop the records it covers.
-    async fn compact(&self, name: &str, seq: u64, hash: weft_store::Hash, state: Vec<u8>) {
+    /// Snapshot at `seq`, then drop the records it covers: one write, fenced by the lane's
+    /// lease (`epoch`) like its appends, so a process that lost the instance can neither
+    /// snapshot nor truncate the new owner's journal (`lease_lost` stops the lane).
+    async fn compact(
+        &self,
+        name: &str,
+        lane: &Arc<Lane>,
+        epoch: u64,
+        (seq, hash): (u64, weft_store::Hash),
+        state: Vec<u8>,
+    ) {
         let snap = Snapshot {
             seq,
             hash,
             state,
             at_ms: now_ms(),
         };
-        match self.store.put_snapshot(name, snap).await {
-            Ok(()) => {
+        let fence = weft_store::Fence {
+            owner: self.owner.clone(),
+            epoch,
+        };
+        match self.store.compact_fenced(name, &fence, snap).await {
+            Ok(n) => {
                 self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
-                match self.store.truncate_before(name, seq + 1).await {
-                    Ok(n) => {
-                        self.counters.truncated.fetch_add(n, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        tracing::warn!(weft.instance = %name, error = %e, message = "Journal truncation failed")
-                    }
-                }
+                self.counters.truncated.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(e @ weft_store::Error::LeaseLost { .. }) => {
+                self.lose(name, lane, &e.to_string());
             }
             Err(e) => {
-                tracing::warn!(weft.instance = %name, error = %e, message = "Snapshot failed")
+                tracing::warn!(weft.instance = %name, error = %e, message = "Compaction failed")
             }
         }
     }
@@ -1030,6 +1111,12 @@ impl Journal for StoreJournal {
                 .get(&**plan)
                 .cloned();
             match entry {
+                Some(_) if self.closed.load(Ordering::Relaxed) => {
+                    s.failed = Some(format!(
+                        "shut_down: the durable engine of {} was shut down; {instance} is not journaled",
+                        self.owner
+                    ));
+                }
                 Some(p) => {
                     s.create = Some(InstanceRecord {
                         id: instance.to_string(),
@@ -1184,22 +1271,80 @@ impl Bus for GatedBus {
 }
 
 /// A tool of a durable engine: records `action.dispatched`, waits for the instance's
-/// journal to be durable, then calls the real tool.
+/// journal to be durable, then calls the real tool. A pure, idempotent, immediate tool can
+/// be left ungated ([`crate::DurableConfig::gate_pure_actions`]): it is then called inline
+/// at once, like in an engine without a journal.
 pub struct Gate {
     inner: Arc<dyn Tool>,
     journal: Arc<StoreJournal>,
+    /// Called inline without waiting for the journal.
+    ungated: bool,
 }
 
 impl Gate {
-    /// Wraps `inner`.
+    /// Wraps `inner`; every call waits for the journal.
     pub fn new(inner: Arc<dyn Tool>, journal: Arc<StoreJournal>) -> Self {
-        Gate { inner, journal }
+        Gate::with_pure_ungated(inner, journal, false)
+    }
+
+    /// Wraps `inner`; with `pure_ungated`, a pure, idempotent, immediate `inner` is called
+    /// without waiting for the journal.
+    pub fn with_pure_ungated(
+        inner: Arc<dyn Tool>,
+        journal: Arc<StoreJournal>,
+        pure_ungated: bool,
+    ) -> Self {
+        let spec = inner.spec();
+        let ungated = pure_ungated
+            && spec.effect == weft_core::Effect::Pure
+            && spec.idempotent
+            && inner.is_immediate();
+        Gate {
+            inner,
+            journal,
+            ungated,
+        }
+    }
+}
+
+impl Gate {
+    fn not_inline(&self) -> ToolError {
+        ToolError::fatal(
+            "not_immediate",
+            format!(
+                "tool `{}` waits for the journal: it cannot be called inline",
+                self.inner.spec().name
+            ),
+        )
     }
 }
 
 impl Tool for Gate {
     fn spec(&self) -> &ToolSpec {
         self.inner.spec()
+    }
+
+    fn is_immediate(&self) -> bool {
+        self.ungated
+    }
+
+    fn call_inline(
+        &self,
+        ctx: weft_tools::InlineContext<'_>,
+        args: weft_tools::Args,
+    ) -> Result<Value, ToolError> {
+        // The runtime calls it for immediate (here: ungated) tools only.
+        if !self.ungated {
+            return Err(self.not_inline());
+        }
+        self.inner.call_inline(ctx, args)
+    }
+
+    fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+        if !self.ungated {
+            return Err(self.not_inline());
+        }
+        self.inner.call_now(ctx, args)
     }
 
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {

@@ -90,7 +90,9 @@
 //! For reactive instances the journal keeps a folded copy of the state beside the buffer;
 //! when at least [`DurableConfig::snapshot_every`] records (default 1,000) were written
 //! since the last snapshot, the batch that makes them durable is followed by a snapshot at
-//! the new head and `truncate_before(head + 1)`. The kept journal is then at most about
+//! the new head and the truncation of what it covers, one write fenced by the instance's
+//! lease (`Store::compact_fenced`: a process that lost the lease can neither snapshot nor
+//! truncate). The kept journal is then at most about
 //! `snapshot_every` records plus one snapshot, whose size is the marking's (plus in-flight
 //! actions): storage follows the marking, not the history. Acyclic instances are never
 //! compacted (they end, and their journal is their audit trail). `verify` checks the kept
@@ -138,9 +140,24 @@
 //! 20,538 steps/s on SQLite and 9,147 on PostgreSQL (`WEFT_BENCH_POSTGRES_URL=… `, same
 //! sizes, load 10.1–10.3).
 //!
-//! Goals not met yet: W4-concurrent 100,000 steps/s on SQLite (the writer thread and the
-//! engine share two busy cores; the next step is fewer statements per append), recovery
-//! under 2 s (restore builds one cell and one journal lane per instance).
+//! Writer and recovery work (`durable-perf`): SQLite writer without a savepoint per group
+//! commit, statement journals in memory, 64 MiB cache, 32 MiB checkpoint interval; the query
+//! planner stability guarantee (a `LIMIT ?` re-prepared the statement on every bind: two
+//! re-parses per recovered instance); `load_many` in one read transaction (SQLite) or one
+//! statement per 500 instances (PostgreSQL, was two round trips per instance); leases taken
+//! with one `RETURNING` statement each. `weft bench durable_concurrent durable_recovery`
+//! with `WEFT_BENCH_POSTGRES_URL`, the build before and this one back to back (load
+//! 4.2–4.5): W4-concurrent SQLite 31,096 → 43,795 steps/s (two more pairs at load 3.0–3.3:
+//! 39,991 → 59,927 and 25,013 → 30,416), PostgreSQL 28,965 → 23,886 (pairs: 24,404 →
+//! 22,129, 18,899 → 17,576: unchanged within the noise, its hot path did not change);
+//! recovery of 100,000 instances SQLite 4.20 → 1.53 s, PostgreSQL 19.9 → 2.79 s. Still
+//! 0.001 fsyncs, 1.2 records and 94.7 body bytes per step.
+//!
+//! Goals not met yet: W4-concurrent 100,000 steps/s on SQLite (the single writer thread is
+//! about half of all CPU: per lane and batch a chain-head read, a fence read, the journal
+//! insert and the head upsert, plus instance, lease and status rows per run; the next step
+//! is fewer statements per append) and 30,000 on PostgreSQL; recovery under 2 s is met on
+//! an unloaded machine only (restore builds one cell and one journal lane per instance).
 
 pub mod bench;
 mod durable;

@@ -253,3 +253,68 @@ async fn store_pause_does_not_survive_recovery_postgres() {
         store_pause_does_not_survive_recovery(s).await;
     }
 }
+
+/// `a` (`noop`: pure, idempotent, immediate) → `b` (`once`: a write, not idempotent).
+fn pure_then_write() -> serde_json::Value {
+    json!({"plan_name": "pw", "graph_type": "acyclic",
+    "events": {"start": {}, "mid": {}, "done": {"kind": "output"}},
+    "steps": {
+        "a": {"on": ["start"], "action": "noop", "args": {}, "emits": ["mid"]},
+        "b": {"on": ["mid"], "action": "once", "args": {}, "emits": ["done"]}
+    }})
+}
+
+/// While journal writes are held, a pure immediate action runs at once (by default) but an
+/// effectful one is not dispatched until everything before it is durable; with
+/// `gate_pure_actions` the pure one waits too. Either way the run completes once writes go
+/// through, with `a`'s result journaled before `b`'s dispatch.
+async fn pure_actions_run_before_the_journal_is_durable(inner: Arc<dyn Store>) {
+    for gate_pure in [false, true] {
+        let fs = FaultStore::new(Arc::clone(&inner));
+        let cfg = DurableConfig {
+            gate_pure_actions: gate_pure,
+            ..DurableConfig::default()
+        };
+        let d = durable(fs.clone(), false, cfg).await;
+        d.register("t", pure_then_write()).await.unwrap();
+        fs.hold();
+        let h = d.start("t", "pw", json!({"x": 1})).unwrap();
+        let waiting = if gate_pure { "a" } else { "b" };
+        until_status(&h, &format!("{waiting} in flight"), |_| {
+            h.state().in_flight.iter().any(|f| f.step == waiting)
+        })
+        .await;
+        // Nothing is durable yet, and the write has not run: it waits at its gate (a
+        // gated `a` would never let `b` fire).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let st = h.state();
+        assert_eq!(st.status, Status::Running, "{st:?}");
+        assert!(
+            st.in_flight.iter().all(|f| f.step == waiting),
+            "gate_pure {gate_pure}: {st:?}"
+        );
+        assert_eq!(inner.head(h.id()).await.unwrap(), None);
+        fs.release();
+        let o = d.wait(&h).await.unwrap();
+        assert_eq!(o.status, Status::Completed);
+        let k = kinds(inner.as_ref(), h.id()).await;
+        let a_result = k.iter().position(|x| *x == "action.result");
+        let b_dispatch = k.iter().position(|x| *x == "action.dispatched");
+        assert!(
+            matches!((a_result, b_dispatch), (Some(r), Some(d)) if r < d),
+            "gate_pure {gate_pure}: {k:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pure_actions_run_before_the_journal_is_durable_sqlite() {
+    pure_actions_run_before_the_journal_is_durable(sqlite("pure").await.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pure_actions_run_before_the_journal_is_durable_postgres() {
+    if let Some(s) = postgres("pure").await {
+        pure_actions_run_before_the_journal_is_durable(s).await;
+    }
+}

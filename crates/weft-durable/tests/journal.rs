@@ -233,23 +233,43 @@ async fn reactive_compaction_keeps_the_journal_bounded() {
     let d = durable(Arc::clone(&store), false, cfg).await;
     d.register("t", reactive("r")).await.unwrap();
     let h = d.start("t", "r", json!({})).unwrap();
-    for i in 0..1_000 {
-        d.engine()
-            .ingest("t", "ping", json!({"i": i}), None, Some(h.id()))
-            .unwrap();
-        if i % 50 == 0 {
-            d.journal().barrier(h.id()).await.unwrap();
+    // Twenty rounds of 50 pings (two records each). Each round is taken into a batch
+    // before the next starts, so batching (which depends on the machine's speed) cannot
+    // fold the whole run into a few appends: a snapshot is due every round or two.
+    for round in 0..20u64 {
+        for i in 0..50 {
+            d.engine()
+                .ingest(
+                    "t",
+                    "ping",
+                    json!({"i": round * 50 + i}),
+                    None,
+                    Some(h.id()),
+                )
+                .unwrap();
         }
+        let want = 1 + 100 * (round + 1);
+        let mut waited = 0;
+        while d.journal().stats().records < want {
+            assert!(waited < 2_000, "round {round}: {:?}", d.journal().stats());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            waited += 1;
+        }
+        d.journal().barrier(h.id()).await.unwrap();
     }
-    // Let everything settle and flush.
-    for _ in 0..200 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        if h.core_instance().is_some_and(|i| i.in_flight.is_empty()) {
+    // Compaction runs after the append that made it due: wait for it to land.
+    let mut waited = 0;
+    loop {
+        let st = d.journal().stats();
+        let kept = store.read(h.id(), 0, 10_000).await.unwrap().len();
+        let settled = h.core_instance().is_some_and(|i| i.in_flight.is_empty());
+        if (settled && st.snapshots >= 5 && st.truncated > 1_500 && kept <= 300) || waited >= 1_000
+        {
             break;
         }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        waited += 1;
     }
-    d.journal().barrier(h.id()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let kept = store.read(h.id(), 0, 10_000).await.unwrap().len();
     assert!(kept <= 300, "kept {kept} records");
     let st = d.journal().stats();

@@ -163,6 +163,15 @@ impl Store for FaultStore {
     async fn latest_snapshot(&self, instance: &str) -> Result<Option<Snapshot>> {
         self.inner.latest_snapshot(instance).await
     }
+    async fn compact_fenced(
+        &self,
+        instance: &str,
+        fence: &Fence,
+        snapshot: Snapshot,
+    ) -> Result<u64> {
+        self.gate().await?;
+        self.inner.compact_fenced(instance, fence, snapshot).await
+    }
     async fn put_plan(
         &self,
         tenant: &str,
@@ -259,6 +268,9 @@ impl Store for FaultStore {
     }
     async fn release_lease(&self, instance: &str, owner: &str) -> Result<bool> {
         self.inner.release_lease(instance, owner).await
+    }
+    async fn release_leases(&self, instances: &[String], owner: &str) -> Result<usize> {
+        self.inner.release_leases(instances, owner).await
     }
     async fn owner_of(&self, instance: &str, now_ms: i64) -> Result<Option<Lease>> {
         self.inner.owner_of(instance, now_ms).await
