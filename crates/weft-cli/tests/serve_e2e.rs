@@ -1059,6 +1059,18 @@ async fn sigterm_keeps_a_waiting_instance_for_the_next_start() {
         "exit after SIGTERM; stderr:\n{}",
         log.lock().expect("log")
     );
+    // The instance's lease was released on the way out (the next process need not wait
+    // for it to expire).
+    // (The stderr reader thread may still be draining the pipe of the exited process.)
+    let released = "released 1 instance lease(s)";
+    for _ in 0..100 {
+        if log.lock().expect("log").contains(released) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stderr = log.lock().expect("log").clone();
+    assert!(stderr.contains(released), "stderr:\n{stderr}");
     // Restart on the same store: the instance is there and keeps going.
     let server = Server::start(&d, Some(TOKENS));
     let api = server.api(Some("tA"));

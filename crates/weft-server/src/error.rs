@@ -10,6 +10,21 @@ use utoipa::ToSchema;
 
 use crate::request_id::current_request_id;
 
+/// The problem responses every authenticated route can give, for the OpenAPI document
+/// (`responses(..., Problems)` in a handler's `utoipa::path`): never built, only described.
+#[derive(utoipa::IntoResponses)]
+pub enum Problems {
+    /// The request is malformed (bad JSON, a bad parameter, a bad name).
+    #[response(status = 400, content_type = "application/problem+json")]
+    BadRequest(Problem),
+    /// No token, or an unknown one.
+    #[response(status = 401, content_type = "application/problem+json")]
+    Unauthorized(Problem),
+    /// The tenant's rate limit (see `Retry-After`).
+    #[response(status = 429, content_type = "application/problem+json")]
+    TooManyRequests(Problem),
+}
+
 /// The problem document (RFC 9457) every error response carries.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Problem {

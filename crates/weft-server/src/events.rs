@@ -21,7 +21,7 @@ use weft_runtime::{CloudEvent, Delivery, Filter};
 
 use crate::auth::Tenant;
 use crate::body::{ApiQuery, Cap, content_type, read_capped};
-use crate::error::{ApiError, ApiResult, Problem};
+use crate::error::{ApiError, ApiResult, Problem, Problems};
 use crate::names::{check_name, valid_name};
 use crate::state::AppState;
 
@@ -209,14 +209,12 @@ async fn not_live(state: &AppState, tenant: &str, id: &str) -> ApiError {
         )),
     responses(
         (status = 202, body = Accepted),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, body = Problem, content_type = "application/problem+json"),
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn ingest(
@@ -406,10 +404,8 @@ fn type_matches(patterns: &[String], ty: &str) -> bool {
 #[utoipa::path(get, path = "/v1/events/stream", tag = "events", params(StreamQuery),
     responses(
         (status = 200, description = "`text/event-stream`: `id:` event id, `event:` CloudEvent type, `data:` the CloudEvent JSON", content_type = "text/event-stream", body = String),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn stream(
@@ -439,6 +435,7 @@ pub async fn stream(
     let stop = async move {
         let _ = shutdown.wait_for(|s| *s).await;
     };
+    let lagged = state.inner.metrics.bus_lagged.clone();
     let events = sub
         .filter_map(move |d| {
             let out = match d {
@@ -448,11 +445,12 @@ pub async fn stream(
                         .event(ev.ty.clone())
                         .data(event_json(&ev).to_string())
                 }),
-                Delivery::Lagged(n) => Some(
+                Delivery::Lagged(n) => Some({
+                    lagged.inc_by(n);
                     Event::default()
                         .event("weft.lagged")
-                        .data(json!({"missed": n}).to_string()),
-                ),
+                        .data(json!({"missed": n}).to_string())
+                }),
             };
             std::future::ready(out.map(Ok))
         })

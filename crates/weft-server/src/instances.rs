@@ -19,7 +19,7 @@ use weft_store::{InstanceRecord, InstanceStatus, Page};
 
 use crate::auth::Tenant;
 use crate::body::{ApiPath, ApiQuery, MaybeJson};
-use crate::error::{ApiError, ApiResult, Problem};
+use crate::error::{ApiError, ApiResult, Problem, Problems};
 use crate::names::check_name;
 use crate::plans::PlanDoc;
 use crate::state::AppState;
@@ -64,13 +64,11 @@ pub struct InstanceRef {
     request_body(content = StartRequest, content_type = "application/json"),
     responses(
         (status = 201, body = InstanceRef),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn start(
@@ -191,9 +189,7 @@ fn summary(r: InstanceRecord) -> InstanceSummary {
 #[utoipa::path(get, path = "/v1/instances", tag = "instances", params(ListQuery),
     responses(
         (status = 200, body = InstanceList),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
+        Problems,
     ),
     security(("bearer" = [])))]
 pub async fn list(
@@ -396,10 +392,8 @@ fn state_view(
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = InstanceState),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn get(
@@ -491,10 +485,8 @@ fn trace_json(t: &TraceEntry) -> Value {
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = TraceView),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn trace(
@@ -540,10 +532,8 @@ pub struct JournalPage {
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), JournalQuery),
     responses(
         (status = 200, body = JournalPage),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn journal(
@@ -591,10 +581,8 @@ pub struct AtQuery {
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), AtQuery),
     responses(
         (status = 200, body = Object, description = "The `weft inspect --json` document"),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn inspect(
@@ -638,11 +626,9 @@ fn terminal_conflict(id: &str, status: &str) -> ApiError {
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = InstanceRef),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn stop(
@@ -686,13 +672,11 @@ pub struct ResumeRequest {
     request_body(content = ResumeRequest, content_type = "application/json"),
     responses(
         (status = 200, body = InstanceRef),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, body = Problem, content_type = "application/problem+json"),
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn resume(
@@ -748,10 +732,8 @@ pub struct CheckpointView {
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = CheckpointView),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn checkpoint(

@@ -71,8 +71,9 @@ pub async fn shutdown_signal() {
 
 /// Binds `state.config().listen`, prints `weft: listening on http://ADDR` (the bound
 /// address, so `--listen 127.0.0.1:0` tells the port) to stderr and serves until
-/// `shutdown` resolves; then stops accepting, ends SSE streams and waits for in-flight
-/// requests. Returns the address it listened on.
+/// `shutdown` resolves; then stops accepting, ends SSE streams, waits for in-flight
+/// requests, makes the journal durable and releases the instance leases
+/// (`Durable::shutdown`). Returns the address it listened on.
 pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -90,6 +91,7 @@ pub async fn serve(
     let addr = listener.local_addr()?;
     eprintln!("weft: listening on http://{addr}");
     let s2 = state.clone();
+    let durable = state.clone();
     axum::serve(listener, app(state))
         .with_graceful_shutdown(async move {
             shutdown.await;
@@ -97,5 +99,11 @@ pub async fn serve(
             s2.begin_shutdown();
         })
         .await?;
+    // Everything recorded made durable, then the instance leases released: another
+    // `weft` over the same store takes the instances over at once, not after expiry.
+    match durable.inner.durable.shutdown().await {
+        Ok(n) => eprintln!("weft: stopped; released {n} instance lease(s)"),
+        Err(e) => eprintln!("weft: warning: instance leases not released: {e}"),
+    }
     Ok(addr)
 }

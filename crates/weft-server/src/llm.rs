@@ -17,7 +17,7 @@ use weft_llm::{Correlation, Llm, PlanOptions};
 
 use crate::auth::Tenant;
 use crate::body::{ApiPath, JsonBody, PlanBody};
-use crate::error::{ApiError, ApiResult, Problem};
+use crate::error::{ApiError, ApiResult, Problem, Problems};
 use crate::names::check_name;
 use crate::state::AppState;
 
@@ -96,12 +96,10 @@ pub struct Generated {
     request_body(content = GenerateRequest, content_type = "application/json"),
     responses(
         (status = 200, body = Generated),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
         (status = 502, body = Problem, content_type = "application/problem+json"),
         (status = 503, body = Problem, content_type = "application/problem+json"),
     ),
@@ -175,13 +173,11 @@ pub struct Explained {
     request_body(content = ExplainRequest, content_type = "application/json"),
     responses(
         (status = 200, body = Explained),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
         (status = 502, body = Problem, content_type = "application/problem+json"),
         (status = 503, body = Problem, content_type = "application/problem+json"),
     ),
@@ -252,11 +248,9 @@ pub struct Repaired {
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = Repaired),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
         (status = 502, body = Problem, content_type = "application/problem+json"),
         (status = 503, body = Problem, content_type = "application/problem+json"),
     ),
@@ -308,12 +302,10 @@ pub async fn repair(
     request_body(content = Object, description = "A seed-004 PlannerRequest", content_type = "application/json"),
     responses(
         (status = 200, body = Object, description = "A seed-004 PlannerResponse"),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
         (status = 502, body = Problem, content_type = "application/problem+json"),
         (status = 503, body = Problem, content_type = "application/problem+json"),
     ),

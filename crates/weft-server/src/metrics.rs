@@ -1,10 +1,14 @@
 //! `/metrics`: Prometheus/OpenMetrics text from `prometheus-client`. Counters are bumped by
-//! the handlers (events ingested and routed, instances started, HTTP responses, LLM tokens)
-//! and by one bus subscriber (steps fired, action latency from `plan.step.started` to
-//! `plan.step.finished`/`error`, instances finished by status); gauges (live instances,
-//! journal work) are read at scrape time.
+//! the handlers (events ingested and routed, instances started, HTTP responses, LLM tokens,
+//! lifecycle events an SSE stream missed) and by [`Metered`], the wrapper the engine's tools
+//! run in (steps fired, action latency); gauges (live instances, journal work) are read at
+//! scrape time.
+//!
+//! Step metrics come from a tool wrapper rather than from a bus subscriber on purpose: with
+//! a subscriber the engine builds and publishes two CloudEvents per step even when nobody
+//! streams them, which was ~10% of the server's CPU under event load. Without one (no SSE
+//! client connected) the engine skips building lifecycle events altogether.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,7 +18,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use weft_runtime::{Delivery, Engine, Filter};
+use serde_json::Value;
+use weft_runtime::Engine;
+use weft_tools::{Args, BoxFuture, InlineContext, Tool, ToolContext, ToolError, ToolSpec};
 
 /// `status` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -47,9 +53,9 @@ pub struct Metrics {
     pub finished: Family<StatusLabel, Counter>,
     /// Live instances (gauge, set at scrape).
     pub live: Gauge,
-    /// Steps fired.
+    /// Steps fired (tool calls: one per attempt).
     pub steps_fired: Counter,
-    /// Action latency (seconds).
+    /// Action latency (seconds): the tool's own time, from its call to its outcome.
     pub action_latency: Histogram,
     /// Events accepted by `POST /v1/events`.
     pub events_ingested: Counter,
@@ -67,7 +73,7 @@ pub struct Metrics {
     by_status: Arc<[std::sync::OnceLock<Counter>]>,
     /// LLM tokens used by the API's LLM calls.
     pub llm_tokens: Family<KindLabel, Counter>,
-    /// Lifecycle events the metrics subscriber missed (bus overflow).
+    /// Lifecycle events SSE streams missed (bus overflow).
     pub bus_lagged: Counter,
 }
 
@@ -96,11 +102,15 @@ impl Metrics {
             live.clone(),
         );
         let steps_fired = Counter::default();
-        r.register("steps_fired", "Steps fired", steps_fired.clone());
+        r.register(
+            "steps_fired",
+            "Steps fired (action calls, one per attempt)",
+            steps_fired.clone(),
+        );
         let action_latency = Histogram::new(exponential_buckets(0.000_05, 4.0, 12));
         r.register(
             "action_latency_seconds",
-            "Time from a step's dispatch to its outcome",
+            "Time from an action's call to its outcome (after its journal records are durable)",
             action_latency.clone(),
         );
         let events_ingested = Counter::default();
@@ -148,7 +158,7 @@ impl Metrics {
         let bus_lagged = Counter::default();
         r.register(
             "bus_lagged_events",
-            "Lifecycle events the metrics subscriber missed",
+            "Lifecycle events SSE streams missed (slow clients)",
             bus_lagged.clone(),
         );
         Metrics {
@@ -206,48 +216,17 @@ impl Metrics {
         }
     }
 
-    /// Subscribes to the engine's step events (steps fired, action latency).
-    pub fn watch(&self, engine: &Engine) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let mut sub = engine.subscribe(Filter {
-            type_prefix: Some("plan.step.".into()),
-            ..Filter::default()
-        });
-        let m = self.clone();
-        rt.spawn(async move {
-            let mut open: HashMap<(String, u64), Instant> = HashMap::new();
-            while let Some(d) = sub.recv().await {
-                let ev = match d {
-                    Delivery::Event(ev) => ev,
-                    Delivery::Lagged(n) => {
-                        m.bus_lagged.inc_by(n);
-                        open.clear();
-                        continue;
-                    }
-                };
-                let firing = ev.data.get("firing").and_then(serde_json::Value::as_u64);
-                let inst = ev.instance.clone().unwrap_or_default();
-                match ev.ty.as_str() {
-                    "plan.step.started" => {
-                        m.steps_fired.inc();
-                        if let Some(f) = firing {
-                            if open.len() > 100_000 {
-                                open.clear();
-                            }
-                            open.insert((inst, f), Instant::now());
-                        }
-                    }
-                    "plan.step.finished" | "plan.step.error" => {
-                        if let Some(t) = firing.and_then(|f| open.remove(&(inst, f))) {
-                            m.action_latency.observe(t.elapsed().as_secs_f64());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        });
+    /// `registry` with every tool wrapped in [`Metered`] (the tools the engine runs).
+    pub fn metered(&self, registry: &weft_tools::Registry) -> weft_tools::Registry {
+        let mut out = weft_tools::Registry::new();
+        for t in registry.iter() {
+            out.register(Arc::new(Metered {
+                inner: Arc::clone(t),
+                steps: self.steps_fired.clone(),
+                latency: self.action_latency.clone(),
+            }));
+        }
+        out
     }
 
     /// The text exposition, after refreshing the scrape-time gauges.
@@ -270,5 +249,49 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// A tool that counts its calls and times them, and otherwise is the tool it wraps (same
+/// spec, same immediacy: the engine's inline fast path is kept).
+struct Metered {
+    inner: Arc<dyn Tool>,
+    steps: Counter,
+    latency: Histogram,
+}
+
+impl Metered {
+    fn timed<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.steps.inc();
+        let t = Instant::now();
+        let out = f();
+        self.latency.observe(t.elapsed().as_secs_f64());
+        out
+    }
+}
+
+impl Tool for Metered {
+    fn spec(&self) -> &ToolSpec {
+        self.inner.spec()
+    }
+    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        self.steps.inc();
+        let t = Instant::now();
+        let fut = self.inner.call(ctx, args);
+        let latency = self.latency.clone();
+        Box::pin(async move {
+            let out = fut.await;
+            latency.observe(t.elapsed().as_secs_f64());
+            out
+        })
+    }
+    fn is_immediate(&self) -> bool {
+        self.inner.is_immediate()
+    }
+    fn call_inline(&self, ctx: InlineContext<'_>, args: Args) -> Result<Value, ToolError> {
+        self.timed(|| self.inner.call_inline(ctx, args))
+    }
+    fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+        self.timed(|| self.inner.call_now(ctx, args))
     }
 }

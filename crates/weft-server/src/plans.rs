@@ -17,7 +17,7 @@ use weft_store::now_ms;
 
 use crate::auth::Tenant;
 use crate::body::{ApiPath, ApiQuery, Cap, parse_json, read_capped, require_json};
-use crate::error::{ApiError, ApiResult, Problem};
+use crate::error::{ApiError, ApiResult, Problem, Problems};
 use crate::names::check_name;
 use crate::state::{AppState, lock};
 
@@ -275,12 +275,10 @@ pub struct PlanCreated {
     request_body(content = Object, description = "A plan document (model v1)", content_type = "application/json"),
     responses(
         (status = 201, body = PlanCreated),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn create(
@@ -422,10 +420,8 @@ async fn detail(
     params(("name" = String, Path, description = "Plan name", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = PlanDetail),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn get_latest(
@@ -441,10 +437,8 @@ pub async fn get_latest(
     params(("name" = String, Path, description = "Plan name", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), ("version" = u32, Path, description = "Version")),
     responses(
         (status = 200, body = PlanDetail),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn get_version(
@@ -656,10 +650,8 @@ pub fn net_view(plan: &Plan, c: &Checked) -> NetView {
     params(("name" = String, Path, description = "Plan name", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), VersionQuery),
     responses(
         (status = 200, body = NetView),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn net(
@@ -697,11 +689,9 @@ pub struct Validated {
     request_body(content = Object, description = "A plan document", content_type = "application/json"),
     responses(
         (status = 200, body = Validated),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn validate(
@@ -732,11 +722,9 @@ pub struct Analyzed {
     request_body(content = Object, description = "A plan document", content_type = "application/json"),
     responses(
         (status = 200, body = Analyzed),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        Problems,
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
-        (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn analyze(

@@ -173,13 +173,16 @@ impl AppState {
         config: ServerConfig,
     ) -> Result<(AppState, weft_durable::RecoveryReport), ConfigError> {
         let bus = Arc::new(InProcessBus::new(65_536));
+        // The engine runs the tools metered (steps fired, action latency); validation and
+        // the LLM see the plain registry.
+        let metrics = Metrics::new();
         let opts = EngineOptions {
-            registry: Arc::clone(&registry),
+            registry: Arc::new(metrics.metered(&registry)),
             bus,
             ..EngineOptions::default()
         };
         let durable = Durable::open(store, opts, DurableConfig::default()).await?;
-        let state = AppState::new(durable, registry, llm, config);
+        let state = AppState::with_metrics(durable, registry, llm, config, metrics);
         let report = state.inner.durable.recover().await?;
         for h in &report.handles {
             state.track(h.clone());
@@ -187,15 +190,25 @@ impl AppState {
         Ok((state, report))
     }
 
-    /// State over an already opened durable engine (no recovery).
+    /// State over an already opened durable engine (no recovery). Its step metrics count
+    /// only if the engine's tools were wrapped with [`Metrics::metered`] of the same
+    /// metrics, as [`AppState::open`] does.
     pub fn new(
         durable: Durable,
         registry: Arc<Registry>,
         llm: Option<Arc<dyn weft_llm::ChatProvider>>,
         config: ServerConfig,
     ) -> AppState {
-        let metrics = Metrics::new();
-        metrics.watch(durable.engine());
+        AppState::with_metrics(durable, registry, llm, config, Metrics::new())
+    }
+
+    fn with_metrics(
+        durable: Durable,
+        registry: Arc<Registry>,
+        llm: Option<Arc<dyn weft_llm::ChatProvider>>,
+        config: ServerConfig,
+        metrics: Metrics,
+    ) -> AppState {
         let limiter = RateLimiter::new(config.rate_per_sec, config.rate_burst);
         let (shutdown, _) = tokio::sync::watch::channel(false);
         AppState {

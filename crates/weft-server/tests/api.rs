@@ -499,6 +499,21 @@ async fn instance_lifecycle_of_the_fanout_example() {
     let state = s.wait_status(&id, A, "completed").await;
     assert_eq!(state["fired"], 11);
     assert_eq!(state["results"][0]["event"], "all.checked");
+    // Step metrics come from the metered tools: one call and one latency sample per firing.
+    let (_, m, _) = s
+        .call(req("GET", "/metrics", None).body(Body::empty()).unwrap())
+        .await;
+    let metric = |name: &str| -> Option<f64> {
+        m.as_str()?
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    };
+    assert_eq!(metric("weft_steps_fired_total"), Some(11.0), "{m}");
+    assert_eq!(
+        metric("weft_action_latency_seconds_count"),
+        Some(11.0),
+        "{m}"
+    );
     assert!(
         state["marking"]["all.checked"][0]["data"].is_object(),
         "{state}"
