@@ -742,7 +742,7 @@ pub async fn acquire_lease(
     Ok(n > 0)
 }
 
-/// Extends a live lease of `owner`.
+/// Extends `owner`'s lease unless it was released or taken over (see `Store::renew_lease`).
 pub async fn renew_lease(
     pool: &Pool,
     instance: &str,
@@ -752,8 +752,8 @@ pub async fn renew_lease(
 ) -> Result<bool> {
     let n = execute(
         pool,
-        "UPDATE leases SET expires_at_ms = $3 WHERE instance = $1 AND owner = $2 AND expires_at_ms > $4",
-        &[&instance, &owner, &expiry(now, ttl)?, &now],
+        "UPDATE leases SET expires_at_ms = $3 WHERE instance = $1 AND owner = $2 AND expires_at_ms <> $4",
+        &[&instance, &owner, &expiry(now, ttl)?, &i64::MIN],
     )
     .await?;
     Ok(n > 0)
@@ -900,7 +900,7 @@ pub async fn acquire_leases(
     Ok(instances.iter().map(|i| got.get(i).copied()).collect())
 }
 
-/// Extends many live leases of `owner` in one statement: which ones were.
+/// Extends many leases of `owner` in one statement (as [`renew_lease`]): which ones were.
 pub async fn renew_leases(
     pool: &Pool,
     instances: &[String],
@@ -911,9 +911,9 @@ pub async fn renew_leases(
     let rows = query(
         pool,
         "UPDATE leases SET expires_at_ms = $3
-         WHERE instance = ANY($1) AND owner = $2 AND expires_at_ms > $4
+         WHERE instance = ANY($1) AND owner = $2 AND expires_at_ms <> $4
          RETURNING instance",
-        &[&instances, &owner, &expiry(now, ttl)?, &now],
+        &[&instances, &owner, &expiry(now, ttl)?, &i64::MIN],
     )
     .await?;
     let mut got = std::collections::HashSet::with_capacity(rows.len());

@@ -388,9 +388,9 @@ pub fn renew_lease(
     let n = conn
         .prepare_cached(
             "UPDATE leases SET expires_at_ms = ?3
-             WHERE instance = ?1 AND owner = ?2 AND expires_at_ms > ?4",
+             WHERE instance = ?1 AND owner = ?2 AND expires_at_ms <> ?4",
         )
-        .and_then(|mut s| s.execute(params![instance, owner, expires, now]))
+        .and_then(|mut s| s.execute(params![instance, owner, expires, i64::MIN]))
         .map_err(map_err)?;
     Ok(n > 0)
 }

@@ -347,7 +347,11 @@ pub trait Store: Send + Sync + 'static {
         now_ms: i64,
     ) -> Result<bool>;
 
-    /// Extends `owner`'s live lease; `false` if it is not (or no longer) theirs.
+    /// Extends `owner`'s lease; `false` if it is not (or no longer) theirs: another owner
+    /// took it over or `owner` released it. A lease that expired but that nobody took over
+    /// is still `owner`'s (same row, same epoch: nothing was written under another fence),
+    /// so it is renewed: a process starved past the ttl keeps its instances unless another
+    /// process has claimed them in the meantime.
     async fn renew_lease(
         &self,
         instance: &str,
@@ -390,8 +394,8 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// [`Store::renew_lease`] for many instances at once (the background renewal of a
-    /// durable engine): for each, whether `owner`'s live lease was extended (`false`: it
-    /// expired or another owner has it; the caller must stop writing that instance).
+    /// durable engine): for each, whether `owner`'s lease was extended (`false`: another
+    /// owner has it or it was released; the caller must stop writing that instance).
     async fn renew_leases(
         &self,
         instances: &[String],

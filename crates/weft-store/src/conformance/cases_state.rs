@@ -216,7 +216,7 @@ pub async fn effects_recorded_once(s: Arc<dyn Store>) {
 }
 
 /// A live lease of another owner is never taken; an expired one is; renew and release only
-/// work for the holder.
+/// work for the holder, renew also after expiry as long as nobody took the lease over.
 pub async fn leases_exclusive_until_expiry(s: Arc<dyn Store>) {
     assert!(s.owner_of("i", 0).await.unwrap().is_none());
     assert!(s.acquire_lease("i", "p1", 1_000, 0).await.unwrap());
@@ -227,13 +227,24 @@ pub async fn leases_exclusive_until_expiry(s: Arc<dyn Store>) {
     assert!(!s.renew_lease("i", "p2", 1_000, 600).await.unwrap());
     assert!(s.renew_lease("i", "p1", 1_000, 1_000).await.unwrap());
     assert!(!s.acquire_lease("i", "p2", 1_000, 1_999).await.unwrap());
-    // Expired: p2 takes it; p1 can no longer renew or release.
+    // Expired, but nobody took it: still p1's (same epoch), so p1 may renew it late.
     assert!(s.owner_of("i", 2_000).await.unwrap().is_none());
-    assert!(s.acquire_lease("i", "p2", 1_000, 2_000).await.unwrap());
-    assert!(!s.renew_lease("i", "p1", 1_000, 2_001).await.unwrap());
+    assert!(!s.renew_lease("i", "p2", 1_000, 2_100).await.unwrap());
+    assert!(s.renew_lease("i", "p1", 1_000, 2_100).await.unwrap());
+    let l = s.owner_of("i", 2_200).await.unwrap().unwrap();
+    assert_eq!(
+        (l.owner.as_str(), l.expires_at_ms, l.epoch),
+        ("p1", 3_100, 1)
+    );
+    assert!(!s.acquire_lease("i", "p2", 1_000, 3_099).await.unwrap());
+    // Expired again and p2 takes it: p1 can no longer renew or release.
+    assert!(s.acquire_lease("i", "p2", 1_000, 3_100).await.unwrap());
+    assert!(!s.renew_lease("i", "p1", 1_000, 3_101).await.unwrap());
     assert!(!s.release_lease("i", "p1").await.unwrap());
     assert!(s.release_lease("i", "p2").await.unwrap());
-    assert!(s.acquire_lease("i", "p1", 1_000, 2_002).await.unwrap());
+    // Released: not renewable any more, and free for anyone at once.
+    assert!(!s.renew_lease("i", "p2", 1_000, 3_102).await.unwrap());
+    assert!(s.acquire_lease("i", "p1", 1_000, 3_102).await.unwrap());
     assert!(s.owner_of("other", 0).await.unwrap().is_none());
 }
 
@@ -452,7 +463,8 @@ pub async fn write_batch_fenced_per_instance(s: Arc<dyn Store>) {
 }
 
 /// Bulk leases: `acquire_leases` gives the epoch of each lease taken and `None` where
-/// another owner's live lease kept it; `renew_leases` extends only live leases of the owner.
+/// another owner's live lease kept it; `renew_leases` extends the owner's leases that nobody
+/// else took over (also expired ones).
 pub async fn bulk_leases_acquire_and_renew(s: Arc<dyn Store>) {
     let ids: Vec<String> = ["b1", "b2", "b3"].iter().map(|x| x.to_string()).collect();
     assert!(s.acquire_lease("b2", "other", 1_000, 0).await.unwrap());
@@ -475,6 +487,11 @@ pub async fn bulk_leases_acquire_and_renew(s: Arc<dyn Store>) {
         (l.owner.as_str(), l.expires_at_ms, l.epoch),
         ("me", 3_400, 1)
     );
+    // b1 expired at 3,400 and nobody took it: still renewable, same epoch.
+    let late = s.renew_leases(&ids[..1], "me", 1_000, 3_500).await.unwrap();
+    assert_eq!(late, [true]);
+    let l = s.owner_of("b1", 4_000).await.unwrap().unwrap();
+    assert_eq!((l.expires_at_ms, l.epoch), (4_500, 1));
     assert_eq!(
         s.owner_of("b3", 2_900).await.unwrap().unwrap().owner,
         "other"
