@@ -110,7 +110,7 @@ pub fn run_w4_with(
             eprintln!("weft bench: {name} on {backend} …");
             let line = rt.block_on(async {
                 let b = Backend::open(&backend).await?;
-                match name.as_str() {
+                let line = match name.as_str() {
                     "durable" => w4(&b, opts, false).await,
                     "durable_concurrent" => w4(&b, opts, true).await,
                     "durable_recovery" => recovery(&b, opts).await,
@@ -119,7 +119,9 @@ pub fn run_w4_with(
                         "unknown workload `{other}` (known: {})",
                         DEFAULT.join(", ")
                     )),
-                }
+                };
+                b.close().await;
+                line
             })?;
             writeln!(out, "{line}").map_err(|e| e.to_string())?;
             let _ = out.flush();
@@ -143,6 +145,8 @@ struct Backend {
     sqlite: Option<Arc<weft_store_sqlite::SqliteStore>>,
     pg: Option<Arc<weft_store_postgres::PgStore>>,
     dir: Option<std::path::PathBuf>,
+    /// The PostgreSQL URL and the schema this run created (dropped by [`Backend::close`]).
+    pg_schema: Option<(String, String)>,
 }
 
 impl Drop for Backend {
@@ -173,6 +177,7 @@ impl Backend {
                 sqlite: Some(s),
                 pg: None,
                 dir: Some(dir),
+                pg_schema: None,
             })
         } else {
             let schema = format!("w4_{}_{}", std::process::id(), weft_store::now_ms());
@@ -187,7 +192,21 @@ impl Backend {
                 sqlite: None,
                 pg: Some(s),
                 dir: None,
+                pg_schema: Some((which.to_string(), schema)),
             })
+        }
+    }
+
+    /// Closes the store and removes what the run left behind: the SQLite directory (on
+    /// drop) or the PostgreSQL schema, so repeated benchmarks do not pile up schemas.
+    async fn close(self) {
+        let pg_schema = self.pg_schema.clone();
+        drop(self);
+        let Some((url, schema)) = pg_schema else {
+            return;
+        };
+        if let Err(e) = weft_store_postgres::PgStore::drop_schema(&url, &schema).await {
+            eprintln!("weft bench: could not drop the PostgreSQL schema {schema}: {e}");
         }
     }
 

@@ -103,6 +103,32 @@ impl PgStore {
         })
     }
 
+    /// Drops the PostgreSQL schema `schema` and everything in it (what
+    /// [`PgStore::open_in_schema`] created): for benchmarks and tests that made a
+    /// throw-away schema. Close the stores using it first.
+    pub async fn drop_schema(url: &str, schema: &str) -> Result<()> {
+        if !valid_schema_name(schema) {
+            return Err(Error::InvalidUrl {
+                message: format!("bad PostgreSQL schema name `{schema}`"),
+            });
+        }
+        let config: tokio_postgres::Config = url.parse().map_err(|e| Error::InvalidUrl {
+            message: format!("bad PostgreSQL URL: {e}"),
+        })?;
+        let (client, conn) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(schema::map_err)?;
+        let task = tokio::spawn(conn);
+        let r = client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .await
+            .map_err(schema::map_err);
+        drop(client);
+        let _ = task.await;
+        r
+    }
+
     /// Commits and appends so far, for measurements.
     pub fn writer_stats(&self) -> WriterStats {
         self.writer.stats()
