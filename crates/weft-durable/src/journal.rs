@@ -105,7 +105,8 @@ pub(crate) type StoreListener = Arc<dyn Fn(&str, Option<&str>) -> bool + Send + 
 
 /// What a failed batch gives back to one lane: its records (shared with the store while
 /// the write ran), its instance record to create, its timer-table writes.
-type Backup = (Arc<[NewRecord]>, Option<InstanceRecord>, Vec<TimerOp>);
+/// (The instance record is boxed: a batch holds thousands of backups, most without one.)
+type Backup = (Arc<[NewRecord]>, Option<Box<InstanceRecord>>, Vec<TimerOp>);
 
 /// Longest wait between write retries.
 const MAX_BACKOFF_MS: u64 = 5_000;
@@ -747,7 +748,9 @@ impl StoreJournal {
                 let lanes: Vec<_> = q.lanes.drain(..n).collect();
                 (lanes, std::mem::take(&mut q.statuses))
             };
-            let mut creates = Vec::new();
+            // Sized for the batch up front: a batch of new instances used to grow this
+            // vector of large records step by step (~2% of W4-concurrent's CPU).
+            let mut creates = Vec::with_capacity(lanes.len());
             let mut appends = Vec::with_capacity(lanes.len());
             let mut taken = Vec::with_capacity(lanes.len());
             let mut timer_ops: Vec<Vec<TimerOp>> = Vec::with_capacity(lanes.len());
@@ -758,7 +761,11 @@ impl StoreJournal {
                 // Shared with the store: a failed write puts them back without a copy
                 // having been made on the way.
                 let records: Arc<[NewRecord]> = std::mem::take(&mut s.buf).into();
-                backup.push((Arc::clone(&records), s.create.clone(), s.timer_ops.clone()));
+                backup.push((
+                    Arc::clone(&records),
+                    s.create.clone().map(Box::new),
+                    s.timer_ops.clone(),
+                ));
                 timer_ops.push(std::mem::take(&mut s.timer_ops));
                 let due = self
                     .snapshot_every
@@ -917,8 +924,8 @@ impl StoreJournal {
             let mut o = ops;
             o.append(&mut s.timer_ops);
             s.timer_ops = o;
-            if create.is_some() {
-                s.create = create;
+            if let Some(c) = create {
+                s.create = Some(*c);
             }
             s.stall = s.stall.saturating_add(1);
             attempt = attempt.max(s.stall);
