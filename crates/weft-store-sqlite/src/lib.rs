@@ -35,6 +35,7 @@ pub mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -55,6 +56,24 @@ pub struct SqliteStore {
     path: PathBuf,
     writer: Writer,
     readers: Readers,
+    log: Arc<LogState>,
+}
+
+/// Rows appended to the journal log before it is merged into the journal (see the
+/// `journal` module): large enough that a merge rewrites each live instance's leaf pages
+/// once for many commits, small enough that a read's scan of the log stays short.
+pub const DEFAULT_LOG_MERGE_ROWS: u64 = 8_192;
+
+/// When to merge the journal log.
+#[derive(Debug)]
+struct LogState {
+    /// Rows appended since the last merge (an estimate: rows of a batch that did not
+    /// commit are counted too, which only merges a little early).
+    rows: AtomicU64,
+    /// Merge once `rows` reaches this.
+    merge_at: AtomicU64,
+    /// A merge job is queued or running.
+    merging: AtomicBool,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -72,14 +91,59 @@ impl SqliteStore {
     pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let p = path.clone();
-        let conn = tokio::task::spawn_blocking(move || schema::open_writer(&p))
-            .await
-            .map_err(|e| Error::backend(format!("opening the SQLite store failed: {e}")))??;
+        let conn = tokio::task::spawn_blocking(move || {
+            let conn = schema::open_writer(&p)?;
+            // Whatever the last process left in the log goes into the journal now, so
+            // recovery's reads find everything in the indexed table.
+            if journal::log_rows(&conn)? > 0 {
+                let tx = conn.unchecked_transaction().map_err(schema::map_err)?;
+                journal::merge_log(&tx)?;
+                tx.commit().map_err(schema::map_err)?;
+            }
+            Ok::<_, Error>(conn)
+        })
+        .await
+        .map_err(|e| Error::backend(format!("opening the SQLite store failed: {e}")))??;
         Ok(SqliteStore {
             writer: Writer::start(conn)?,
             readers: Readers::new(path.clone()),
             path,
+            log: Arc::new(LogState {
+                rows: AtomicU64::new(0),
+                merge_at: AtomicU64::new(DEFAULT_LOG_MERGE_ROWS),
+                merging: AtomicBool::new(false),
+            }),
         })
+    }
+
+    /// Merges the journal log into the journal every `rows` appended rows (default
+    /// [`DEFAULT_LOG_MERGE_ROWS`]; 1 merges after every append). Reads see the same
+    /// records either way: this only trades write amplification against read scans.
+    pub fn set_log_merge_rows(&self, rows: u64) {
+        self.log.merge_at.store(rows.max(1), Ordering::Relaxed);
+    }
+
+    /// Counts `n` appended rows and queues a merge of the log once enough are there.
+    fn appended(&self, n: usize) {
+        let log = &self.log;
+        let rows = log.rows.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        if n == 0
+            || rows < log.merge_at.load(Ordering::Relaxed)
+            || log.merging.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let log = Arc::clone(log);
+        self.writer.submit_detached(move |c| {
+            // Everything in the log now moves (appends run on this thread too); a batch
+            // that fails to commit leaves rows behind, merged next time.
+            let r = journal::merge_log(c);
+            if r.is_ok() {
+                log.rows.store(0, Ordering::Relaxed);
+            }
+            log.merging.store(false, Ordering::Release);
+            r.map(|_| ())
+        });
     }
 
     /// The file.
@@ -168,9 +232,13 @@ impl Store for SqliteStore {
             });
         }
         let instance = instance.to_string();
-        self.writer
+        let n = records.len();
+        let out = self
+            .writer
             .submit(move |c| journal::append(c, &instance, &records))
-            .await
+            .await?;
+        self.appended(n);
+        Ok(out)
     }
 
     async fn append_fenced(
@@ -182,8 +250,10 @@ impl Store for SqliteStore {
         check_records(&records)?;
         let instance = instance.to_string();
         let fence = fence.clone();
+        let n = records.len();
         // The writer thread is the only writer: the check and the append are one job.
-        self.writer
+        let out = self
+            .writer
             .submit(move |c| {
                 state::check_fence(c, &instance, &fence)?;
                 if records.is_empty() {
@@ -197,7 +267,9 @@ impl Store for SqliteStore {
                 }
                 journal::append(c, &instance, &records)
             })
-            .await
+            .await?;
+        self.appended(n);
+        Ok(out)
     }
 
     async fn read(&self, instance: &str, from_seq: u64, limit: u32) -> Result<Vec<Record>> {
@@ -248,8 +320,10 @@ impl Store for SqliteStore {
         for (_, recs) in &appends {
             check_records(recs)?;
         }
+        let n = appends.iter().map(|(_, r)| r.len()).sum();
         // One job (one savepoint) for the whole batch: the writer's cost is per job.
-        self.writer
+        let out = self
+            .writer
             .submit(move |c| {
                 for r in &creates {
                     state::create_instance(c, r)?;
@@ -268,7 +342,9 @@ impl Store for SqliteStore {
                 }
                 Ok(out)
             })
-            .await
+            .await?;
+        self.appended(n);
+        Ok(out)
     }
 
     async fn write_batch_fenced(
@@ -281,10 +357,12 @@ impl Store for SqliteStore {
         for (_, _, recs) in &appends {
             check_records(recs)?;
         }
+        let n = appends.iter().map(|(_, _, r)| r.len()).sum();
         let terms = terms.clone();
         // One job, as `write_batch`: the fence checks are point reads in the same
         // transaction (the writer thread is the only writer).
-        self.writer
+        let out = self
+            .writer
             .submit(move |c| {
                 for r in &creates {
                     state::create_instance(c, r)?;
@@ -318,7 +396,9 @@ impl Store for SqliteStore {
                 }
                 Ok(out)
             })
-            .await
+            .await?;
+        self.appended(n);
+        Ok(out)
     }
 
     async fn load_many(
@@ -332,15 +412,24 @@ impl Store for SqliteStore {
         self.readers
             .run(move |c| {
                 let tx = c.unchecked_transaction().map_err(schema::map_err)?;
-                let out = ids
-                    .iter()
-                    .map(|id| {
+                let out = (|| {
+                    let mut out = Vec::with_capacity(ids.len());
+                    let mut from = Vec::with_capacity(ids.len());
+                    for id in &ids {
                         let snap = journal::latest_snapshot(&tx, id)?;
-                        let from = snap.as_ref().map_or(1, |s| s.seq + 1);
-                        let recs = journal::read(&tx, id, from, u32::MAX)?;
-                        Ok((snap, recs))
-                    })
-                    .collect();
+                        let f = snap.as_ref().map_or(1, |s| s.seq + 1);
+                        out.push((snap, journal::read_merged(&tx, id, f, u32::MAX)?));
+                        from.push((id.clone(), f));
+                    }
+                    // The log's records come after the journal's: one scan for the batch.
+                    let log = journal::read_log_many(&tx, &from)?;
+                    for (id, (_, recs)) in ids.iter().zip(out.iter_mut()) {
+                        if let Some(more) = log.get(id) {
+                            recs.extend(more.iter().cloned());
+                        }
+                    }
+                    Ok(out)
+                })();
                 // Read-only: ending it either way releases the snapshot.
                 let _ = tx.commit();
                 out

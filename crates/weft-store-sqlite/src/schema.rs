@@ -8,7 +8,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use weft_store::Error;
 
 /// The schema version this build writes. Bump it with a migration in [`migrate`].
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 const DDL_V1: &str = "
 CREATE TABLE weft_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
@@ -43,6 +43,13 @@ CREATE TABLE leases (
 
 /// Version 2: leases carry an epoch (the fencing token of `append_fenced`).
 const DDL_V2: &str = "ALTER TABLE leases ADD COLUMN epoch INTEGER NOT NULL DEFAULT 1;";
+
+/// Version 3: appends go to a rowid-ordered log first, merged into `journal` in large
+/// sorted batches (see `journal`'s module docs: it cuts the pages a group commit writes).
+const DDL_V3: &str = "
+CREATE TABLE IF NOT EXISTS journal_log (
+  instance TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL,
+  at_ms INTEGER NOT NULL, prev_hash BLOB NOT NULL, hash BLOB NOT NULL);";
 
 /// Maps a SQLite failure to the store error, keeping damage distinct from other failures.
 pub fn map_err(e: rusqlite::Error) -> Error {
@@ -187,7 +194,7 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
     match stored_version(conn)? {
         None => {
             let ddl = format!(
-                "BEGIN IMMEDIATE; {DDL_V1} {DDL_V2} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;"
+                "BEGIN IMMEDIATE; {DDL_V1} {DDL_V2} {DDL_V3} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;"
             );
             conn.execute_batch(&ddl).map_err(|e| {
                 let _ = conn.execute_batch("ROLLBACK");
@@ -198,9 +205,14 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
             found: v,
             supported: SCHEMA_VERSION,
         }),
-        Some(1) => {
+        Some(v @ (1 | 2)) => {
+            let steps = if v == 1 {
+                format!("{DDL_V2} {DDL_V3}")
+            } else {
+                DDL_V3.to_string()
+            };
             let ddl = format!(
-                "BEGIN IMMEDIATE; {DDL_V2} UPDATE weft_meta SET value = {SCHEMA_VERSION} WHERE key = 'schema_version'; COMMIT;"
+                "BEGIN IMMEDIATE; {steps} UPDATE weft_meta SET value = {SCHEMA_VERSION} WHERE key = 'schema_version'; COMMIT;"
             );
             conn.execute_batch(&ddl).map_err(|e| {
                 let _ = conn.execute_batch("ROLLBACK");

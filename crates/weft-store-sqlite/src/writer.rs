@@ -101,6 +101,18 @@ impl Writer {
         self.stats.lock().map(|s| *s).unwrap_or_default()
     }
 
+    /// Queues `f` for a coming batch without waiting for it (housekeeping such as the
+    /// journal log's merge): its outcome is not reported; `f` sees its own failure.
+    pub fn submit_detached<F>(&self, f: F)
+    where
+        F: FnOnce(&Connection) -> Result<()> + Send + 'static,
+    {
+        let (reply, _) = oneshot::channel::<Result<()>>();
+        if let Some(tx) = self.tx.as_ref() {
+            let _ = tx.send(Box::new(Call { f, reply }));
+        }
+    }
+
     /// Runs `f` in the next batch; resolves after that batch committed.
     pub async fn submit<T, F>(&self, f: F) -> Result<T>
     where

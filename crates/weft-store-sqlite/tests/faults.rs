@@ -18,7 +18,8 @@ fn temp(name: &str) -> PathBuf {
     dir.join("weft.db")
 }
 
-/// A store with instance `i` holding 5 records; returns the file after closing it.
+/// A store with instance `i` holding 5 records; returns the file after closing it and
+/// opening it once more, which merges the journal log: the records are in `journal`.
 async fn five_records(name: &str) -> PathBuf {
     let path = temp(name);
     let store = SqliteStore::open(&path).await.unwrap();
@@ -32,6 +33,7 @@ async fn five_records(name: &str) -> PathBuf {
     store.append("i", recs).await.unwrap();
     store.verify("i").await.unwrap();
     drop(store);
+    drop(SqliteStore::open(&path).await.unwrap());
     path
 }
 
@@ -56,6 +58,33 @@ async fn altered_body_is_detected() {
     let e = verify_err(&path).await;
     assert_eq!((e.seq, e.reason.clone()), (3, ChainFault::Altered));
     assert!(e.to_string().contains("seq 3"), "{e}");
+}
+
+/// Records still in the journal log (not yet merged) are verified the same way.
+#[tokio::test]
+async fn altered_body_in_the_log_is_detected() {
+    let path = temp("altered-log");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let recs = (1..=5)
+        .map(|n| NewRecord {
+            kind: "step".into(),
+            body: format!("{{\"n\":{n}}}").into_bytes(),
+            at_ms: n,
+        })
+        .collect();
+    store.append("i", recs).await.unwrap();
+    let n = Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE journal_log SET body = X'7b7d' WHERE instance = 'i' AND seq = 2",
+            [],
+        )
+        .unwrap();
+    assert_eq!(n, 1, "the records were expected in the log");
+    match store.verify("i").await.unwrap_err() {
+        Error::Chain(e) => assert_eq!((e.seq, e.reason), (2, ChainFault::Altered)),
+        other => panic!("expected a chain error, got {other}"),
+    }
 }
 
 #[tokio::test]
