@@ -64,6 +64,14 @@ pub struct SqliteStore {
 /// once for many commits, small enough that a read's scan of the log stays short.
 pub const DEFAULT_LOG_MERGE_ROWS: u64 = 8_192;
 
+/// A merge rewrites the last leaf pages of every instance in the log, so it is put off
+/// while the log holds fewer than this many rows per instance (10,000 concurrent runs of
+/// W4 put one or two rows each into 8,192)...
+const MIN_ROWS_PER_INSTANCE: u64 = 4;
+
+/// ... but never past this many rows, which bounds a read's scan of the log.
+const MAX_LOG_ROWS: u64 = 65_536;
+
 /// When to merge the journal log.
 #[derive(Debug)]
 struct LogState {
@@ -74,6 +82,38 @@ struct LogState {
     merge_at: AtomicU64,
     /// A merge job is queued or running.
     merging: AtomicBool,
+    /// Whether merges wait for enough rows per instance (off once an interval is set).
+    adaptive: AtomicBool,
+    /// Hashes of the instances appended to since the last merge.
+    instances: std::sync::Mutex<std::collections::HashSet<u64>>,
+}
+
+/// The writer job that merges the log (the caller has set `log.merging`).
+fn merge_job(log: Arc<LogState>) -> impl FnOnce(&rusqlite::Connection) -> Result<()> + Send {
+    move |c| {
+        // Everything in the log now moves (appends run on this thread too); a batch that
+        // fails to commit leaves rows behind, merged next time.
+        let r = journal::merge_log(c);
+        if r.is_ok() {
+            log.rows.store(0, Ordering::Relaxed);
+            log.instances
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clear();
+        }
+        log.merging.store(false, Ordering::Release);
+        r.map(|_| ())
+    }
+}
+
+/// Above this many rows in the log, a batched load ([`Store::load_many`]) merges it
+/// first: recovery loads hundreds of batches, and each would scan the whole log.
+const LOAD_MERGE_ROWS: u64 = 1_024;
+
+/// The key of `instance` in [`LogState::instances`].
+fn instance_key(instance: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(instance)
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -112,38 +152,45 @@ impl SqliteStore {
                 rows: AtomicU64::new(0),
                 merge_at: AtomicU64::new(DEFAULT_LOG_MERGE_ROWS),
                 merging: AtomicBool::new(false),
+                adaptive: AtomicBool::new(true),
+                instances: Default::default(),
             }),
         })
     }
 
-    /// Merges the journal log into the journal every `rows` appended rows (default
-    /// [`DEFAULT_LOG_MERGE_ROWS`]; 1 merges after every append). Reads see the same
-    /// records either way: this only trades write amplification against read scans.
+    /// Merges the journal log into the journal exactly every `rows` appended rows (1:
+    /// after every append). By default it merges every [`DEFAULT_LOG_MERGE_ROWS`] rows
+    /// once the log holds at least four rows per instance in it, and at 65,536 rows in any
+    /// case. Reads see the same records either way: this only trades write amplification
+    /// against read scans.
     pub fn set_log_merge_rows(&self, rows: u64) {
         self.log.merge_at.store(rows.max(1), Ordering::Relaxed);
+        self.log.adaptive.store(false, Ordering::Relaxed);
     }
 
-    /// Counts `n` appended rows and queues a merge of the log once enough are there.
-    fn appended(&self, n: usize) {
+    /// Counts `n` rows appended to the instances `keys` ([`instance_key`]) and queues a
+    /// merge of the log once it is due.
+    fn appended(&self, keys: &[u64], n: usize) {
         let log = &self.log;
+        let distinct = {
+            let mut set = log
+                .instances
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            set.extend(keys.iter().copied());
+            set.len() as u64
+        };
         let rows = log.rows.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
         if n == 0
             || rows < log.merge_at.load(Ordering::Relaxed)
+            || (log.adaptive.load(Ordering::Relaxed)
+                && rows < MAX_LOG_ROWS
+                && rows < MIN_ROWS_PER_INSTANCE.saturating_mul(distinct))
             || log.merging.swap(true, Ordering::AcqRel)
         {
             return;
         }
-        let log = Arc::clone(log);
-        self.writer.submit_detached(move |c| {
-            // Everything in the log now moves (appends run on this thread too); a batch
-            // that fails to commit leaves rows behind, merged next time.
-            let r = journal::merge_log(c);
-            if r.is_ok() {
-                log.rows.store(0, Ordering::Relaxed);
-            }
-            log.merging.store(false, Ordering::Release);
-            r.map(|_| ())
-        });
+        self.writer.submit_detached(merge_job(Arc::clone(log)));
     }
 
     /// The file.
@@ -231,13 +278,14 @@ impl Store for SqliteStore {
                 head: hash,
             });
         }
+        let key = instance_key(instance);
         let instance = instance.to_string();
         let n = records.len();
         let out = self
             .writer
             .submit(move |c| journal::append(c, &instance, &records))
             .await?;
-        self.appended(n);
+        self.appended(&[key], n);
         Ok(out)
     }
 
@@ -248,6 +296,7 @@ impl Store for SqliteStore {
         records: Vec<NewRecord>,
     ) -> Result<Appended> {
         check_records(&records)?;
+        let key = instance_key(instance);
         let instance = instance.to_string();
         let fence = fence.clone();
         let n = records.len();
@@ -268,7 +317,7 @@ impl Store for SqliteStore {
                 journal::append(c, &instance, &records)
             })
             .await?;
-        self.appended(n);
+        self.appended(&[key], n);
         Ok(out)
     }
 
@@ -321,6 +370,7 @@ impl Store for SqliteStore {
             check_records(recs)?;
         }
         let n = appends.iter().map(|(_, r)| r.len()).sum();
+        let keys: Vec<u64> = appends.iter().map(|(i, _)| instance_key(i)).collect();
         // One job (one savepoint) for the whole batch: the writer's cost is per job.
         let out = self
             .writer
@@ -343,7 +393,7 @@ impl Store for SqliteStore {
                 Ok(out)
             })
             .await?;
-        self.appended(n);
+        self.appended(&keys, n);
         Ok(out)
     }
 
@@ -358,6 +408,7 @@ impl Store for SqliteStore {
             check_records(recs)?;
         }
         let n = appends.iter().map(|(_, _, r)| r.len()).sum();
+        let keys: Vec<u64> = appends.iter().map(|(i, _, _)| instance_key(i)).collect();
         let terms = terms.clone();
         // One job, as `write_batch`: the fence checks are point reads in the same
         // transaction (the writer thread is the only writer).
@@ -397,7 +448,7 @@ impl Store for SqliteStore {
                 Ok(out)
             })
             .await?;
-        self.appended(n);
+        self.appended(&keys, n);
         Ok(out)
     }
 
@@ -408,6 +459,11 @@ impl Store for SqliteStore {
         // One reader task and one read transaction for the whole batch (one consistent
         // view, one WAL read lock instead of two per instance): recovery of many
         // instances is bound by round trips, not by SQLite.
+        if self.log.rows.load(Ordering::Relaxed) > LOAD_MERGE_ROWS
+            && !self.log.merging.swap(true, Ordering::AcqRel)
+        {
+            self.writer.submit(merge_job(Arc::clone(&self.log))).await?;
+        }
         let ids = instances.to_vec();
         self.readers
             .run(move |c| {

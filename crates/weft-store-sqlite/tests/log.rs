@@ -154,3 +154,27 @@ async fn a_log_row_that_repeats_a_journal_record_is_reported_as_damage() {
     let e = SqliteStore::open(&p).await.unwrap_err();
     assert_eq!(e.code(), "store_corrupt", "{e}");
 }
+
+#[tokio::test]
+async fn by_default_the_merge_waits_for_several_rows_per_instance() {
+    let p = path("adaptive");
+    let s = SqliteStore::open(&p).await.unwrap();
+    // 9,000 instances with one row each: past the default interval (8,192 rows), but a
+    // merge would rewrite a leaf per row, so it waits.
+    let batch: Vec<(String, Vec<NewRecord>)> = (0..9_000)
+        .map(|i| (format!("w{i:05}"), vec![rec(1)]))
+        .collect();
+    s.write_batch(Vec::new(), batch, Vec::new()).await.unwrap();
+    settle(&s).await;
+    assert_eq!(rows(&p), (0, 9_000));
+    // Four rows per instance: due.
+    for k in 2..=4 {
+        let batch: Vec<(String, Vec<NewRecord>)> = (0..9_000)
+            .map(|i| (format!("w{i:05}"), vec![rec(k)]))
+            .collect();
+        s.write_batch(Vec::new(), batch, Vec::new()).await.unwrap();
+    }
+    settle(&s).await;
+    assert_eq!(rows(&p), (36_000, 0));
+    assert_eq!(s.verify("w08999").await.unwrap().records, 4);
+}
