@@ -18,19 +18,23 @@ fn temp(name: &str) -> PathBuf {
     dir.join("weft.db")
 }
 
-/// A store with instance `i` holding 5 records; returns the file after closing it and
-/// opening it once more, which merges the journal log: the records are in `journal`.
-async fn five_records(name: &str) -> PathBuf {
-    let path = temp(name);
-    let store = SqliteStore::open(&path).await.unwrap();
-    let recs = (1..=5)
+/// Records 1..=5 of instance `i`.
+fn five() -> Vec<NewRecord> {
+    (1..=5)
         .map(|n| NewRecord {
             kind: "step".into(),
             body: format!("{{\"n\":{n}}}").into_bytes(),
             at_ms: n,
         })
-        .collect();
-    store.append("i", recs).await.unwrap();
+        .collect()
+}
+
+/// A store with instance `i` holding 5 records; returns the file after closing it and
+/// opening it once more, which merges the journal log: the records are in `journal`.
+async fn five_records(name: &str) -> PathBuf {
+    let path = temp(name);
+    let store = SqliteStore::open(&path).await.unwrap();
+    store.append("i", five()).await.unwrap();
     store.verify("i").await.unwrap();
     drop(store);
     drop(SqliteStore::open(&path).await.unwrap());
@@ -65,14 +69,7 @@ async fn altered_body_is_detected() {
 async fn altered_body_in_the_log_is_detected() {
     let path = temp("altered-log");
     let store = SqliteStore::open(&path).await.unwrap();
-    let recs = (1..=5)
-        .map(|n| NewRecord {
-            kind: "step".into(),
-            body: format!("{{\"n\":{n}}}").into_bytes(),
-            at_ms: n,
-        })
-        .collect();
-    store.append("i", recs).await.unwrap();
+    store.append("i", five()).await.unwrap();
     let n = Connection::open(&path)
         .unwrap()
         .execute(
