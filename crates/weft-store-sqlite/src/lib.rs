@@ -88,6 +88,25 @@ struct LogState {
     instances: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
+impl LogState {
+    fn new() -> Self {
+        LogState {
+            rows: AtomicU64::new(0),
+            merge_at: AtomicU64::new(DEFAULT_LOG_MERGE_ROWS),
+            merging: AtomicBool::new(false),
+            adaptive: AtomicBool::new(true),
+            instances: Default::default(),
+        }
+    }
+
+    /// The writer job that merges the log, unless one is already queued or running.
+    fn claim_merge(
+        self: &Arc<Self>,
+    ) -> Option<impl FnOnce(&rusqlite::Connection) -> Result<()> + Send + use<>> {
+        (!self.merging.swap(true, Ordering::AcqRel)).then(|| merge_job(Arc::clone(self)))
+    }
+}
+
 /// The writer job that merges the log (the caller has set `log.merging`).
 fn merge_job(log: Arc<LogState>) -> impl FnOnce(&rusqlite::Connection) -> Result<()> + Send {
     move |c| {
@@ -148,13 +167,7 @@ impl SqliteStore {
             writer: Writer::start(conn)?,
             readers: Readers::new(path.clone()),
             path,
-            log: Arc::new(LogState {
-                rows: AtomicU64::new(0),
-                merge_at: AtomicU64::new(DEFAULT_LOG_MERGE_ROWS),
-                merging: AtomicBool::new(false),
-                adaptive: AtomicBool::new(true),
-                instances: Default::default(),
-            }),
+            log: Arc::new(LogState::new()),
         })
     }
 
@@ -186,11 +199,12 @@ impl SqliteStore {
             || (log.adaptive.load(Ordering::Relaxed)
                 && rows < MAX_LOG_ROWS
                 && rows < MIN_ROWS_PER_INSTANCE.saturating_mul(distinct))
-            || log.merging.swap(true, Ordering::AcqRel)
         {
             return;
         }
-        self.writer.submit_detached(merge_job(Arc::clone(log)));
+        if let Some(job) = log.claim_merge() {
+            self.writer.submit_detached(job);
+        }
     }
 
     /// The file.
@@ -460,9 +474,9 @@ impl Store for SqliteStore {
         // view, one WAL read lock instead of two per instance): recovery of many
         // instances is bound by round trips, not by SQLite.
         if self.log.rows.load(Ordering::Relaxed) > LOAD_MERGE_ROWS
-            && !self.log.merging.swap(true, Ordering::AcqRel)
+            && let Some(job) = self.log.claim_merge()
         {
-            self.writer.submit(merge_job(Arc::clone(&self.log))).await?;
+            self.writer.submit(job).await?;
         }
         let ids = instances.to_vec();
         self.readers
