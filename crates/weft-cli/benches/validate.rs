@@ -10,7 +10,7 @@ use weft_core::{Limits, StaticCatalog, parse_plan, validate};
 
 /// The same allocator as the `weft` binary, so the figures match what users get.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: weft_alloc::Alloc = weft_alloc::Alloc;
 
 fn main() {
     divan::main();

@@ -5,7 +5,7 @@
 /// (tokens, payload maps, CEL values) and glibc's malloc spent a quarter of validation time
 /// consolidating free lists (measured with `perf` on the 10,000-step validation bench).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: weft_alloc::Alloc = weft_alloc::Alloc;
 
 fn main() -> std::process::ExitCode {
     weft_cli::main()

@@ -4,7 +4,7 @@
 
 /// The allocator of the `weft` binary, so the figures match `weft bench`.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: weft_alloc::Alloc = weft_alloc::Alloc;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

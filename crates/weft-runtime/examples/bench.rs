@@ -4,7 +4,7 @@
 /// mimalloc, as in the `weft` binary: the engine allocates many small short-lived objects
 /// (tokens, payload maps, tool contexts) and glibc's malloc costs W1 about 40% (measured).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: weft_alloc::Alloc = weft_alloc::Alloc;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -3,7 +3,7 @@
 //! Uses mimalloc, like `bench` and the `weft` binary.
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: weft_alloc::Alloc = weft_alloc::Alloc;
 
 use std::time::Instant;
 
