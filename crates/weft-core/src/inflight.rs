@@ -31,6 +31,11 @@ impl InFlightMap {
         }
     }
 
+    /// Makes room for `n` more firings.
+    pub fn reserve(&mut self, n: usize) {
+        self.entries.reserve(n);
+    }
+
     /// Number of firings in flight.
     pub fn len(&self) -> usize {
         self.entries.len()

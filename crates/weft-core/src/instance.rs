@@ -353,7 +353,7 @@ impl Instance {
             fired: 0,
             next_token: 0,
             next_firing: 0,
-            dirty: VecDeque::new(),
+            dirty: VecDeque::with_capacity(net.width()),
             is_dirty: vec![false; net.steps.len()],
             spare: SpareTokens::default(),
         };
@@ -661,6 +661,10 @@ impl Instance {
             (Some(_), Ok(a)) => a.as_value().clone(),
             _ => Value::Null,
         };
+        if self.in_flight.is_empty() {
+            // Room for a whole fan-out at once (a no-op once it has it).
+            self.in_flight.reserve(net.width());
+        }
         self.in_flight.insert(
             firing,
             InFlight {

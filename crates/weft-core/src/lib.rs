@@ -13,6 +13,7 @@ pub mod load;
 pub mod marking;
 pub mod net;
 pub mod plan;
+pub mod queue;
 pub mod token;
 pub mod validate;
 

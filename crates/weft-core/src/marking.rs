@@ -11,13 +11,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::net::{Net, SlotId};
+use crate::queue::TokenQueue;
 use crate::token::{Token, TokenId};
 
 /// Tokens waiting on one slot.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Slot {
-    /// Tokens, oldest first (ids increase).
-    pub tokens: VecDeque<Token>,
+    /// Tokens, oldest first (ids increase); the first one is stored in place.
+    pub tokens: TokenQueue,
     /// One index per path in `SlotInfo::index_paths`: key → token ids, oldest first.
     #[serde(skip)]
     indexes: Vec<HashMap<String, VecDeque<TokenId>>>,
@@ -40,11 +41,6 @@ pub fn key_at(payload: &Value, path: &[String]) -> Option<String> {
 pub struct Marking {
     /// One per slot of the net.
     pub slots: Vec<Slot>,
-    /// The buffer of a slot that was emptied, for the next slot that gets a token with no
-    /// buffer of its own (a chain moves one token from slot to slot: one allocation per
-    /// instance instead of one per step). Not part of the state.
-    #[serde(skip)]
-    spare: Option<VecDeque<Token>>,
 }
 
 /// Slots that never held a buffer (most of a finished instance's) are let go without
@@ -53,7 +49,7 @@ pub struct Marking {
 impl Drop for Marking {
     fn drop(&mut self) {
         for s in std::mem::take(&mut self.slots) {
-            if s.tokens.capacity() == 0 && s.indexes.capacity() == 0 {
+            if s.tokens.is_bare() && s.indexes.capacity() == 0 {
                 // Nothing on the heap: forgetting it leaks nothing.
                 std::mem::forget(s);
             }
@@ -67,7 +63,7 @@ impl Marking {
         let mut slots = Vec::with_capacity(net.slots.len());
         for s in &net.slots {
             slots.push(Slot {
-                tokens: VecDeque::new(),
+                tokens: TokenQueue::new(),
                 // Built per index (no hasher state is made for a slot without one).
                 indexes: if s.index_paths.is_empty() {
                     Vec::new()
@@ -76,7 +72,7 @@ impl Marking {
                 },
             });
         }
-        Marking { slots, spare: None }
+        Marking { slots }
     }
 
     /// Rebuilds the equality indexes (after deserialising a snapshot).
@@ -102,12 +98,6 @@ impl Marking {
                 s.indexes[k].entry(key).or_default().push_back(token.id);
             }
         }
-        if s.tokens.capacity() == 0
-            && let Some(buf) = self.spare.take()
-        {
-            // The replaced queue never allocated: nothing to drop.
-            std::mem::forget(std::mem::replace(&mut s.tokens, buf));
-        }
         s.tokens.push_back(token);
     }
 
@@ -128,28 +118,13 @@ impl Marking {
 
     /// Position of a token in a slot (binary search: ids increase along the queue).
     pub fn position(&self, slot: SlotId, id: TokenId) -> Option<usize> {
-        let q = &self.slots[slot as usize].tokens;
-        let (a, b) = q.as_slices();
-        match a.binary_search_by_key(&id, |t| t.id) {
-            Ok(i) => Some(i),
-            Err(_) => b
-                .binary_search_by_key(&id, |t| t.id)
-                .ok()
-                .map(|i| i + a.len()),
-        }
+        self.slots[slot as usize].tokens.position(id)
     }
 
     /// Removes the token at `pos` from a slot and returns it.
     pub fn take(&mut self, net: &Net, slot: SlotId, pos: usize) -> Option<Token> {
         let s = &mut self.slots[slot as usize];
-        let t = if pos == 0 {
-            s.tokens.pop_front()?
-        } else {
-            s.tokens.remove(pos)?
-        };
-        if s.tokens.is_empty() && self.spare.is_none() {
-            self.spare = Some(std::mem::take(&mut s.tokens));
-        }
+        let t = s.tokens.remove(pos)?;
         for (k, path) in net.slots[slot as usize].index_paths.iter().enumerate() {
             if let Some(key) = key_at(&t.payload, path)
                 && let Some(ids) = s.indexes[k].get_mut(&key)

@@ -151,9 +151,19 @@ pub struct Net {
     /// Per step: whether anything reads the consumed tokens after the action ran
     /// (conditional or shaped emits, an error-token target, a retry policy).
     keeps_inputs: Vec<bool>,
+    /// The most steps one token can enable at once (its event's consumers), at least 1.
+    width: usize,
 }
 
 impl Net {
+    /// The most steps one new token can enable at once (the consumers of its event), at
+    /// least 1 and at most 64: the size the per-instance queues of enabled steps, firings
+    /// in flight and ready outcomes are given when they first allocate, so a fan-out does
+    /// not grow them step by step.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
     /// Looks an event up by name.
     pub fn event_id(&self, name: &str) -> Option<EventId> {
         self.event_ids.get(name).copied()
@@ -286,7 +296,14 @@ impl Net {
                     || s.emits.iter().any(|e| e.when.is_some() || e.data.is_some())
             })
             .collect();
+        let width = events
+            .iter()
+            .map(|e| e.consumers.len())
+            .max()
+            .unwrap_or(1)
+            .clamp(1, 64);
         Net {
+            width,
             args_fresh,
             literal_args,
             keeps_inputs,

@@ -226,7 +226,8 @@ impl Cell {
 
     /// Applies `input`, then every action outcome that is ready at once, then settles.
     pub(crate) fn run(self: &Arc<Self>, core: &mut Core, input: Input) {
-        let mut ready: VecDeque<Ready> = VecDeque::new();
+        // Room for the outcomes of a whole fan-out (one allocation instead of growing).
+        let mut ready: VecDeque<Ready> = VecDeque::with_capacity(core.plan.net.width());
         if matches!(
             input,
             Input::Token { .. } | Input::Timer { .. } | Input::Outcome { .. }
