@@ -160,6 +160,34 @@ impl Args {
     }
 }
 
+/// The consumed tokens of an in-flight firing handed to its action
+/// ([`Instance::detach_inputs`]): `(event, payload)` per token, in binding order.
+#[derive(Debug)]
+pub struct Detached<'a> {
+    first: Option<(EventId, Arc<Value>)>,
+    rest: std::vec::Drain<'a, Token>,
+    len: usize,
+}
+
+impl Iterator for Detached<'_> {
+    type Item = (EventId, Arc<Value>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let next = match self.first.take() {
+            Some(f) => Some(f),
+            None => self.rest.next().map(|t| (t.event, t.payload)),
+        };
+        self.len -= usize::from(next.is_some());
+        next
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.len, Some(self.len))
+    }
+}
+
+impl ExactSizeIterator for Detached<'_> {}
+
 /// The effect of a firing: call `action` with `args`. The tokens it consumed are in the
 /// firing's [`InFlight`] record; its idempotency key is [`idempotency_key`] of the instance,
 /// the step's name and `firing` (built by whoever needs it, not per firing).
@@ -732,26 +760,29 @@ impl Instance {
 
     /// Hands the consumed tokens of an in-flight firing to its action, when completing the
     /// firing will not read them ([`Net::keeps_inputs`] is false: plain emits, no error
-    /// token, no retry); their correlation stays. Lets an action that is the only holder of
-    /// a payload take it over instead of copying it. `None` (and nothing changes) when the
-    /// tokens are still needed or the firing is not in flight. The tokens are drained out of
-    /// the record (its emptied vector is reused by a later firing).
-    pub fn detach_inputs(
-        &mut self,
-        net: &Net,
-        firing: FiringId,
-    ) -> Option<std::vec::Drain<'_, Token>> {
+    /// token, no retry): yields each token's event and payload, in binding order. The
+    /// binding's correlation (the first token's) moves into the record, so nothing is
+    /// counted up or down for it. `None` (and nothing changes) when the tokens are still
+    /// needed or the firing is not in flight. The record's emptied vector is reused by a
+    /// later firing.
+    pub fn detach_inputs(&mut self, net: &Net, firing: FiringId) -> Option<Detached<'_>> {
         let inf = self.in_flight.get_mut(&firing)?;
         if net.keeps_inputs(inf.step) || inf.correlation.is_some() {
             return None;
         }
-        let corr = inf
-            .tokens
-            .first()
-            .map(|t| Arc::clone(&t.correlation))
-            .unwrap_or_else(|| Arc::clone(&self.root));
-        inf.correlation = Some(corr);
-        Some(inf.tokens.drain(..))
+        let len = inf.tokens.len();
+        let mut rest = inf.tokens.drain(..);
+        let first = match rest.next() {
+            Some(t) => {
+                inf.correlation = Some(t.correlation);
+                Some((t.event, t.payload))
+            }
+            None => {
+                inf.correlation = Some(Arc::clone(&self.root));
+                None
+            }
+        };
+        Some(Detached { first, rest, len })
     }
 
     /// The next firing, if any step is enabled: searches dirty steps for a binding and fires
@@ -830,10 +861,14 @@ impl Instance {
         let result = Arc::new(result);
         // Fast path: plain emits need no expression scope and no staging.
         if s.emits.iter().all(|e| e.when.is_none() && e.data.is_none()) {
-            let Some(inf) = self.in_flight.remove(&firing) else {
+            let Some(mut inf) = self.in_flight.remove(&firing) else {
                 return Ok(self.next_token..self.next_token);
             };
-            let correlation = Self::correlation_of(&inf, &self.root);
+            // Moved out of the record, which is done with (no count up and down).
+            let correlation = match inf.correlation.take() {
+                Some(c) => c,
+                None => Self::correlation_of(&inf, &self.root),
+            };
             self.spare.keep(inf.tokens);
             let first = self.next_token;
             match &s.emits[..] {

@@ -19,9 +19,10 @@ use futures::future::Either;
 use serde_json::Value;
 use weft_core::instance::{Completion, idempotency_key};
 use weft_core::token::FiringId;
-use weft_core::token::Token;
-use weft_core::{ActionError, Fired, Net};
-use weft_tools::{Args, BoxFuture, InlineContext, Tool, ToolContext, ToolError, ToolServices};
+use weft_core::{ActionError, EventId, Fired, Net};
+use weft_tools::{
+    Args, BoxFuture, InlineContext, InputName, Tool, ToolContext, ToolError, ToolServices,
+};
 
 use crate::cell::{Active, Cell, Core, PendingFut, Ready};
 use crate::clock::Clock;
@@ -169,7 +170,7 @@ impl Cell {
                     .enumerate()
                     .map(|(k, t)| {
                         (
-                            Self::input_name(&core.plan.net, srt, k, t),
+                            Self::input_name(&core.plan.net, srt, k, t.event).to_arc(),
                             Arc::clone(&t.payload),
                         )
                     })
@@ -178,11 +179,12 @@ impl Cell {
             .unwrap_or_default()
     }
 
-    /// The event name of the `k`-th consumed token (the step's `k`-th input).
-    fn input_name(net: &Net, srt: &StepRt, k: usize, t: &Token) -> Arc<str> {
+    /// The event name of the `k`-th consumed token (the step's `k`-th input), borrowed from
+    /// the compiled plan when it is the step's own.
+    fn input_name<'p>(net: &Net, srt: &'p StepRt, k: usize, event: EventId) -> InputName<'p> {
         match srt.inputs.get(k) {
-            Some((e, n)) if *e == t.event => Arc::clone(n),
-            _ => Arc::from(net.event(t.event).name.as_str()),
+            Some((e, n)) if *e == event => InputName::Plan(n),
+            _ => InputName::Owned(Arc::from(net.event(event).name.as_str())),
         }
     }
 
@@ -216,7 +218,9 @@ impl Cell {
                 return;
             }
         };
-        let Some(tool) = srt.tool.clone() else {
+        // Borrowed: an immediate call needs no reference of its own (cloning the `Arc`
+        // cost two atomic operations per step); a deferred call clones it below.
+        let Some(tool) = srt.tool.as_ref() else {
             ready.push_back((
                 f.firing,
                 Err(ActionError::fatal(
@@ -263,20 +267,20 @@ impl Cell {
                 .and_then(|i| i.detach_inputs(net, f.firing))
                 .map(|mut tokens| {
                     if tokens.len() == 1
-                        && let Some(t) = tokens.next()
+                        && let Some((event, payload)) = tokens.next()
                     {
                         // One input: held in place, no vector.
                         return InlineContext::one(
-                            Self::input_name(net, srt, 0, &t),
-                            t.payload,
+                            Self::input_name(net, srt, 0, event),
+                            payload,
                             &build,
                         );
                     }
                     let mut v = Vec::with_capacity(tokens.len());
-                    for (k, t) in tokens.enumerate() {
-                        v.push((Self::input_name(net, srt, k, &t), t.payload));
+                    for (k, (event, payload)) in tokens.enumerate() {
+                        v.push((Self::input_name(net, srt, k, event), payload));
                     }
-                    InlineContext::new(v, &build)
+                    InlineContext::named(v, &build)
                 });
             let ctx = match detached {
                 Some(ctx) => ctx,
@@ -316,7 +320,7 @@ impl Cell {
         self.call(
             core,
             f.firing,
-            tool,
+            Arc::clone(tool),
             ctx,
             args.into_value(),
             srt.timeout_ms,

@@ -81,14 +81,14 @@ impl Tool for Noop {
     }
     fn call_inline(&self, ctx: InlineContext<'_>, args: Args) -> Result<Value, ToolError> {
         // Needs no context; literal args: copies only the entries merged into the output.
-        let n = ctx.inputs().len();
+        let n = ctx.len();
         let mut out = match n {
             0 => Value::Object(serde_json::Map::new()),
             1 => ctx
                 .take_input_values()
                 .next()
                 .unwrap_or_else(|| Value::Object(serde_json::Map::new())),
-            _ => (*ctx.inputs()[0].1).clone(),
+            _ => ctx.input(0).map(|(_, p)| (**p).clone()).unwrap_or_default(),
         };
         if let Value::Object(o) = &mut out {
             match args {

@@ -204,24 +204,71 @@ impl ToolServices for NoServices {
 /// Builds a firing's [`ToolContext`] from its inputs.
 pub type ContextBuilder<'a> = &'a dyn Fn(Vec<(Arc<str>, Arc<Value>)>) -> ToolContext;
 
+/// The event name of an immediate call's input: borrowed from the compiled plan on the hot
+/// path (no reference count is touched per firing), owned otherwise.
+#[derive(Debug, Clone)]
+pub enum InputName<'a> {
+    /// The plan's own copy of the name.
+    Plan(&'a Arc<str>),
+    /// A name of its own.
+    Owned(Arc<str>),
+}
+
+impl InputName<'_> {
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            InputName::Plan(n) => n,
+            InputName::Owned(n) => n,
+        }
+    }
+
+    /// The name as an `Arc` (shares the plan's copy).
+    pub fn to_arc(&self) -> Arc<str> {
+        match self {
+            InputName::Plan(n) => Arc::clone(n),
+            InputName::Owned(n) => Arc::clone(n),
+        }
+    }
+
+    fn into_arc(self) -> Arc<str> {
+        match self {
+            InputName::Plan(n) => Arc::clone(n),
+            InputName::Owned(n) => n,
+        }
+    }
+}
+
+impl<'a> From<&'a Arc<str>> for InputName<'a> {
+    fn from(n: &'a Arc<str>) -> Self {
+        InputName::Plan(n)
+    }
+}
+
+impl From<Arc<str>> for InputName<'_> {
+    fn from(n: Arc<str>) -> Self {
+        InputName::Owned(n)
+    }
+}
+
 /// The context of an immediate call ([`Tool::call_inline`]): the firing's inputs, and the
 /// rest of the [`ToolContext`] (names, idempotency key, services) built on demand.
 pub struct InlineContext<'a> {
-    inputs: InlineInputs,
+    inputs: InlineInputs<'a>,
     build: ContextBuilder<'a>,
 }
 
 /// The inputs of an immediate call: a one-input step's input is held in place (no vector
 /// is allocated per firing for it).
-enum InlineInputs {
-    One([(Arc<str>, Arc<Value>); 1]),
-    Many(Vec<(Arc<str>, Arc<Value>)>),
+enum InlineInputs<'a> {
+    One([(InputName<'a>, Arc<Value>); 1]),
+    Many(Vec<(InputName<'a>, Arc<Value>)>),
 }
 
 impl std::fmt::Debug for InlineContext<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InlineContext")
-            .field("inputs", &self.inputs().len())
+            .field("inputs", &self.len())
             .finish_non_exhaustive()
     }
 }
@@ -229,6 +276,17 @@ impl std::fmt::Debug for InlineContext<'_> {
 impl<'a> InlineContext<'a> {
     /// The inputs (as in [`ToolContext::inputs`]) and how to build the full context.
     pub fn new(inputs: Vec<(Arc<str>, Arc<Value>)>, build: ContextBuilder<'a>) -> Self {
+        Self::named(
+            inputs
+                .into_iter()
+                .map(|(n, p)| (InputName::Owned(n), p))
+                .collect(),
+            build,
+        )
+    }
+
+    /// [`InlineContext::new`] with names that may be borrowed from the plan.
+    pub fn named(inputs: Vec<(InputName<'a>, Arc<Value>)>, build: ContextBuilder<'a>) -> Self {
         InlineContext {
             inputs: InlineInputs::Many(inputs),
             build,
@@ -236,24 +294,47 @@ impl<'a> InlineContext<'a> {
     }
 
     /// [`InlineContext::new`] for a firing with one input (nothing is allocated for it).
-    pub fn one(event: Arc<str>, payload: Arc<Value>, build: ContextBuilder<'a>) -> Self {
+    pub fn one(
+        event: impl Into<InputName<'a>>,
+        payload: Arc<Value>,
+        build: ContextBuilder<'a>,
+    ) -> Self {
         InlineContext {
-            inputs: InlineInputs::One([(event, payload)]),
+            inputs: InlineInputs::One([(event.into(), payload)]),
             build,
         }
     }
 
-    /// The input token payloads by event name, in binding order.
-    pub fn inputs(&self) -> &[(Arc<str>, Arc<Value>)] {
+    fn slice(&self) -> &[(InputName<'a>, Arc<Value>)] {
         match &self.inputs {
             InlineInputs::One(one) => one,
             InlineInputs::Many(v) => v,
         }
     }
 
+    /// Number of inputs.
+    pub fn len(&self) -> usize {
+        self.slice().len()
+    }
+
+    /// Has the firing no inputs?
+    pub fn is_empty(&self) -> bool {
+        self.slice().is_empty()
+    }
+
+    /// The `k`-th input (binding order): its event name and payload.
+    pub fn input(&self, k: usize) -> Option<(&str, &Arc<Value>)> {
+        self.slice().get(k).map(|(n, p)| (n.as_str(), p))
+    }
+
+    /// The inputs by event name, in binding order.
+    pub fn inputs(&self) -> impl ExactSizeIterator<Item = (&str, &Arc<Value>)> {
+        self.slice().iter().map(|(n, p)| (n.as_str(), p))
+    }
+
     /// The input payloads, owned and in binding order (as
     /// [`ToolContext::take_input_values`]).
-    pub fn take_input_values(self) -> InputValues {
+    pub fn take_input_values(self) -> InputValues<'a> {
         match self.inputs {
             InlineInputs::One([(_, p)]) => InputValues {
                 one: Some(p),
@@ -269,8 +350,8 @@ impl<'a> InlineContext<'a> {
     /// The full context.
     pub fn into_context(self) -> ToolContext {
         let inputs = match self.inputs {
-            InlineInputs::One(one) => Vec::from(one),
-            InlineInputs::Many(v) => v,
+            InlineInputs::One([(n, p)]) => vec![(n.into_arc(), p)],
+            InlineInputs::Many(v) => v.into_iter().map(|(n, p)| (n.into_arc(), p)).collect(),
         };
         (self.build)(inputs)
     }
@@ -279,12 +360,12 @@ impl<'a> InlineContext<'a> {
 /// The input payloads of an immediate call, owned and in binding order
 /// ([`InlineContext::take_input_values`]): moved out where the call is their only holder,
 /// cloned otherwise.
-pub struct InputValues {
+pub struct InputValues<'a> {
     one: Option<Arc<Value>>,
-    many: std::vec::IntoIter<(Arc<str>, Arc<Value>)>,
+    many: std::vec::IntoIter<(InputName<'a>, Arc<Value>)>,
 }
 
-impl InputValues {
+impl InputValues<'_> {
     /// The next payload as it is held: a tool that can do better than copying a payload
     /// it shares with others (read only what it needs) takes it this way.
     pub fn next_arc(&mut self) -> Option<Arc<Value>> {
@@ -295,7 +376,7 @@ impl InputValues {
     }
 }
 
-impl Iterator for InputValues {
+impl Iterator for InputValues<'_> {
     type Item = Value;
 
     fn next(&mut self) -> Option<Value> {
@@ -309,7 +390,7 @@ impl Iterator for InputValues {
     }
 }
 
-impl ExactSizeIterator for InputValues {}
+impl ExactSizeIterator for InputValues<'_> {}
 
 impl ToolContext {
     /// The input payloads, owned and in binding order: moved out where this context is
@@ -382,5 +463,55 @@ pub trait Tool: Send + Sync {
                 ),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Names borrowed from the plan and owned ones read the same, reach the full context as
+    /// `Arc`s (the borrowed one sharing the plan's copy), and the payloads come out in
+    /// binding order, taken over where the context was their only holder.
+    #[test]
+    fn inline_inputs_keep_names_and_order() {
+        let plan_name: Arc<str> = Arc::from("a");
+        let shared = Arc::new(json!({"x": 1}));
+        let build = |inputs: Vec<(Arc<str>, Arc<Value>)>| {
+            let mut c = ToolContext::detached("s");
+            c.inputs = Arc::new(inputs);
+            c
+        };
+        let inputs = || {
+            vec![
+                (InputName::from(&plan_name), Arc::clone(&shared)),
+                (InputName::from(Arc::<str>::from("b")), Arc::new(json!(2))),
+            ]
+        };
+        let ctx = InlineContext::named(inputs(), &build);
+        assert_eq!(ctx.len(), 2);
+        assert!(!ctx.is_empty());
+        assert_eq!(
+            ctx.input(1).map(|(n, p)| (n, (**p).clone())),
+            Some(("b", json!(2)))
+        );
+        assert_eq!(ctx.input(2), None);
+        let names: Vec<&str> = ctx.inputs().map(|(n, _)| n).collect();
+        assert_eq!(names, ["a", "b"]);
+        let full = ctx.into_context();
+        assert!(Arc::ptr_eq(&full.inputs[0].0, &plan_name));
+        assert_eq!(&*full.inputs[1].0, "b");
+
+        let mut values = InlineContext::named(inputs(), &build).take_input_values();
+        assert_eq!(values.len(), 2);
+        assert_eq!(values.next(), Some(json!({"x": 1})));
+        assert_eq!(values.next(), Some(json!(2)));
+        assert_eq!(values.next(), None);
+
+        let one = InlineContext::one(&plan_name, Arc::new(json!(3)), &build);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one.into_context().inputs[0].1, Arc::new(json!(3)));
     }
 }
