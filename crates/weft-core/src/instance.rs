@@ -659,7 +659,7 @@ impl Instance {
         let s = net.step(step);
         let mut tokens = self.spare.take();
         if let [(slot, pos)] = *binding {
-            tokens.extend(self.marking.take(net, slot, pos));
+            self.marking.take_into(net, slot, pos, &mut tokens);
         } else if binding
             .iter()
             .enumerate()
@@ -668,7 +668,7 @@ impl Instance {
             // One token per slot: taking one leaves the others' positions as they were.
             tokens.reserve(binding.len());
             for &(slot, pos) in binding {
-                tokens.extend(self.marking.take(net, slot, pos));
+                self.marking.take_into(net, slot, pos, &mut tokens);
             }
         } else {
             // Take tokens highest position first per slot so earlier positions stay valid.

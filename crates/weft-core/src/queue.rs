@@ -80,18 +80,44 @@ impl TokenQueue {
     /// Removes the oldest token.
     #[inline]
     pub fn pop_front(&mut self) -> Option<Token> {
-        let t = self.head.take()?;
-        if !self.rest.is_empty() {
-            self.head = self.rest.pop_front();
+        // The head is moved out once, straight into the result (taking it and then
+        // checking it made the compiler stage the token on the stack twice).
+        if self.rest.is_empty() {
+            self.head.take()
+        } else {
+            let next = self.rest.pop_front();
+            std::mem::replace(&mut self.head, next)
         }
-        Some(t)
     }
 
     /// Removes the token at `pos`.
+    #[inline]
     pub fn remove(&mut self, pos: usize) -> Option<Token> {
         match pos {
             0 => self.pop_front(),
             _ => self.rest.remove(pos - 1),
+        }
+    }
+
+    /// [`TokenQueue::remove`] onto the end of `out`; returns whether a token was there.
+    #[inline]
+    pub fn remove_into(&mut self, pos: usize, out: &mut Vec<Token>) -> bool {
+        if pos == 0 && self.rest.is_empty() {
+            match self.head.take() {
+                Some(t) => {
+                    out.push(t);
+                    true
+                }
+                None => false,
+            }
+        } else {
+            match self.remove(pos) {
+                Some(t) => {
+                    out.push(t);
+                    true
+                }
+                None => false,
+            }
         }
     }
 
@@ -252,10 +278,13 @@ mod tests {
         let mut q = TokenQueue::new();
         let mut m: VecDeque<Token> = VecDeque::new();
         let mut next = 0;
-        // (op, arg): 0 push, 1 pop, 2 remove(arg % len), 3 insert at partition point.
+        // 0 push, 1 pop, 2 remove(step % len), 3 insert at the partition point,
+        // 4 remove_into(step % len) (or from an empty queue).
         let script = [
-            0, 0, 1, 1, 1, 0, 0, 0, 2, 0, 1, 2, 2, 0, 0, 0, 0, 3, 1, 2, 1, 1, 1, 1,
+            0, 0, 1, 1, 1, 0, 0, 0, 2, 0, 1, 2, 2, 0, 0, 0, 0, 3, 1, 2, 1, 1, 1, 1, 4, 0, 4, 0, 0,
+            4, 4, 4, 4,
         ];
+        let mut out = Vec::new();
         for (step, op) in script.into_iter().enumerate() {
             match op {
                 0 => {
@@ -267,6 +296,16 @@ mod tests {
                 2 if !m.is_empty() => {
                     let at = step % m.len();
                     assert_eq!(q.remove(at), m.remove(at));
+                }
+                4 => {
+                    let at = if m.is_empty() { 0 } else { step % m.len() };
+                    let before = out.len();
+                    let taken = q.remove_into(at, &mut out);
+                    assert_eq!(taken, !m.is_empty());
+                    if taken {
+                        assert_eq!(out.len(), before + 1);
+                        assert_eq!(out.last(), m.remove(at).as_ref());
+                    }
                 }
                 3 => {
                     let id = next - 3;
