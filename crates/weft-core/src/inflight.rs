@@ -76,6 +76,7 @@ impl InFlightMap {
 
     /// Records `firing` (appended when it is the newest, as new firings always are);
     /// returns the record it replaced, if any.
+    #[inline]
     pub fn insert(&mut self, firing: FiringId, record: InFlight) -> Option<InFlight> {
         if self.entries.back().is_none_or(|(f, _)| *f < firing) {
             self.entries.push_back((firing, record));
@@ -94,6 +95,7 @@ impl InFlightMap {
     }
 
     /// Removes and returns the record of `firing`.
+    #[inline]
     pub fn remove(&mut self, firing: &FiringId) -> Option<InFlight> {
         let i = self.find(*firing).ok()?;
         let e = if i == 0 {

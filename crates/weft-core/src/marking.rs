@@ -100,6 +100,7 @@ impl Marking {
     }
 
     /// Appends a token to a slot.
+    #[inline]
     pub fn push(&mut self, net: &Net, slot: SlotId, token: Token) {
         let s = &mut self.slots[slot as usize];
         for (k, path) in net.slots[slot as usize].index_paths.iter().enumerate() {
