@@ -15,7 +15,25 @@
 //! starting point at 3,568 / 4,724 / 6,857): W1 3,568 → 2,857, W3 4,724 → 4,031,
 //! W2 6,857 → 5,741.
 //!
-//! A W1 step (2,857) now splits roughly into: the tool `bench.add` (~780: inserting the key
+//! Third round (wall time first: `perf record -e cpu-clock` and `perf annotate`, since the
+//! instruction count stopped predicting it): the hottest instructions were the locked
+//! read-modify-writes of `Arc` counts (~20 cycles each here) and 16-byte stack copies right
+//! after narrower stores of the same bytes (store-forwarding stalls from moving 64-byte
+//! tokens through `Option` returns). Removed: the tool's `Arc` clone per immediate call, the
+//! input name's clone (`weft_tools::InputName` borrows the plan's), the correlation's clone
+//! in `detach_inputs` and in `emit` (moved along instead), the token staging
+//! (`Marking::take_into`, a `TokenQueue` that keeps a slot's first token in place, empty
+//! slots built from a constant), the growth of the per-instance queues of a fan-out
+//! (`Net::width`), and mimalloc's aligned entry point (`weft-alloc`). Instructions per step
+//! (run counts 1,000/3,000 for all three): W1 2,857 → 2,665, W3 4,031 → 3,590, W2
+//! 5,741 → 4,840. `weft bench` (three alternating runs of the old and the new binary on one
+//! machine): W1 3.00–3.04M → 3.69–3.73M steps/s, W2 136–141k → 162–178k workflows/s, W3
+//! 2.04–2.16M → 2.55–2.56M steps/s. What is left per step is spread thin; the largest single costs are
+//! the tool's payload map (SipHash of each key, `IndexMap` clone and growth), the two
+//! atomic operations of taking a payload over (`Arc::try_unwrap`), and the shared literal
+//! args' count (cloned per firing, dropped by the tool).
+//!
+//! A W1 step (2,857 before the third round) split roughly into: the tool `bench.add` (~780: inserting the key
 //! into the payload map is ~380 of it, a SipHash of the key and the probe, since
 //! `serde_json::Map` is an `IndexMap` with std's hasher; copying the key ~80);
 //! completing the firing (`Instance::complete`: ~580, putting the output token ~170,
