@@ -1,6 +1,8 @@
 //! Scenario tests of the firing rule on the pure [`Instance`] state machine, driven
 //! synchronously by a tiny in-test executor (no runtime, no clock).
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use weft_core::instance::Completion;
 use weft_core::{ActionError, Args, Instance, Limits, Net, Status, parse_plan, validate};
@@ -28,7 +30,9 @@ fn drive(net: &Net, inst: &mut Instance) -> Vec<String> {
                 .map(Args::into_value)
                 .map_err(|e| ActionError::fatal("args_invalid", e)),
         );
-        while let Completion::Retry { .. } = inst.complete(net, f.firing, outcome.clone(), 0) {
+        while let Completion::Retry { .. } =
+            inst.complete(net, f.firing, outcome.clone().map(Arc::new), 0)
+        {
             outcome = tool(
                 &step.action,
                 f.args
@@ -226,7 +230,7 @@ fn retries_then_failed_token_then_handler() {
         Completion::ErrorToken { .. }
     ));
     assert_eq!(
-        inst.complete(&n, f.firing, Ok(json!({})), 0),
+        inst.complete(&n, f.firing, Ok(Arc::new(json!({}))), 0),
         Completion::Unknown,
         "late outcome ignored"
     );
@@ -346,16 +350,19 @@ fn in_flight_firings_keep_their_serialized_form() {
         assert_eq!(back.in_flight.keys().copied().collect::<Vec<_>>(), [0, 1]);
         // Outcomes in reverse order still find their firings.
         assert!(matches!(
-            back.complete(&n, 1, Ok(json!({"b": 1})), 6),
+            back.complete(&n, 1, Ok(Arc::new(json!({"b": 1}))), 6),
             Completion::Emitted(_)
         ));
         assert!(back.in_flight.contains_key(&0) && !back.in_flight.contains_key(&1));
         assert!(matches!(
-            back.complete(&n, 0, Ok(json!({"a": 1})), 6),
+            back.complete(&n, 0, Ok(Arc::new(json!({"a": 1}))), 6),
             Completion::Emitted(_)
         ));
         assert!(back.in_flight.is_empty());
-        assert_eq!(back.complete(&n, 0, Ok(json!({})), 6), Completion::Unknown);
+        assert_eq!(
+            back.complete(&n, 0, Ok(Arc::new(json!({}))), 6),
+            Completion::Unknown
+        );
         let trace = drive(&n, &mut back);
         assert_eq!(trace, ["j"]);
         assert_eq!(back.status, Status::Completed);

@@ -28,7 +28,9 @@ use crate::plans::CompiledPlan;
 use crate::repair::stuck_failure;
 
 /// An action outcome waiting to be applied.
-pub(crate) type Ready = (FiringId, Result<Value, ActionError>);
+/// An action's outcome, ready to apply: the result is wrapped in its `Arc` where the tool
+/// returns it, so it moves as one pointer until the emitted tokens share it.
+pub(crate) type Ready = (FiringId, Result<Arc<Value>, ActionError>);
 /// A pending action.
 pub(crate) type PendingFut = Pin<Box<dyn Future<Output = Ready> + Send>>;
 

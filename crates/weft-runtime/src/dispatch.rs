@@ -106,7 +106,7 @@ fn step_span_of(
 }
 
 /// Records a result on its step span: `ok`, or the error's code.
-fn step_outcome(span: &tracing::Span, r: &Result<Value, ActionError>) {
+fn step_outcome<T>(span: &tracing::Span, r: &Result<T, ActionError>) {
     if !span.is_disabled() {
         span.record(
             "outcome",
@@ -311,7 +311,7 @@ impl Cell {
                     Err(p) => Err(panic_error(p)),
                 }
             };
-            ready.push_back((f.firing, r));
+            ready.push_back((f.firing, r.map(Arc::new)));
             return;
         }
         let key: Arc<str> = Arc::from(idempotency_key(&self.name, &srt.name, f.firing));
@@ -369,7 +369,7 @@ impl Cell {
             Err(p) => Err(panic_error(p)),
         };
         step_outcome(&span, &r);
-        ready.push_back((firing, r));
+        ready.push_back((firing, r.map(Arc::new)));
     }
 
     fn push_pending(
@@ -381,8 +381,8 @@ impl Cell {
     ) {
         let handle = if spawn { self.engine.runtime() } else { None };
         let fut: PendingFut = match handle {
-            Some(h) => Box::pin(AbortOnDrop(h.spawn(fut)).map(move |r| (firing, r))),
-            None => Box::pin(fut.map(move |r| (firing, r))),
+            Some(h) => Box::pin(AbortOnDrop(h.spawn(fut)).map(move |r| (firing, r.map(Arc::new)))),
+            None => Box::pin(fut.map(move |r| (firing, r.map(Arc::new)))),
         };
         let active = core
             .active
@@ -399,7 +399,7 @@ impl Cell {
         core: &mut Core,
         plan: &CompiledPlan,
         firing: FiringId,
-        result: Result<Value, ActionError>,
+        result: Result<Arc<Value>, ActionError>,
         now: i64,
         ready: &mut VecDeque<Ready>,
     ) {
@@ -410,7 +410,10 @@ impl Cell {
         let Some(step) = inst.in_flight.get(&firing).map(|f| f.step) else {
             return;
         };
-        let traced = core.trace.is_some().then(|| result.clone());
+        let traced = core
+            .trace
+            .is_some()
+            .then(|| result.clone().map(Arc::unwrap_or_clone));
         let err = if self.engine.bus.wants() {
             result.as_ref().err().cloned()
         } else {

@@ -62,8 +62,8 @@ pub enum Input {
     Outcome {
         /// The firing.
         firing: FiringId,
-        /// Result or error.
-        result: Result<Value, ActionError>,
+        /// Result (shared with the tokens it becomes) or error.
+        result: Result<Arc<Value>, ActionError>,
         /// Clock time.
         now: i64,
     },

@@ -66,7 +66,7 @@ fn oracle(net: &Net, id: &str, c: &Case) -> Instance {
             let out = f
                 .args
                 .clone()
-                .map(weft_core::Args::into_value)
+                .map(|a| std::sync::Arc::new(a.into_value()))
                 .map_err(|e| ActionError::fatal("args_invalid", e));
             inst.complete(net, f.firing, out, 0);
         }
