@@ -286,7 +286,14 @@ impl Cell {
                 Some(ctx) => ctx,
                 None => InlineContext::new(self.inputs(srt, core, f.firing), &build),
             };
-            let call = || catch_unwind(AssertUnwindSafe(|| tool.call_inline(ctx, args)));
+            // The result is wrapped in its `Arc` inside the unwind guard, so what moves out
+            // of the call is a pointer, not the 80-byte value (each move of it through the
+            // `Result` combinators was a stack copy perf showed stalling).
+            let call = || {
+                catch_unwind(AssertUnwindSafe(|| {
+                    tool.call_inline(ctx, args).map(Arc::new)
+                }))
+            };
             let r = if step_spans_enabled() {
                 let key = idempotency_key(&self.name, &srt.name, firing);
                 let span = step_span_of(
@@ -311,7 +318,7 @@ impl Cell {
                     Err(p) => Err(panic_error(p)),
                 }
             };
-            ready.push_back((f.firing, r.map(Arc::new)));
+            ready.push_back((f.firing, r));
             return;
         }
         let key: Arc<str> = Arc::from(idempotency_key(&self.name, &srt.name, f.firing));
