@@ -7,6 +7,7 @@
 static GLOBAL: weft_alloc::Alloc = weft_alloc::Alloc;
 
 fn main() {
+    weft_alloc::disable_transparent_huge_pages();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut out = std::io::stdout();
     if let Err(e) = weft_durable::bench::run_w4(&args, &mut out) {

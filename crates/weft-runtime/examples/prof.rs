@@ -12,6 +12,7 @@ use weft_runtime::StartOptions;
 use weft_runtime::bench::workloads as w;
 
 fn main() {
+    weft_alloc::disable_transparent_huge_pages();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let which = args.first().map(String::as_str).unwrap_or("many");
     let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
