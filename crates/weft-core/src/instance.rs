@@ -197,8 +197,24 @@ pub struct Fired {
     pub firing: FiringId,
     /// The step that fired.
     pub step: StepId,
-    /// Rendered args, or why they could not be rendered.
-    pub args: Result<Args, String>,
+    /// Rendered args, or why they could not be rendered. `Ok(None)`: the step's args are a
+    /// literal, [`Net::literal_args`], not copied or reference-counted per firing (the
+    /// runtime lends them to the tool).
+    pub args: Result<Option<Args>, String>,
+}
+
+impl Fired {
+    /// The firing's args as a value (a literal copied out of the net).
+    pub fn args_value(&self, net: &Net) -> Result<Value, String> {
+        match &self.args {
+            Ok(Some(a)) => Ok(a.as_value().clone()),
+            Ok(None) => Ok(net
+                .literal_args(self.step)
+                .map(|v| (**v).clone())
+                .unwrap_or(Value::Null)),
+            Err(e) => Err(e.clone()),
+        }
+    }
 }
 
 /// Why an action failed.
@@ -684,9 +700,14 @@ impl Instance {
         let firing = self.next_firing;
         self.next_firing += 1;
         self.fired += 1;
-        let args = self.render_args(net, step, firing, &tokens);
+        // Literal args are left in the net (no reference counted per firing).
+        let args = if net.literal_args(step).is_some() {
+            Ok(None)
+        } else {
+            self.render_args(net, step, firing, &tokens).map(Some)
+        };
         let kept_args = match (&s.retry, &args) {
-            (Some(_), Ok(a)) => a.as_value().clone(),
+            (Some(_), Ok(Some(a))) => a.as_value().clone(),
             _ => Value::Null,
         };
         if self.in_flight.is_empty() {

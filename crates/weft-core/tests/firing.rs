@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use weft_core::instance::Completion;
-use weft_core::{ActionError, Args, Instance, Limits, Net, Status, parse_plan, validate};
+use weft_core::{ActionError, Instance, Limits, Net, Status, parse_plan, validate};
 
 fn net(plan: Value) -> Net {
     let bytes = serde_json::to_vec(&plan).expect("ser");
@@ -25,9 +25,7 @@ fn drive(net: &Net, inst: &mut Instance) -> Vec<String> {
         trace.push(step.name.clone());
         let mut outcome = tool(
             &step.action,
-            f.args
-                .clone()
-                .map(Args::into_value)
+            f.args_value(net)
                 .map_err(|e| ActionError::fatal("args_invalid", e)),
         );
         while let Completion::Retry { .. } =
@@ -35,9 +33,7 @@ fn drive(net: &Net, inst: &mut Instance) -> Vec<String> {
         {
             outcome = tool(
                 &step.action,
-                f.args
-                    .clone()
-                    .map(Args::into_value)
+                f.args_value(net)
                     .map_err(|e| ActionError::fatal("args_invalid", e)),
             );
         }

@@ -1338,7 +1338,7 @@ impl Tool for Gate {
     fn call_inline(
         &self,
         ctx: weft_tools::InlineContext<'_>,
-        args: weft_tools::Args,
+        args: weft_tools::InlineArgs<'_>,
     ) -> Result<Value, ToolError> {
         // The runtime calls it for immediate (here: ungated) tools only.
         if !self.ungated {

@@ -21,7 +21,7 @@ use weft_core::instance::{Completion, idempotency_key};
 use weft_core::token::FiringId;
 use weft_core::{ActionError, EventId, Fired, Net};
 use weft_tools::{
-    Args, BoxFuture, InlineContext, InputName, Tool, ToolContext, ToolError, ToolServices,
+    BoxFuture, InlineArgs, InlineContext, InputName, Tool, ToolContext, ToolError, ToolServices,
 };
 
 use crate::cell::{Active, Cell, Core, PendingFut, Ready};
@@ -206,7 +206,12 @@ impl Cell {
             || serde_json::json!({"step": &*srt.name, "firing": f.firing, "action": srt.action}),
         );
         let args = match f.args {
-            Ok(a) => a,
+            Ok(Some(a)) => InlineArgs::Owned(a.into_value()),
+            // A literal: lent from the plan to the tool (no copy, no count per firing).
+            Ok(None) => match plan.net.literal_args(f.step) {
+                Some(v) => InlineArgs::Literal(v),
+                None => InlineArgs::Owned(Value::Null),
+            },
             Err(m) => {
                 ready.push_back((
                     f.firing,
@@ -567,7 +572,7 @@ impl Cell {
                 firing: f.firing,
                 step: net.step(f.step).name.clone(),
                 binding,
-                args: f.args.clone().map(Args::into_value),
+                args: f.args_value(net),
                 attempts: 1,
                 outcome: None,
                 emitted: Vec::new(),

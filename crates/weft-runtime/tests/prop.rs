@@ -64,9 +64,8 @@ fn oracle(net: &Net, id: &str, c: &Case) -> Instance {
     let run = |inst: &mut Instance| {
         while let Some(f) = inst.next(net) {
             let out = f
-                .args
-                .clone()
-                .map(|a| std::sync::Arc::new(a.into_value()))
+                .args_value(net)
+                .map(std::sync::Arc::new)
                 .map_err(|e| ActionError::fatal("args_invalid", e));
             inst.complete(net, f.firing, out, 0);
         }

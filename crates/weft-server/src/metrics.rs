@@ -20,7 +20,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde_json::Value;
 use weft_runtime::Engine;
-use weft_tools::{Args, BoxFuture, InlineContext, Tool, ToolContext, ToolError, ToolSpec};
+use weft_tools::{BoxFuture, InlineArgs, InlineContext, Tool, ToolContext, ToolError, ToolSpec};
 
 /// `status` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -288,7 +288,11 @@ impl Tool for Metered {
     fn is_immediate(&self) -> bool {
         self.inner.is_immediate()
     }
-    fn call_inline(&self, ctx: InlineContext<'_>, args: Args) -> Result<Value, ToolError> {
+    fn call_inline(
+        &self,
+        ctx: InlineContext<'_>,
+        args: InlineArgs<'_>,
+    ) -> Result<Value, ToolError> {
         self.timed(|| self.inner.call_inline(ctx, args))
     }
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use weft_core::catalog::{StaticCatalog, ToolCatalog, ToolSpec};
 
-use crate::{Args, BoxFuture, InlineContext, Registry, Tool, ToolContext, ToolError};
+use crate::{BoxFuture, InlineArgs, InlineContext, Registry, Tool, ToolContext, ToolError};
 
 /// The spec of a built-in tool, from `builtin_tools.json`.
 pub fn builtin_spec(name: &str) -> ToolSpec {
@@ -79,7 +79,11 @@ impl Tool for Noop {
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
         noop_owned(ctx, args)
     }
-    fn call_inline(&self, ctx: InlineContext<'_>, args: Args) -> Result<Value, ToolError> {
+    fn call_inline(
+        &self,
+        ctx: InlineContext<'_>,
+        args: InlineArgs<'_>,
+    ) -> Result<Value, ToolError> {
         // Needs no context; literal args: copies only the entries merged into the output.
         let n = ctx.len();
         let mut out = match n {
@@ -92,13 +96,13 @@ impl Tool for Noop {
         };
         if let Value::Object(o) = &mut out {
             match args {
-                Args::Owned(Value::Object(a)) => o.extend(a),
-                Args::Shared(a) => {
-                    if let Value::Object(a) = &*a {
+                InlineArgs::Owned(Value::Object(a)) => o.extend(a),
+                InlineArgs::Literal(a) => {
+                    if let Value::Object(a) = a {
                         o.extend(a.iter().map(|(k, v)| (k.clone(), v.clone())));
                     }
                 }
-                Args::Owned(_) => {}
+                InlineArgs::Owned(_) => {}
             }
         }
         Ok(out)
@@ -214,11 +218,14 @@ mod tests {
         let shared = noop
             .call_inline(
                 InlineContext::new(inputs(ins), &build),
-                Args::Shared(Arc::new(args.clone())),
+                InlineArgs::Literal(&args),
             )
             .expect("noop");
         let owned = noop
-            .call_inline(InlineContext::new(inputs(ins), &build), Args::Owned(args))
+            .call_inline(
+                InlineContext::new(inputs(ins), &build),
+                InlineArgs::Owned(args),
+            )
             .expect("noop");
         (now, shared, owned)
     }

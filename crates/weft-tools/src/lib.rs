@@ -204,6 +204,41 @@ impl ToolServices for NoServices {
 /// Builds a firing's [`ToolContext`] from its inputs.
 pub type ContextBuilder<'a> = &'a dyn Fn(Vec<(Arc<str>, Arc<Value>)>) -> ToolContext;
 
+/// The args of an immediate call ([`Tool::call_inline`]): rendered for this firing, or the
+/// step's literal args borrowed from the compiled plan (not copied, and no reference count
+/// touched, per firing).
+#[derive(Debug, Clone, PartialEq)]
+pub enum InlineArgs<'a> {
+    /// Rendered from a template for this firing.
+    Owned(Value),
+    /// The step's literal args.
+    Literal(&'a Value),
+}
+
+impl InlineArgs<'_> {
+    /// The args.
+    pub fn as_value(&self) -> &Value {
+        match self {
+            InlineArgs::Owned(v) => v,
+            InlineArgs::Literal(v) => v,
+        }
+    }
+
+    /// The args, owned (literal args are copied).
+    pub fn into_value(self) -> Value {
+        match self {
+            InlineArgs::Owned(v) => v,
+            InlineArgs::Literal(v) => v.clone(),
+        }
+    }
+}
+
+impl From<Args> for InlineArgs<'_> {
+    fn from(a: Args) -> Self {
+        InlineArgs::Owned(a.into_value())
+    }
+}
+
 /// The event name of an immediate call's input: borrowed from the compiled plan on the hot
 /// path (no reference count is touched per firing), owned otherwise.
 #[derive(Debug, Clone)]
@@ -440,11 +475,15 @@ pub trait Tool: Send + Sync {
     }
 
     /// How the runtime calls an immediate tool: the context is built only if the tool asks
-    /// for it ([`InlineContext::into_context`]) and literal args come shared
-    /// ([`Args::Shared`], not copied per firing). The default builds the context, takes the
-    /// args owned and calls [`Tool::call_now`]; a pure tool that needs only its inputs and
-    /// args can override it and skip both. Must behave exactly like `call_now`.
-    fn call_inline(&self, ctx: InlineContext<'_>, args: Args) -> Result<Value, ToolError> {
+    /// for it ([`InlineContext::into_context`]) and literal args come borrowed from the plan
+    /// ([`InlineArgs::Literal`], not copied per firing). The default builds the context,
+    /// takes the args owned and calls [`Tool::call_now`]; a pure tool that needs only its
+    /// inputs and args can override it and skip both. Must behave exactly like `call_now`.
+    fn call_inline(
+        &self,
+        ctx: InlineContext<'_>,
+        args: InlineArgs<'_>,
+    ) -> Result<Value, ToolError> {
         self.call_now(ctx.into_context(), args.into_value())
     }
 

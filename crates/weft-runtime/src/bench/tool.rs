@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use weft_core::{Effect, ToolSpec};
-use weft_tools::{Args, BoxFuture, InlineContext, Tool, ToolContext, ToolError};
+use weft_tools::{BoxFuture, InlineArgs, InlineContext, Tool, ToolContext, ToolError};
 
 /// The `bench.add` tool.
 pub struct BenchAdd {
@@ -43,13 +43,17 @@ impl Tool for BenchAdd {
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
         add(ctx, args)
     }
-    fn call_inline(&self, ctx: InlineContext<'_>, args: Args) -> Result<Value, ToolError> {
+    fn call_inline(
+        &self,
+        ctx: InlineContext<'_>,
+        args: InlineArgs<'_>,
+    ) -> Result<Value, ToolError> {
         // Needs only its inputs and args: no context is built. Literal args (every
         // benchmark step) are read in place; only the key and the value are copied.
         let (key, value) = match args {
-            Args::Owned(a) => fields(a)?,
-            Args::Shared(a) => {
-                let Value::Object(a) = &*a else {
+            InlineArgs::Owned(a) => fields(a)?,
+            InlineArgs::Literal(a) => {
+                let Value::Object(a) = a else {
                     return Err(not_object());
                 };
                 let (Some(Value::String(key)), Some(value)) = key_and_value(a) else {
@@ -200,17 +204,20 @@ mod tests {
         let shared = t
             .call_inline(
                 InlineContext::new(inputs(), &build),
-                Args::Shared(Arc::new(args.clone())),
+                InlineArgs::Literal(&args),
             )
             .expect("add");
         assert_eq!(shared, now);
         let owned = t
-            .call_inline(InlineContext::new(inputs(), &build), Args::Owned(args))
+            .call_inline(
+                InlineContext::new(inputs(), &build),
+                InlineArgs::Owned(args),
+            )
             .expect("add");
         assert_eq!(owned, now);
         let bad = t.call_inline(
             InlineContext::new(inputs(), &build),
-            Args::Shared(Arc::new(json!({"key": 1, "value": 2}))),
+            InlineArgs::Literal(&json!({"key": 1, "value": 2})),
         );
         assert_eq!(bad.err().map(|e| e.code), Some("args_invalid".to_string()));
     }
