@@ -19,19 +19,23 @@
 //! instruction count stopped predicting it): the hottest instructions were the locked
 //! read-modify-writes of `Arc` counts (~20 cycles each here) and 16-byte stack copies right
 //! after narrower stores of the same bytes (store-forwarding stalls from moving 64-byte
-//! tokens through `Option` returns). Removed: the tool's `Arc` clone per immediate call, the
-//! input name's clone (`weft_tools::InputName` borrows the plan's), the correlation's clone
-//! in `detach_inputs` and in `emit` (moved along instead), the token staging
-//! (`Marking::take_into`, a `TokenQueue` that keeps a slot's first token in place, empty
-//! slots built from a constant), the growth of the per-instance queues of a fan-out
-//! (`Net::width`), and mimalloc's aligned entry point (`weft-alloc`). Instructions per step
-//! (run counts 1,000/3,000 for all three): W1 2,857 → 2,665, W3 4,031 → 3,590, W2
-//! 5,741 → 4,840. `weft bench` (three alternating runs of the old and the new binary on one
-//! machine): W1 3.00–3.04M → 3.69–3.73M steps/s, W2 136–141k → 162–178k workflows/s, W3
-//! 2.04–2.16M → 2.55–2.56M steps/s. What is left per step is spread thin; the largest single costs are
-//! the tool's payload map (SipHash of each key, `IndexMap` clone and growth), the two
-//! atomic operations of taking a payload over (`Arc::try_unwrap`), and the shared literal
-//! args' count (cloned per firing, dropped by the tool).
+//! tokens and 80-byte values through `Option`/`Result` returns). Removed: the tool's `Arc`
+//! clone per immediate call (borrowed), the literal args' clone (`InlineArgs::Literal` lends
+//! them from the net), the input name's clone (`weft_tools::InputName` borrows the plan's),
+//! the correlation's clone in `detach_inputs` and in `emit` (moved along instead), the token
+//! staging (`Marking::take_into`; a `TokenQueue` keeps a slot's first token in place; empty
+//! slots are built from a constant), the result's moves (wrapped in its `Arc` where the tool
+//! returns it), the growth of the per-instance queues of a fan-out (`Net::width`),
+//! mimalloc's aligned entry point and its transparent huge pages (`weft-alloc`).
+//! Instructions per step (run counts 1,000/3,000 for all three): W1 2,857 → 2,639, W3
+//! 4,031 → 3,564, W2 5,741 → 4,815. `weft bench` (three alternating runs of the old and the
+//! new binary on one machine): W1 3.03–3.07M → 3.32–4.39M steps/s, W2 128–134k →
+//! 177–191k workflows/s, W3 2.16–2.17M → 2.51–2.86M steps/s, peak RSS 24.3–24.9 →
+//! 16.9–17.0 MiB. What is left is spread thin; the largest single costs are the tool's
+//! payload maps (SipHash of each key, `IndexMap` clone and growth: ~25% of W2), the
+//! reference counts a broadcast needs (one per listening slot), the two atomic operations
+//! of taking a payload over (`Arc::try_unwrap`), and moving the tool's 80-byte result into
+//! its `Arc`.
 //!
 //! A W1 step (2,857 before the third round) split roughly into: the tool `bench.add` (~780: inserting the key
 //! into the payload map is ~380 of it, a SipHash of the key and the probe, since
