@@ -121,20 +121,16 @@ impl TokenQueue {
         }
     }
 
-    /// Inserts a token at `pos` (at most `len()`), shifting the later ones back.
-    ///
-    /// # Panics
-    /// If `pos > len()`, as `VecDeque::insert` does.
+    /// Inserts a token at `pos`, shifting the later ones back; a position past the end
+    /// appends (callers pass a `partition_point`, which never is).
     pub fn insert(&mut self, pos: usize, token: Token) {
         if pos == 0 {
             if let Some(old) = self.head.replace(token) {
                 self.rest.push_front(old);
             }
+        } else if pos > self.len() {
+            self.push_back(token);
         } else {
-            assert!(
-                pos <= self.len(),
-                "insert at {pos} past the end of the queue"
-            );
             self.rest.insert(pos - 1, token);
         }
     }
@@ -340,6 +336,9 @@ mod tests {
         assert_eq!(ids(&q), [3, 5, 7]);
         q.insert(3, tok(9));
         assert_eq!(ids(&q), [3, 5, 7, 9]);
+        // Past the end: appended, no panic.
+        q.insert(99, tok(11));
+        assert_eq!(ids(&q), [3, 5, 7, 9, 11]);
         assert_eq!(q.position(1), None);
         assert_eq!(q.position(6), None);
     }
