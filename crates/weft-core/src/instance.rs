@@ -166,23 +166,21 @@ impl Args {
 pub struct Detached<'a> {
     first: Option<(EventId, Arc<Value>)>,
     rest: std::vec::Drain<'a, Token>,
-    len: usize,
 }
 
 impl Iterator for Detached<'_> {
     type Item = (EventId, Arc<Value>);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let next = match self.first.take() {
+        match self.first.take() {
             Some(f) => Some(f),
             None => self.rest.next().map(|t| (t.event, t.payload)),
-        };
-        self.len -= usize::from(next.is_some());
-        next
+        }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.len, Some(self.len))
+        let n = usize::from(self.first.is_some()) + self.rest.len();
+        (n, Some(n))
     }
 }
 
@@ -791,7 +789,6 @@ impl Instance {
         if net.keeps_inputs(inf.step) || inf.correlation.is_some() {
             return None;
         }
-        let len = inf.tokens.len();
         let mut rest = inf.tokens.drain(..);
         let first = match rest.next() {
             Some(t) => {
@@ -803,7 +800,7 @@ impl Instance {
                 None
             }
         };
-        Some(Detached { first, rest, len })
+        Some(Detached { first, rest })
     }
 
     /// The next firing, if any step is enabled: searches dirty steps for a binding and fires

@@ -46,11 +46,6 @@ impl TokenQueue {
         self.head.is_none() && self.rest.capacity() == 0
     }
 
-    /// The oldest token.
-    pub fn front(&self) -> Option<&Token> {
-        self.head.as_ref()
-    }
-
     /// The token at `pos` (0 = oldest).
     pub fn get(&self, pos: usize) -> Option<&Token> {
         match pos {
@@ -102,23 +97,11 @@ impl TokenQueue {
     /// [`TokenQueue::remove`] onto the end of `out`; returns whether a token was there.
     #[inline]
     pub fn remove_into(&mut self, pos: usize, out: &mut Vec<Token>) -> bool {
+        // The head straight onto `out` when it is the only token (the usual case).
         if pos == 0 && self.rest.is_empty() {
-            match self.head.take() {
-                Some(t) => {
-                    out.push(t);
-                    true
-                }
-                None => false,
-            }
-        } else {
-            match self.remove(pos) {
-                Some(t) => {
-                    out.push(t);
-                    true
-                }
-                None => false,
-            }
+            return self.head.take().map(|t| out.push(t)).is_some();
         }
+        self.remove(pos).map(|t| out.push(t)).is_some()
     }
 
     /// Inserts a token at `pos`, shifting the later ones back; a position past the end

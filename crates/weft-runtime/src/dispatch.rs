@@ -159,8 +159,14 @@ impl Cell {
         }
     }
 
-    /// The tool's view of a firing's inputs (shared with the in-flight record).
-    fn inputs(&self, srt: &StepRt, core: &Core, firing: FiringId) -> Vec<(Arc<str>, Arc<Value>)> {
+    /// The tool's view of a firing's inputs (shared with the in-flight record), each name
+    /// passed through `name` (kept borrowed for an inline call, made an `Arc` for a context).
+    fn inputs_with<'p, N>(
+        srt: &'p StepRt,
+        core: &Core,
+        firing: FiringId,
+        name: impl Fn(InputName<'p>) -> N,
+    ) -> Vec<(N, Arc<Value>)> {
         core.inst
             .as_ref()
             .and_then(|i| i.in_flight.get(&firing))
@@ -170,13 +176,18 @@ impl Cell {
                     .enumerate()
                     .map(|(k, t)| {
                         (
-                            Self::input_name(&core.plan.net, srt, k, t.event).to_arc(),
+                            name(Self::input_name(&core.plan.net, srt, k, t.event)),
                             Arc::clone(&t.payload),
                         )
                     })
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// [`Cell::inputs_with`] for a [`ToolContext`].
+    fn inputs(&self, srt: &StepRt, core: &Core, firing: FiringId) -> Vec<(Arc<str>, Arc<Value>)> {
+        Self::inputs_with(srt, core, firing, |n| n.to_arc())
     }
 
     /// The event name of the `k`-th consumed token (the step's `k`-th input), borrowed from
@@ -289,7 +300,8 @@ impl Cell {
                 });
             let ctx = match detached {
                 Some(ctx) => ctx,
-                None => InlineContext::new(self.inputs(srt, core, f.firing), &build),
+                // Names stay borrowed (no second vector of `Arc` names).
+                None => InlineContext::named(Self::inputs_with(srt, core, firing, |n| n), &build),
             };
             // The result is wrapped in its `Arc` inside the unwind guard, so what moves out
             // of the call is a pointer, not the 80-byte value (each move of it through the

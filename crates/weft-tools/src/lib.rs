@@ -233,12 +233,6 @@ impl InlineArgs<'_> {
     }
 }
 
-impl From<Args> for InlineArgs<'_> {
-    fn from(a: Args) -> Self {
-        InlineArgs::Owned(a.into_value())
-    }
-}
-
 /// The event name of an immediate call's input: borrowed from the compiled plan on the hot
 /// path (no reference count is touched per firing), owned otherwise.
 #[derive(Debug, Clone)]
