@@ -13,6 +13,18 @@
 //! one of them, and an instance's records in the log all come after those in `journal`
 //! (the merge moves the whole log in one transaction). The log has no index, so a read
 //! scans it: it is kept to a few thousand rows.
+//!
+//! ## Truncation never scans the log
+//! Compaction (a snapshot, then [`truncate_before`]) runs often for a busy reactive
+//! instance, inside the writer's batches. Deleting its rows from the unindexed log, or
+//! looking a hash up there, scanned the whole log each time: under the server's event load
+//! that was 40% of the writer thread. So truncation moves the instance's chain base and
+//! deletes from the indexed `journal` only; log rows at or below the base are dead, every
+//! read of the log skips them (`seq > base_seq`), and the merge drops them instead of
+//! moving them. The new base's hash is the covering snapshot's (checked when it was
+//! stored); the snapshot is checked against the chain head, or, when the instance has
+//! appended since, against its record found by scanning the log backwards from the newest
+//! row (a few batches back).
 
 use rusqlite::{Connection, OptionalExtension, params};
 use weft_store::{Appended, Error, GENESIS, Hash, NewRecord, Record, Result, Snapshot};
@@ -146,6 +158,7 @@ pub fn read(conn: &Connection, instance: &str, from: u64, limit: u32) -> Result<
          UNION ALL
          SELECT seq, kind, body, at_ms, prev_hash, hash FROM journal_log
          WHERE instance = ?1 AND seq >= ?2
+           AND seq > coalesce((SELECT base_seq FROM chain_heads WHERE instance = ?1), 0)
          ORDER BY 1 LIMIT ?3",
         instance,
         from,
@@ -191,9 +204,10 @@ fn read_with(
     Ok(out)
 }
 
-/// Every record of `journal_log` whose instance is one of `ids` and whose seq is at least
-/// that instance's `from`, grouped per instance in sequence order: one scan of the log
-/// for a whole batch (the batched load of recovery), instead of one per instance.
+/// Every live record of `journal_log` (above its chain base) whose instance is one of `ids`
+/// and whose seq is at least that instance's `from`, grouped per instance in sequence
+/// order: one scan of the log for a whole batch (the batched load of recovery), instead of
+/// one per instance.
 pub fn read_log_many(
     conn: &Connection,
     ids: &[(String, u64)],
@@ -202,7 +216,12 @@ pub fn read_log_many(
         ids.iter().map(|(i, from)| (i.as_str(), *from)).collect();
     let mut out: std::collections::HashMap<String, Vec<Record>> = Default::default();
     let mut st = conn
-        .prepare_cached("SELECT instance, seq, kind, body, at_ms, prev_hash, hash FROM journal_log")
+        .prepare_cached(
+            "SELECT l.instance, l.seq, l.kind, l.body, l.at_ms, l.prev_hash, l.hash
+             FROM journal_log l
+             WHERE l.seq > coalesce(
+               (SELECT h.base_seq FROM chain_heads h WHERE h.instance = l.instance), 0)",
+        )
         .map_err(map_err)?;
     let mut rows = st.query([]).map_err(map_err)?;
     while let Some(r) = rows.next().map_err(map_err)? {
@@ -224,16 +243,20 @@ pub fn read_log_many(
     Ok(out)
 }
 
-/// Moves every row of `journal_log` into `journal` (sorted, so each instance's leaf pages
-/// are written once) and empties the log: how many rows moved. Runs in the caller's
-/// transaction. A row already in `journal` (never written by this store) fails it as
-/// damage.
+/// Moves every live row of `journal_log` into `journal` (sorted, so each instance's leaf
+/// pages are written once), drops the dead ones (at or below their instance's chain base:
+/// truncated while in the log) and empties the log: how many rows moved. Runs in the
+/// caller's transaction. A row already in `journal` (never written by this store) fails it
+/// as damage.
 pub fn merge_log(conn: &Connection) -> Result<u64> {
     let moved = conn
         .prepare_cached(
             "INSERT OR FAIL INTO journal (instance, seq, kind, body, at_ms, prev_hash, hash)
-             SELECT instance, seq, kind, body, at_ms, prev_hash, hash FROM journal_log
-             ORDER BY instance, seq",
+             SELECT l.instance, l.seq, l.kind, l.body, l.at_ms, l.prev_hash, l.hash
+             FROM journal_log l
+             WHERE l.seq > coalesce(
+               (SELECT h.base_seq FROM chain_heads h WHERE h.instance = l.instance), 0)
+             ORDER BY l.instance, l.seq",
         )
         .and_then(|mut s| s.execute([]))
         .map_err(|e| match e.sqlite_error_code() {
@@ -257,28 +280,44 @@ pub fn log_rows(conn: &Connection) -> Result<u64> {
     .map_err(map_err)
 }
 
+/// The hash of one live record: an indexed lookup in `journal`, else a scan of the log from
+/// its newest row back (the log has no index). Compaction asks for a record its instance
+/// appended moments ago, so the scan stops within the last batches instead of crossing the
+/// whole log (which, under load, was most of the writer thread's time).
 fn record_hash(conn: &Connection, instance: &str, seq: u64) -> Result<Option<Hash>> {
     let seq = seq_to_sql(seq)?;
-    let h: Option<Vec<u8>> = conn
-        .prepare_cached(
-            "SELECT hash FROM journal WHERE instance = ?1 AND seq = ?2
-             UNION ALL
-             SELECT hash FROM journal_log WHERE instance = ?1 AND seq = ?2",
-        )
-        .and_then(|mut s| s.query_row(params![instance, seq], |r| r.get(0)).optional())
-        .map_err(map_err)?;
+    let mut h: Option<Vec<u8>> = None;
+    for sql in [
+        "SELECT hash FROM journal WHERE instance = ?1 AND seq = ?2",
+        "SELECT hash FROM journal_log WHERE instance = ?1 AND seq = ?2
+           AND seq > coalesce((SELECT base_seq FROM chain_heads WHERE instance = ?1), 0)
+         ORDER BY rowid DESC LIMIT 1",
+    ] {
+        h = conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.query_row(params![instance, seq], |r| r.get(0)).optional())
+            .map_err(map_err)?;
+        if h.is_some() {
+            break;
+        }
+    }
     h.map(|h| hash_from_sql(&h, "a record's hash")).transpose()
 }
 
 /// Stores a snapshot after checking it against the journal.
 pub fn put_snapshot(conn: &Connection, instance: &str, snap: &Snapshot) -> Result<()> {
-    let (head_seq, _, base_seq, base_hash) =
+    let (head_seq, head_hash, base_seq, base_hash) =
         head_row(conn, instance)?.unwrap_or((0, GENESIS, 0, GENESIS));
-    let matches = match record_hash(conn, instance, snap.seq)? {
-        Some(h) => h == snap.hash,
-        None => snap.seq == base_seq && snap.hash == base_hash,
+    let matches = if snap.seq > head_seq || snap.seq < base_seq {
+        false
+    } else if snap.seq == head_seq {
+        snap.hash == head_hash
+    } else if snap.seq == base_seq {
+        snap.hash == base_hash
+    } else {
+        record_hash(conn, instance, snap.seq)? == Some(snap.hash)
     };
-    if snap.seq > head_seq || !matches {
+    if !matches {
         return Err(Error::invalid(format!(
             "snapshot of {instance} at seq {} does not match its journal (head {head_seq})",
             snap.seq
@@ -332,7 +371,9 @@ pub fn latest_snapshot(conn: &Connection, instance: &str) -> Result<Option<Snaps
     .transpose()
 }
 
-/// Drops records before `before` behind a covering snapshot.
+/// Drops records before `before` behind a covering snapshot: moves the chain base to
+/// `before - 1` and deletes the records below it from `journal`; those still in the log
+/// are dead from now on (see the module docs). Returns how many records were dropped.
 pub fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result<u64> {
     let Some((_, _, base_seq, _)) = head_row(conn, instance)? else {
         return Ok(0);
@@ -341,7 +382,16 @@ pub fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result
         return Ok(0);
     }
     let new_base = before - 1;
-    let snap_seq = latest_snapshot(conn, instance)?.map_or(0, |s| s.seq);
+    let snap: Option<(i64, Vec<u8>)> = conn
+        .prepare_cached(
+            "SELECT seq, hash FROM snapshots WHERE instance = ?1 ORDER BY seq DESC LIMIT 1",
+        )
+        .and_then(|mut s| s.query_row([instance], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .map_err(map_err)?;
+    let snap = snap
+        .map(|(seq, hash)| Ok::<_, Error>((seq_from_sql(seq)?, hash_from_sql(&hash, "a snapshot hash")?)))
+        .transpose()?;
+    let snap_seq = snap.map_or(0, |s| s.0);
     if snap_seq < new_base {
         return Err(Error::NoSnapshot {
             message: format!(
@@ -349,27 +399,26 @@ pub fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result
             ),
         });
     }
-    let base_hash = record_hash(conn, instance, new_base)?.ok_or_else(|| Error::Corrupt {
+    // The usual compaction truncates right behind its snapshot, whose hash was checked
+    // against the chain when it was stored.
+    let base_hash = match snap {
+        Some((seq, hash)) if seq == new_base => Some(hash),
+        _ => record_hash(conn, instance, new_base)?,
+    }
+    .ok_or_else(|| Error::Corrupt {
         message: format!("{instance}: journal record {new_base} is missing"),
     })?;
     let (before_sql, base_sql) = (seq_to_sql(before)?, seq_to_sql(new_base)?);
-    let mut removed = 0;
-    for sql in [
-        "DELETE FROM journal WHERE instance = ?1 AND seq < ?2",
-        "DELETE FROM journal_log WHERE instance = ?1 AND seq < ?2",
-    ] {
-        removed += conn
-            .prepare_cached(sql)
-            .and_then(|mut s| s.execute(params![instance, before_sql]))
-            .map_err(map_err)?;
-    }
+    conn.prepare_cached("DELETE FROM journal WHERE instance = ?1 AND seq < ?2")
+        .and_then(|mut s| s.execute(params![instance, before_sql]))
+        .map_err(map_err)?;
     conn.prepare_cached("UPDATE chain_heads SET base_seq = ?2, base_hash = ?3 WHERE instance = ?1")
         .and_then(|mut s| s.execute(params![instance, base_sql, &base_hash.0[..]]))
         .map_err(map_err)?;
     conn.prepare_cached("DELETE FROM snapshots WHERE instance = ?1 AND seq < ?2")
         .and_then(|mut s| s.execute(params![instance, base_sql]))
         .map_err(map_err)?;
-    Ok(removed as u64)
+    Ok(new_base - base_seq)
 }
 
 /// Rows per multi-row `INSERT` of [`append_many`].

@@ -178,3 +178,86 @@ async fn by_default_the_merge_waits_for_several_rows_per_instance() {
     assert_eq!(rows(&p), (36_000, 0));
     assert_eq!(s.verify("w08999").await.unwrap().records, 4);
 }
+
+/// Truncation leaves the instance's rows in the log (deleting them would scan it), but
+/// they are dead: no read, batched load or verification sees them, and the merge drops
+/// them instead of moving them into the journal.
+#[tokio::test]
+async fn rows_truncated_while_in_the_log_are_dead_and_the_merge_drops_them() {
+    let p = path("dead");
+    let s = SqliteStore::open(&p).await.unwrap();
+    s.set_log_merge_rows(1_000);
+    let appended = s.append("a", (1..=6).map(rec).collect()).await.unwrap();
+    s.append("b", (1..=2).map(rec).collect()).await.unwrap();
+    let all = s.read("a", 1, 100).await.unwrap();
+    // A snapshot at the head, then truncation behind it: the compaction of a reactive plan.
+    let snap = Snapshot {
+        seq: 6,
+        hash: appended.head,
+        state: b"{}".to_vec(),
+        at_ms: 6,
+    };
+    s.put_snapshot("a", snap.clone()).await.unwrap();
+    assert_eq!(s.truncate_before("a", 6).await.unwrap(), 5);
+    settle(&s).await;
+    assert_eq!(rows(&p), (0, 8), "the dead rows are still in the log");
+    let seqs = |recs: Vec<weft_store::Record>| recs.iter().map(|r| r.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(s.read("a", 1, 100).await.unwrap()), [6]);
+    assert_eq!(s.read("a", 6, 1).await.unwrap()[0], all[5]);
+    let loaded = s.load_many(&["a".into(), "b".into()]).await.unwrap();
+    assert_eq!(loaded[0].0.as_ref(), Some(&snap));
+    assert!(loaded[0].1.is_empty());
+    assert_eq!(loaded[1].1.len(), 2);
+    assert_eq!(s.verify("a").await.unwrap().records, 1);
+    // A snapshot below the base no longer matches the journal, though its row is in the log.
+    let stale = Snapshot {
+        seq: 3,
+        hash: all[2].hash,
+        state: b"{}".to_vec(),
+        at_ms: 3,
+    };
+    let e = s.put_snapshot("a", stale).await.unwrap_err();
+    assert_eq!(e.code(), "invalid_input", "{e}");
+    // The merge moves the live rows only.
+    drop(s);
+    let s = SqliteStore::open(&p).await.unwrap();
+    assert_eq!(rows(&p), (3, 0));
+    assert_eq!(seqs(s.read("a", 1, 100).await.unwrap()), [6]);
+    assert_eq!(s.verify("a").await.unwrap().records, 1);
+    assert_eq!(s.append("a", vec![rec(7)]).await.unwrap().first_seq, 7);
+    assert_eq!(s.verify("b").await.unwrap().records, 2);
+}
+
+/// A snapshot between the base and the head is checked against the record at its seq,
+/// wherever that record is; a wrong hash is refused.
+#[tokio::test]
+async fn a_snapshot_behind_the_head_is_checked_in_either_table() {
+    let p = path("mid");
+    let s = SqliteStore::open(&p).await.unwrap();
+    s.set_log_merge_rows(4);
+    s.append("a", (1..=4).map(rec).collect()).await.unwrap();
+    settle(&s).await;
+    s.append("a", (5..=6).map(rec).collect()).await.unwrap();
+    assert_eq!(rows(&p), (4, 2));
+    let all = s.read("a", 1, 100).await.unwrap();
+    for seq in [3_u64, 5] {
+        let at = |hash| Snapshot {
+            seq,
+            hash,
+            state: b"{}".to_vec(),
+            at_ms: 0,
+        };
+        let wrong = all[0].hash;
+        assert!(s.put_snapshot("a", at(wrong)).await.is_err(), "seq {seq}");
+        s.put_snapshot("a", at(all[seq as usize - 1].hash))
+            .await
+            .unwrap();
+    }
+    // Truncating behind the middle one looks the base hash up; right behind the later one,
+    // it takes the snapshot's.
+    assert_eq!(s.truncate_before("a", 4).await.unwrap(), 3);
+    assert_eq!(s.verify("a").await.unwrap().records, 3);
+    assert_eq!(s.truncate_before("a", 6).await.unwrap(), 2);
+    assert_eq!(s.verify("a").await.unwrap().records, 1);
+    assert_eq!(s.read("a", 1, 100).await.unwrap(), all[5..]);
+}
