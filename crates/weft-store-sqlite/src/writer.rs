@@ -24,8 +24,8 @@ type Done = Box<dyn FnOnce(Result<()>) + Send>;
 
 /// A queued write: run inside the batch transaction, or failed without running.
 trait Job: Send {
-    /// Runs; `false` means "roll my savepoint back".
-    fn run(self: Box<Self>, conn: &Connection) -> (bool, Done);
+    /// Runs; an error means "roll my savepoint back" (the job answers with it).
+    fn run(self: Box<Self>, conn: &Connection) -> (Option<Error>, Done);
     /// Answers without running (the batch could not start).
     fn fail(self: Box<Self>, e: Error);
 }
@@ -40,17 +40,17 @@ where
     T: Send + 'static,
     F: FnOnce(&Connection) -> Result<T> + Send + 'static,
 {
-    fn run(self: Box<Self>, conn: &Connection) -> (bool, Done) {
+    fn run(self: Box<Self>, conn: &Connection) -> (Option<Error>, Done) {
         let Call { f, reply } = *self;
         match f(conn) {
             Ok(v) => (
-                true,
+                None,
                 Box::new(move |committed: Result<()>| {
                     let _ = reply.send(committed.map(|()| v));
                 }),
             ),
             Err(e) => (
-                false,
+                Some(e.clone()),
                 Box::new(move |_| {
                     let _ = reply.send(Err(e));
                 }),
@@ -107,10 +107,15 @@ impl Writer {
     where
         F: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
-        let (reply, _) = oneshot::channel::<Result<()>>();
         if let Some(tx) = self.tx.as_ref() {
-            let _ = tx.send(Box::new(Call { f, reply }));
+            detach(tx, f);
         }
+    }
+
+    /// A handle that queues detached jobs from anywhere, the writer thread included. While
+    /// one exists the thread does not end: drop them all before the writer.
+    pub(crate) fn submitter(&self) -> Option<Submitter> {
+        self.tx.clone().map(Submitter)
     }
 
     /// Runs `f` in the next batch; resolves after that batch committed.
@@ -124,6 +129,34 @@ impl Writer {
         let tx = self.tx.as_ref().ok_or(Error::Closed)?;
         tx.send(job).map_err(|_| Error::Closed)?;
         answer.await.map_err(|_| Error::Closed)?
+    }
+}
+
+fn detach<F>(tx: &mpsc::Sender<Box<dyn Job>>, f: F)
+where
+    F: FnOnce(&Connection) -> Result<()> + Send + 'static,
+{
+    let (reply, _) = oneshot::channel::<Result<()>>();
+    let _ = tx.send(Box::new(Call { f, reply }));
+}
+
+/// See [`Writer::submitter`].
+#[derive(Clone)]
+pub(crate) struct Submitter(mpsc::Sender<Box<dyn Job>>);
+
+impl std::fmt::Debug for Submitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Submitter")
+    }
+}
+
+impl Submitter {
+    /// As [`Writer::submit_detached`].
+    pub(crate) fn submit_detached<F>(&self, f: F)
+    where
+        F: FnOnce(&Connection) -> Result<()> + Send + 'static,
+    {
+        detach(&self.0, f);
     }
 }
 
@@ -196,12 +229,17 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> Result<()> {
         }
         if first {
             first = false;
-            let (ok, done) = job.run(conn);
+            let (err, done) = job.run(conn);
             dones.push(done);
-            if !ok {
-                // Nothing but this job's work is in the transaction: drop it and start over.
-                if let Err(e) = exec(conn, "ROLLBACK").and_then(|()| exec(conn, "BEGIN IMMEDIATE"))
-                {
+            if err.is_some() {
+                // Nothing but this job's work is in the transaction: drop it and start over
+                // (SQLite may have rolled it back already: a full disk does).
+                let rollback = if conn.is_autocommit() {
+                    Ok(())
+                } else {
+                    exec(conn, "ROLLBACK")
+                };
+                if let Err(e) = rollback.and_then(|()| exec(conn, "BEGIN IMMEDIATE")) {
                     failed = Some(e);
                 }
             }
@@ -212,11 +250,13 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> Result<()> {
             failed = Some(e);
             continue;
         }
-        let (ok, done) = job.run(conn);
-        let end = if ok {
-            exec(conn, "RELEASE job")
-        } else {
-            exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job"))
+        let (err, done) = job.run(conn);
+        let end = match err {
+            None => exec(conn, "RELEASE job"),
+            // SQLite rolled the whole transaction back (a full disk does): the earlier
+            // jobs' writes are gone too, so the batch fails with this job's error.
+            Some(e) if conn.is_autocommit() => Err(e),
+            Some(_) => exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job")),
         };
         dones.push(done);
         if let Err(e) = end {
@@ -285,6 +325,55 @@ mod tests {
             for (k, mut a) in answers.into_iter().enumerate() {
                 let got = a.try_recv().expect("answered");
                 assert_eq!(got.is_err(), k as i64 == failing, "job {k}: {got:?}");
+            }
+            assert!(conn.is_autocommit(), "the transaction ended");
+        }
+    }
+
+    /// A job after which SQLite has rolled the whole transaction back (as a full disk
+    /// does): as the first job, it fails alone and the rest commit in a new transaction;
+    /// later in the batch, the earlier jobs' writes are gone, so every job of the batch
+    /// fails and nothing is committed.
+    #[test]
+    fn a_job_that_ends_the_transaction_fails_what_it_took_with_it() {
+        for failing in 0..3_i64 {
+            let conn = Connection::open_in_memory().unwrap();
+            conn.execute_batch("CREATE TABLE t (v INTEGER PRIMARY KEY)")
+                .unwrap();
+            let mut batch: Vec<Box<dyn Job>> = Vec::new();
+            let mut answers = Vec::new();
+            for k in 0..3_i64 {
+                let work: Work = if k == failing {
+                    Box::new(move |c| {
+                        insert(c, 100 + k)?;
+                        c.execute_batch("ROLLBACK").map_err(map_err)?;
+                        Err(Error::backend("disk full"))
+                    })
+                } else {
+                    Box::new(move |c| insert(c, k))
+                };
+                let (reply, answer) = oneshot::channel();
+                batch.push(Box::new(Call { f: work, reply }));
+                answers.push(answer);
+            }
+            let outcome = run_batch(&conn, &mut batch);
+            let rows: Vec<i64> = conn
+                .prepare("SELECT v FROM t ORDER BY v")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<std::result::Result<_, _>>()
+                .unwrap();
+            let expected: Vec<i64> = if failing == 0 { vec![1, 2] } else { vec![] };
+            assert_eq!(rows, expected, "failing job {failing}");
+            assert_eq!(outcome.is_err(), failing > 0, "failing job {failing}");
+            for (k, mut a) in answers.into_iter().enumerate() {
+                let got = a.try_recv().expect("answered");
+                let should_fail = k as i64 == failing || failing > 0;
+                assert_eq!(got.is_err(), should_fail, "job {k}: {got:?}");
+                if let Err(e) = got {
+                    assert!(e.to_string().contains("disk full"), "job {k}: {e}");
+                }
             }
             assert!(conn.is_autocommit(), "the transaction ended");
         }
