@@ -27,6 +27,7 @@
 //! Architecture invariant: nothing but the writer thread writes to the file, so the chain
 //! head read inside an append is never stale and chains cannot fork.
 
+mod checkpointer;
 mod journal;
 mod readers;
 mod schema;
@@ -45,6 +46,7 @@ use weft_store::{
     Snapshot, StatusChange, Store, Timer, check_records,
 };
 
+pub use journal::{LOG_PARTS, partition as log_partition};
 pub use schema::SCHEMA_VERSION;
 pub use writer::WriterStats;
 
@@ -54,85 +56,169 @@ use writer::Writer;
 /// The embedded store.
 pub struct SqliteStore {
     path: PathBuf,
+    /// Declared before `writer`: stopped first, so the writer's connection is the last to
+    /// close (and checkpoints and removes the WAL).
+    _checkpointer: checkpointer::Checkpointer,
     writer: Writer,
     readers: Readers,
     log: Arc<LogState>,
 }
 
-/// Rows appended to the journal log before it is merged into the journal (see the
-/// `journal` module): large enough that a merge rewrites each live instance's leaf pages
-/// once for many commits, small enough that a read's scan of the log stays short.
-pub const DEFAULT_LOG_MERGE_ROWS: u64 = 8_192;
+/// Rows appended to a journal log partition before it is merged into the journal (see the
+/// `journal` module): large enough that a merge rewrites each of the partition's live
+/// instances' leaf pages once for many commits, small enough that a merge (which holds up
+/// the group commits queued behind it) and a read's scan of the partition stay short.
+pub const DEFAULT_LOG_MERGE_ROWS: u64 = 1_024;
 
-/// A merge rewrites the last leaf pages of every instance in the log, so it is put off
-/// while the log holds fewer than this many rows per instance (10,000 concurrent runs of
-/// W4 put one or two rows each into 8,192)...
+/// A merge rewrites the last leaf pages of every instance in the partition, so it is put
+/// off while the partition holds fewer than this many rows per instance (10,000 concurrent
+/// runs of W4 put one or two rows each into it)...
 const MIN_ROWS_PER_INSTANCE: u64 = 4;
 
-/// ... but never past this many rows, which bounds a read's scan of the log.
-const MAX_LOG_ROWS: u64 = 65_536;
+/// ... but never past this many rows, which bounds a read's scan of the partition.
+const MAX_LOG_ROWS: u64 = 8_192;
 
-/// When to merge the journal log.
-#[derive(Debug)]
-struct LogState {
+/// When to merge one log partition.
+#[derive(Debug, Default)]
+struct LogPart {
     /// Rows appended since the last merge (an estimate: rows of a batch that did not
     /// commit are counted too, which only merges a little early).
     rows: AtomicU64,
-    /// Merge once `rows` reaches this.
-    merge_at: AtomicU64,
-    /// A merge job is queued or running.
-    merging: AtomicBool,
-    /// Whether merges wait for enough rows per instance (off once an interval is set).
-    adaptive: AtomicBool,
     /// Hashes of the instances appended to since the last merge.
     instances: std::sync::Mutex<std::collections::HashSet<u64>>,
+}
+
+/// When to merge the journal log's partitions.
+#[derive(Debug)]
+struct LogState {
+    parts: [LogPart; journal::LOG_PARTS],
+    /// Merge a partition once its `rows` reach this.
+    merge_at: AtomicU64,
+    /// Whether merges wait for enough rows per instance (off once an interval is set).
+    adaptive: AtomicBool,
+    /// A merge of some partition is queued or running. Partitions fill at about the same
+    /// rate, so without this they all came due together and their merges landed in one
+    /// batch: as long a pause as one merge of the whole log.
+    merging: AtomicBool,
+    /// Queues the next due merge when one ends. Cleared when the store is dropped (it
+    /// keeps the writer thread alive).
+    submit: std::sync::Mutex<Option<writer::Submitter>>,
 }
 
 impl LogState {
     fn new() -> Self {
         LogState {
-            rows: AtomicU64::new(0),
+            parts: Default::default(),
             merge_at: AtomicU64::new(DEFAULT_LOG_MERGE_ROWS),
-            merging: AtomicBool::new(false),
             adaptive: AtomicBool::new(true),
-            instances: Default::default(),
+            merging: AtomicBool::new(false),
+            submit: std::sync::Mutex::new(None),
         }
     }
 
-    /// The writer job that merges the log, unless one is already queued or running.
+    /// Rows in the log's partitions, all together.
+    fn rows(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|p| p.rows.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The writer job that merges partition `part`, unless a merge (of any partition) is
+    /// already queued or running.
     fn claim_merge(
         self: &Arc<Self>,
+        part: usize,
     ) -> Option<impl FnOnce(&rusqlite::Connection) -> Result<()> + Send + use<>> {
-        (!self.merging.swap(true, Ordering::AcqRel)).then(|| merge_job(Arc::clone(self)))
+        self.parts.get(part)?;
+        if self.merging.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        Some(merge_job(Arc::clone(self), part))
+    }
+
+    /// Whether partition `part` is due for a merge: [`Self::merge_at`] rows, and (adaptive)
+    /// [`MIN_ROWS_PER_INSTANCE`] per instance in it or [`MAX_LOG_ROWS`].
+    fn due(&self, part: &LogPart) -> bool {
+        let rows = part.rows.load(Ordering::Relaxed);
+        if rows == 0 || rows < self.merge_at.load(Ordering::Relaxed) {
+            return false;
+        }
+        if !self.adaptive.load(Ordering::Relaxed) || rows >= MAX_LOG_ROWS {
+            return true;
+        }
+        let distinct = part
+            .instances
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len() as u64;
+        rows >= MIN_ROWS_PER_INSTANCE.saturating_mul(distinct)
+    }
+
+    /// The merge job of the first partition that is due, unless a merge is queued or
+    /// running.
+    fn claim_due(
+        self: &Arc<Self>,
+    ) -> Option<impl FnOnce(&rusqlite::Connection) -> Result<()> + Send + use<>> {
+        if self.merging.load(Ordering::Acquire) {
+            return None;
+        }
+        let part = self.parts.iter().position(|p| self.due(p))?;
+        self.claim_merge(part)
     }
 }
 
-/// The writer job that merges the log (the caller has set `log.merging`).
-fn merge_job(log: Arc<LogState>) -> impl FnOnce(&rusqlite::Connection) -> Result<()> + Send {
+/// The writer job that merges log partition `part` (the caller has set `log.merging`).
+fn merge_job(
+    log: Arc<LogState>,
+    part: usize,
+) -> impl FnOnce(&rusqlite::Connection) -> Result<()> + Send {
     move |c| {
-        // Everything in the log now moves (appends run on this thread too); a batch that
-        // fails to commit leaves rows behind, merged next time.
-        let r = journal::merge_log(c);
-        if r.is_ok() {
-            log.rows.store(0, Ordering::Relaxed);
-            log.instances
+        // Everything in the partition now moves (appends run on this thread too); a batch
+        // that fails to commit leaves rows behind, merged next time.
+        let r = journal::merge_log(c, part);
+        if let (Ok(_), Some(p)) = (&r, log.parts.get(part)) {
+            p.rows.store(0, Ordering::Relaxed);
+            p.instances
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clear();
         }
         log.merging.store(false, Ordering::Release);
+        // The next partition that came due meanwhile goes into the next batch (one merge
+        // per batch, so no batch holds more than one merge's pause).
+        if r.is_ok() {
+            let submit = log
+                .submit
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            if let Some(submit) = submit
+                && let Some(job) = log.claim_due()
+            {
+                submit.submit_detached(job);
+            }
+        }
         r.map(|_| ())
     }
 }
 
 /// Above this many rows in the log, a batched load ([`Store::load_many`]) merges it
-/// first: recovery loads hundreds of batches, and each would scan the whole log.
+/// first: recovery loads hundreds of batches, and each would scan the log.
 const LOAD_MERGE_ROWS: u64 = 1_024;
 
-/// The key of `instance` in [`LogState::instances`].
-fn instance_key(instance: &str) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-    BuildHasherDefault::<DefaultHasher>::default().hash_one(instance)
+/// An instance's log hash ([`journal::instance_hash`]) and how many rows were appended to it.
+type Appends = (u64, usize);
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // Before the fields: the writer thread ends only once every queue handle is gone.
+        self.log
+            .submit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -154,55 +240,59 @@ impl SqliteStore {
             let conn = schema::open_writer(&p)?;
             // Whatever the last process left in the log goes into the journal now, so
             // recovery's reads find everything in the indexed table.
-            if journal::log_rows(&conn)? > 0 {
+            let rows = journal::log_rows(&conn)?;
+            if rows.iter().any(|n| *n > 0) {
                 let tx = conn.unchecked_transaction().map_err(schema::map_err)?;
-                journal::merge_log(&tx)?;
+                for (part, n) in rows.iter().enumerate() {
+                    if *n > 0 {
+                        journal::merge_log(&tx, part)?;
+                    }
+                }
                 tx.commit().map_err(schema::map_err)?;
             }
             Ok::<_, Error>(conn)
         })
         .await
         .map_err(|e| Error::backend(format!("opening the SQLite store failed: {e}")))??;
+        let writer = Writer::start(conn)?;
+        let log = Arc::new(LogState::new());
+        *log.submit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = writer.submitter();
         Ok(SqliteStore {
-            writer: Writer::start(conn)?,
+            _checkpointer: checkpointer::Checkpointer::start(&path)?,
+            writer,
             readers: Readers::new(path.clone()),
             path,
-            log: Arc::new(LogState::new()),
+            log,
         })
     }
 
-    /// Merges the journal log into the journal exactly every `rows` appended rows (1:
-    /// after every append). By default it merges every [`DEFAULT_LOG_MERGE_ROWS`] rows
-    /// once the log holds at least four rows per instance in it, and at 65,536 rows in any
-    /// case. Reads see the same records either way: this only trades write amplification
-    /// against read scans.
+    /// Merges each partition of the journal log into the journal exactly every `rows` rows
+    /// appended to it (1: after every append). By default a partition is merged every
+    /// [`DEFAULT_LOG_MERGE_ROWS`] rows once it holds at least four rows per instance in
+    /// it, and at 8,192 rows in any case. Reads see the same records either way: this only
+    /// trades write amplification against read scans and merge pauses.
     pub fn set_log_merge_rows(&self, rows: u64) {
         self.log.merge_at.store(rows.max(1), Ordering::Relaxed);
         self.log.adaptive.store(false, Ordering::Relaxed);
     }
 
-    /// Counts `n` rows appended to the instances `keys` ([`instance_key`]) and queues a
-    /// merge of the log once it is due.
-    fn appended(&self, keys: &[u64], n: usize) {
+    /// Counts the rows appended to instances ([`Appends`]) and queues the merge of a log
+    /// partition if one is due.
+    fn appended(&self, appends: &[Appends]) {
         let log = &self.log;
-        let distinct = {
-            let mut set = log
-                .instances
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            set.extend(keys.iter().copied());
-            set.len() as u64
-        };
-        let rows = log.rows.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        if n == 0
-            || rows < log.merge_at.load(Ordering::Relaxed)
-            || (log.adaptive.load(Ordering::Relaxed)
-                && rows < MAX_LOG_ROWS
-                && rows < MIN_ROWS_PER_INSTANCE.saturating_mul(distinct))
-        {
-            return;
+        for &(hash, n) in appends {
+            let part = (hash % journal::LOG_PARTS as u64) as usize;
+            if let Some(p) = log.parts.get(part) {
+                p.rows.fetch_add(n as u64, Ordering::Relaxed);
+                p.instances
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(hash);
+            }
         }
-        if let Some(job) = log.claim_merge() {
+        if let Some(job) = log.claim_due() {
             self.writer.submit_detached(job);
         }
     }
@@ -292,14 +382,13 @@ impl Store for SqliteStore {
                 head: hash,
             });
         }
-        let key = instance_key(instance);
+        let appends = [(journal::instance_hash(instance), records.len())];
         let instance = instance.to_string();
-        let n = records.len();
         let out = self
             .writer
             .submit(move |c| journal::append(c, &instance, &records))
             .await?;
-        self.appended(&[key], n);
+        self.appended(&appends);
         Ok(out)
     }
 
@@ -310,10 +399,9 @@ impl Store for SqliteStore {
         records: Vec<NewRecord>,
     ) -> Result<Appended> {
         check_records(&records)?;
-        let key = instance_key(instance);
+        let appends = [(journal::instance_hash(instance), records.len())];
         let instance = instance.to_string();
         let fence = fence.clone();
-        let n = records.len();
         // The writer thread is the only writer: the check and the append are one job.
         let out = self
             .writer
@@ -331,7 +419,7 @@ impl Store for SqliteStore {
                 journal::append(c, &instance, &records)
             })
             .await?;
-        self.appended(&[key], n);
+        self.appended(&appends);
         Ok(out)
     }
 
@@ -383,8 +471,10 @@ impl Store for SqliteStore {
         for (_, recs) in &appends {
             check_records(recs)?;
         }
-        let n = appends.iter().map(|(_, r)| r.len()).sum();
-        let keys: Vec<u64> = appends.iter().map(|(i, _)| instance_key(i)).collect();
+        let counts: Vec<Appends> = appends
+            .iter()
+            .map(|(i, r)| (journal::instance_hash(i), r.len()))
+            .collect();
         // One job (one savepoint) for the whole batch: the writer's cost is per job.
         let out = self
             .writer
@@ -407,7 +497,7 @@ impl Store for SqliteStore {
                 Ok(out)
             })
             .await?;
-        self.appended(&keys, n);
+        self.appended(&counts);
         Ok(out)
     }
 
@@ -421,8 +511,10 @@ impl Store for SqliteStore {
         for (_, _, recs) in &appends {
             check_records(recs)?;
         }
-        let n = appends.iter().map(|(_, _, r)| r.len()).sum();
-        let keys: Vec<u64> = appends.iter().map(|(i, _, _)| instance_key(i)).collect();
+        let counts: Vec<Appends> = appends
+            .iter()
+            .map(|(i, _, r)| (journal::instance_hash(i), r.len()))
+            .collect();
         let terms = terms.clone();
         // One job, as `write_batch`: the fence checks are point reads in the same
         // transaction (the writer thread is the only writer).
@@ -462,7 +554,7 @@ impl Store for SqliteStore {
                 Ok(out)
             })
             .await?;
-        self.appended(&keys, n);
+        self.appended(&counts);
         Ok(out)
     }
 
@@ -473,10 +565,15 @@ impl Store for SqliteStore {
         // One reader task and one read transaction for the whole batch (one consistent
         // view, one WAL read lock instead of two per instance): recovery of many
         // instances is bound by round trips, not by SQLite.
-        if self.log.rows.load(Ordering::Relaxed) > LOAD_MERGE_ROWS
-            && let Some(job) = self.log.claim_merge()
-        {
-            self.writer.submit(job).await?;
+        if self.log.rows() > LOAD_MERGE_ROWS {
+            for (part, p) in self.log.parts.iter().enumerate() {
+                if p.rows.load(Ordering::Relaxed) == 0 {
+                    continue;
+                }
+                if let Some(job) = self.log.claim_merge(part) {
+                    self.writer.submit(job).await?;
+                }
+            }
         }
         let ids = instances.to_vec();
         self.readers

@@ -73,7 +73,10 @@ async fn altered_body_in_the_log_is_detected() {
     let n = Connection::open(&path)
         .unwrap()
         .execute(
-            "UPDATE journal_log SET body = X'7b7d' WHERE instance = 'i' AND seq = 2",
+            &format!(
+                "UPDATE journal_log_{} SET body = X'7b7d' WHERE instance = 'i' AND seq = 2",
+                weft_store_sqlite::log_partition("i")
+            ),
             [],
         )
         .unwrap();
@@ -291,4 +294,75 @@ async fn version_1_store_is_migrated() {
         )
         .unwrap();
     assert_eq!(v, weft_store_sqlite::SCHEMA_VERSION);
+}
+
+/// A version-3 store (one unpartitioned `journal_log`) is migrated on open: the log's live
+/// rows move into the journal, its dead ones (behind the chain base) are dropped, the old
+/// table goes, and the chain verifies.
+#[tokio::test]
+async fn version_3_store_is_migrated() {
+    let path = five_records("v3").await;
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        let r2 = store.read("i", 2, 1).await.unwrap().remove(0);
+        store
+            .put_snapshot(
+                "i",
+                weft_store::Snapshot {
+                    seq: 2,
+                    hash: r2.hash,
+                    state: b"{}".to_vec(),
+                    at_ms: 2,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.truncate_before("i", 3).await.unwrap(), 2);
+    }
+    let before = SqliteStore::open(&path).await.unwrap();
+    let expected = before.read("i", 1, 100).await.unwrap();
+    drop(before);
+    assert_eq!(
+        expected.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        [3, 4, 5]
+    );
+    {
+        // The version-3 layout: records 4 and 5 still in the log, with a dead copy of
+        // record 1 (truncated while in the log).
+        let c = Connection::open(&path).unwrap();
+        let mut ddl = String::from(
+            "CREATE TABLE journal_log (
+               instance TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
+               body BLOB NOT NULL, at_ms INTEGER NOT NULL, prev_hash BLOB NOT NULL,
+               hash BLOB NOT NULL);
+             INSERT INTO journal_log SELECT 'i', 1, kind, body, at_ms, prev_hash, hash
+               FROM journal WHERE instance = 'i' AND seq = 3;
+             INSERT INTO journal_log SELECT * FROM journal WHERE instance = 'i' AND seq >= 4
+               ORDER BY seq;
+             DELETE FROM journal WHERE instance = 'i' AND seq >= 4;
+             UPDATE weft_meta SET value = 3 WHERE key = 'schema_version';",
+        );
+        for k in 0..weft_store_sqlite::LOG_PARTS {
+            ddl.push_str(&format!("DROP TABLE journal_log_{k};"));
+        }
+        c.execute_batch(&ddl).unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.read("i", 1, 100).await.unwrap(), expected);
+    assert_eq!(store.verify("i").await.unwrap().records, 3);
+    assert_eq!(store.append("i", five()).await.unwrap().first_seq, 6);
+    drop(store);
+    let c = Connection::open(&path).unwrap();
+    let (version, old_log, journal): (i64, i64, i64) = c
+        .query_row(
+            "SELECT (SELECT value FROM weft_meta WHERE key = 'schema_version'),
+                    (SELECT count(*) FROM sqlite_master WHERE name = 'journal_log'),
+                    (SELECT count(*) FROM journal WHERE instance = 'i')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!((version, old_log), (weft_store_sqlite::SCHEMA_VERSION, 0));
+    // Records 3 to 5 (the five appended after the migration are still in the log).
+    assert_eq!(journal, 3);
 }

@@ -1,13 +1,13 @@
-//! The journal log (appends land in a rowid-ordered log that is merged into the journal in
-//! batches): reads, truncation, batched loads and verification give the same answers
-//! whichever table a record is in, the merge runs when due, and a reopened store merges
-//! what the last process left.
+//! The journal log (appends land in a rowid-ordered log, split into partitions by instance,
+//! each merged into the journal in batches): reads, truncation, batched loads and
+//! verification give the same answers whichever table a record is in, a partition's merge
+//! runs when it is due, and a reopened store merges what the last process left.
 
 #![allow(clippy::unwrap_used)]
 
 use rusqlite::Connection;
 use weft_store::{NewRecord, Snapshot, Store};
-use weft_store_sqlite::SqliteStore;
+use weft_store_sqlite::{LOG_PARTS, SqliteStore, log_partition};
 
 fn rec(i: u64) -> NewRecord {
     NewRecord {
@@ -23,14 +23,24 @@ fn path(name: &str) -> std::path::PathBuf {
     dir.join("weft.db")
 }
 
-/// (rows in `journal`, rows in `journal_log`), read through a separate connection.
+/// (rows in `journal`, rows in all log partitions), read through a separate connection.
 fn rows(p: &std::path::Path) -> (i64, i64) {
     let c = Connection::open(p).unwrap();
-    let n = |t: &str| {
+    let n = |t: &str| -> i64 {
         c.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))
             .unwrap()
     };
-    (n("journal"), n("journal_log"))
+    let log = (0..LOG_PARTS).map(|k| n(&format!("journal_log_{k}"))).sum();
+    (n("journal"), log)
+}
+
+/// The first instance id `prefix{k}` whose log partition is (or, with `same` false, is
+/// not) `part`.
+fn id_in(prefix: &str, part: usize, same: bool) -> String {
+    (0..)
+        .map(|k| format!("{prefix}{k}"))
+        .find(|id| (log_partition(id) == part) == same)
+        .unwrap()
 }
 
 /// Waits until the writer has run everything queued before (a detached merge included).
@@ -43,13 +53,21 @@ async fn records_read_the_same_from_the_log_and_the_journal() {
     let p = path("split");
     let s = SqliteStore::open(&p).await.unwrap();
     s.set_log_merge_rows(5);
-    // 5 rows reach the threshold: they are merged; the next 3 stay in the log.
+    // "a" and "b" share a log partition: its 5 rows reach the threshold and are merged;
+    // the next 3 stay in the log.
+    let b = id_in("b", log_partition("a"), true);
+    let b = b.as_str();
     s.append("a", (1..=3).map(rec).collect()).await.unwrap();
-    s.append("b", (1..=2).map(rec).collect()).await.unwrap();
+    s.append(b, (1..=2).map(rec).collect()).await.unwrap();
     settle(&s).await;
     s.append("a", (4..=6).map(rec).collect()).await.unwrap();
     settle(&s).await;
     assert_eq!(rows(&p), (5, 3));
+    // Another partition counts its own rows.
+    let c = id_in("c", log_partition("a"), false);
+    s.append(&c, (1..=4).map(rec).collect()).await.unwrap();
+    settle(&s).await;
+    assert_eq!(rows(&p), (5, 7));
     // One read spans both tables, in order, with `from` and `limit` applied across them.
     let all = s.read("a", 1, 100).await.unwrap();
     assert_eq!(
@@ -58,16 +76,18 @@ async fn records_read_the_same_from_the_log_and_the_journal() {
     );
     let mid = s.read("a", 3, 2).await.unwrap();
     assert_eq!(mid.iter().map(|r| r.seq).collect::<Vec<_>>(), [3, 4]);
-    assert_eq!(s.read("b", 1, 100).await.unwrap().len(), 2);
+    assert_eq!(s.read(b, 1, 100).await.unwrap().len(), 2);
+    assert_eq!(s.read(&c, 1, 100).await.unwrap().len(), 4);
     assert_eq!(s.verify("a").await.unwrap().records, 6);
     // A batched load sees the same records as reads.
     let loaded = s
-        .load_many(&["a".into(), "b".into(), "a".into()])
+        .load_many(&["a".into(), b.into(), "a".into(), c.clone()])
         .await
         .unwrap();
     assert_eq!(loaded[0].1, all);
     assert_eq!(loaded[2].1, all);
     assert_eq!(loaded[1].1.len(), 2);
+    assert_eq!(loaded[3].1.len(), 4);
     // Truncation behind a snapshot removes from both tables.
     let snap = Snapshot {
         seq: 5,
@@ -122,18 +142,23 @@ async fn the_log_is_merged_every_so_many_rows() {
     let p = path("every");
     let s = SqliteStore::open(&p).await.unwrap();
     s.set_log_merge_rows(100);
+    // Seven instances of one partition (rows of others would not count towards it).
+    let part = log_partition("i0");
+    let ids: Vec<String> = (0..)
+        .map(|k| format!("i{k}"))
+        .filter(|id| log_partition(id) == part)
+        .take(7)
+        .collect();
     for i in 1..=99 {
-        s.append(&format!("i{}", i % 7), vec![rec(i)])
-            .await
-            .unwrap();
+        s.append(&ids[i as usize % 7], vec![rec(i)]).await.unwrap();
     }
     settle(&s).await;
     assert_eq!(rows(&p), (0, 99));
-    s.append("i0", vec![rec(100)]).await.unwrap();
+    s.append(&ids[0], vec![rec(100)]).await.unwrap();
     settle(&s).await;
     assert_eq!(rows(&p), (100, 0));
     // The count starts again after a merge.
-    s.append("i0", vec![rec(101)]).await.unwrap();
+    s.append(&ids[0], vec![rec(101)]).await.unwrap();
     settle(&s).await;
     assert_eq!(rows(&p), (100, 1));
 }
@@ -149,7 +174,10 @@ async fn a_log_row_that_repeats_a_journal_record_is_reported_as_damage() {
     drop(SqliteStore::open(&p).await.unwrap());
     Connection::open(&p)
         .unwrap()
-        .execute_batch("INSERT INTO journal_log SELECT * FROM journal")
+        .execute_batch(&format!(
+            "INSERT INTO journal_log_{} SELECT * FROM journal",
+            log_partition("a")
+        ))
         .unwrap();
     let e = SqliteStore::open(&p).await.unwrap_err();
     assert_eq!(e.code(), "store_corrupt", "{e}");
@@ -159,8 +187,8 @@ async fn a_log_row_that_repeats_a_journal_record_is_reported_as_damage() {
 async fn by_default_the_merge_waits_for_several_rows_per_instance() {
     let p = path("adaptive");
     let s = SqliteStore::open(&p).await.unwrap();
-    // 9,000 instances with one row each: past the default interval (8,192 rows), but a
-    // merge would rewrite a leaf per row, so it waits.
+    // 9,000 instances with one row each: about 1,125 per partition, past the default
+    // interval (1,024 rows), but a merge would rewrite a leaf per row, so it waits.
     let batch: Vec<(String, Vec<NewRecord>)> = (0..9_000)
         .map(|i| (format!("w{i:05}"), vec![rec(1)]))
         .collect();
@@ -174,7 +202,16 @@ async fn by_default_the_merge_waits_for_several_rows_per_instance() {
             .collect();
         s.write_batch(Vec::new(), batch, Vec::new()).await.unwrap();
     }
+    // One merge per batch: each one queues the next due partition's when it ends.
     settle(&s).await;
+    let (journal, _) = rows(&p);
+    assert!(
+        journal > 0 && journal < 36_000,
+        "one partition at a time: {journal}"
+    );
+    for _ in 0..LOG_PARTS {
+        settle(&s).await;
+    }
     assert_eq!(rows(&p), (36_000, 0));
     assert_eq!(s.verify("w08999").await.unwrap().records, 4);
 }
@@ -260,4 +297,34 @@ async fn a_snapshot_behind_the_head_is_checked_in_either_table() {
     assert_eq!(s.truncate_before("a", 6).await.unwrap(), 2);
     assert_eq!(s.verify("a").await.unwrap().records, 1);
     assert_eq!(s.read("a", 1, 100).await.unwrap(), all[5..]);
+}
+
+/// The WAL is checkpointed in the background: pages appended reach the database file well
+/// before the writer's own automatic checkpoint (at 32,768 WAL pages) would copy them.
+#[tokio::test]
+async fn the_wal_is_checkpointed_in_the_background() {
+    let p = path("ckpt");
+    let s = SqliteStore::open(&p).await.unwrap();
+    settle(&s).await;
+    let size = || std::fs::metadata(&p).unwrap().len();
+    let before = size();
+    // About 2 MiB of records: new pages, in the WAL until a checkpoint copies them.
+    let body = vec![b'x'; 1_000];
+    for k in 0..20 {
+        let recs = (0..100)
+            .map(|i| NewRecord {
+                kind: "step".into(),
+                body: body.clone(),
+                at_ms: k * 100 + i,
+            })
+            .collect();
+        s.append(&format!("i{k}"), recs).await.unwrap();
+    }
+    let mut waited = 0;
+    while size() < before + 1_000_000 {
+        assert!(waited < 500, "the database file stayed at {} bytes", size());
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        waited += 1;
+    }
+    assert_eq!(s.verify("i19").await.unwrap().records, 100);
 }
