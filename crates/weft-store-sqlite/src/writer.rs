@@ -107,15 +107,10 @@ impl Writer {
     where
         F: FnOnce(&Connection) -> Result<()> + Send + 'static,
     {
+        let (reply, _) = oneshot::channel::<Result<()>>();
         if let Some(tx) = self.tx.as_ref() {
-            detach(tx, f);
+            let _ = tx.send(Box::new(Call { f, reply }));
         }
-    }
-
-    /// A handle that queues detached jobs from anywhere, the writer thread included. While
-    /// one exists the thread does not end: drop them all before the writer.
-    pub(crate) fn submitter(&self) -> Option<Submitter> {
-        self.tx.clone().map(Submitter)
     }
 
     /// Runs `f` in the next batch; resolves after that batch committed.
@@ -129,34 +124,6 @@ impl Writer {
         let tx = self.tx.as_ref().ok_or(Error::Closed)?;
         tx.send(job).map_err(|_| Error::Closed)?;
         answer.await.map_err(|_| Error::Closed)?
-    }
-}
-
-fn detach<F>(tx: &mpsc::Sender<Box<dyn Job>>, f: F)
-where
-    F: FnOnce(&Connection) -> Result<()> + Send + 'static,
-{
-    let (reply, _) = oneshot::channel::<Result<()>>();
-    let _ = tx.send(Box::new(Call { f, reply }));
-}
-
-/// See [`Writer::submitter`].
-#[derive(Clone)]
-pub(crate) struct Submitter(mpsc::Sender<Box<dyn Job>>);
-
-impl std::fmt::Debug for Submitter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Submitter")
-    }
-}
-
-impl Submitter {
-    /// As [`Writer::submit_detached`].
-    pub(crate) fn submit_detached<F>(&self, f: F)
-    where
-        F: FnOnce(&Connection) -> Result<()> + Send + 'static,
-    {
-        detach(&self.0, f);
     }
 }
 
