@@ -164,12 +164,25 @@ impl LogState {
     }
 }
 
+/// A claimed merge: releases `merging` when dropped, whether its job ran or was dropped
+/// unrun (a batch that could not begin fails its jobs without running them; the flag must
+/// not stay set, or no partition would ever be merged again).
+struct Claim(Arc<LogState>);
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.0.merging.store(false, Ordering::Release);
+    }
+}
+
 /// The writer job that merges log partition `part` (the caller has set `log.merging`).
 fn merge_job(
     log: Arc<LogState>,
     part: usize,
 ) -> impl FnOnce(&rusqlite::Connection) -> Result<()> + Send {
+    let claim = Claim(log);
     move |c| {
+        let log = &claim.0;
         // Everything in the partition now moves (appends run on this thread too); a batch
         // that fails to commit leaves rows behind, merged next time.
         let r = journal::merge_log(c, part);
@@ -180,10 +193,11 @@ fn merge_job(
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clear();
         }
-        // A partition that came due meanwhile is claimed by the next append, so merges
-        // are at least a batch apart (queued from here, they ran back to back: the p99
-        // of the server's event load rose from 3.7–4.0 ms to 5.0–5.2 ms).
-        log.merging.store(false, Ordering::Release);
+        // Dropping `claim` releases the flag. A partition that came due meanwhile is
+        // claimed by the next append, so merges are at least a batch apart (queued from
+        // here, they ran back to back: the p99 of the server's event load rose from
+        // 3.7–4.0 ms to 5.0–5.2 ms).
+        drop(claim);
         r.map(|_| ())
     }
 }
@@ -826,5 +840,22 @@ impl Store for SqliteStore {
         self.readers
             .run(move |c| state::owner_of(c, &instance, now_ms))
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One merge at a time, and a claim whose job is dropped unrun (its batch failed to
+    /// begin) releases the flag.
+    #[test]
+    fn a_merge_claim_is_released_even_if_its_job_never_runs() {
+        let log = Arc::new(LogState::new());
+        let job = log.claim_merge(0).expect("free");
+        assert!(log.claim_merge(1).is_none(), "one merge at a time");
+        drop(job);
+        assert!(log.claim_merge(1).is_some(), "released by the dropped job");
+        assert!(log.claim_merge(LOG_PARTS).is_none(), "no such partition");
     }
 }
