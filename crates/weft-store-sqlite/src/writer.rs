@@ -255,45 +255,61 @@ mod tests {
             .map_err(map_err)
     }
 
+    /// Runs a batch of three jobs, each inserting its number, but job `failing` inserts
+    /// `100 + failing` and then runs `fail`: the batch's outcome, the rows that committed
+    /// and each job's answer.
+    fn three_jobs(
+        failing: i64,
+        fail: fn(&Connection) -> Result<()>,
+    ) -> (Result<()>, Vec<i64>, Vec<Result<()>>) {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (v INTEGER PRIMARY KEY)")
+            .unwrap();
+        let mut batch: Vec<Box<dyn Job>> = Vec::new();
+        let mut answers = Vec::new();
+        for k in 0..3_i64 {
+            let work: Work = if k == failing {
+                Box::new(move |c| {
+                    insert(c, 100 + k)?;
+                    fail(c)
+                })
+            } else {
+                Box::new(move |c| insert(c, k))
+            };
+            let (reply, answer) = oneshot::channel();
+            batch.push(Box::new(Call { f: work, reply }));
+            answers.push(answer);
+        }
+        let outcome = run_batch(&conn, &mut batch);
+        assert!(conn.is_autocommit(), "the transaction ended");
+        let rows: Vec<i64> = conn
+            .prepare("SELECT v FROM t ORDER BY v")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        let answers = answers
+            .into_iter()
+            .map(|mut a| a.try_recv().expect("answered"))
+            .collect();
+        (outcome, rows, answers)
+    }
+
     /// A batch of three jobs, job `failing` writing a row and then failing: only its row
     /// is rolled back, the others commit, and each caller gets its own answer. The first
     /// job runs without a savepoint, so position 0 takes the other path.
     #[test]
     fn a_failing_job_rolls_back_alone_wherever_it_is_in_the_batch() {
         for failing in 0..3_i64 {
-            let conn = Connection::open_in_memory().unwrap();
-            conn.execute_batch("CREATE TABLE t (v INTEGER PRIMARY KEY)")
-                .unwrap();
-            let mut batch: Vec<Box<dyn Job>> = Vec::new();
-            let mut answers = Vec::new();
-            for k in 0..3_i64 {
-                let work: Work = if k == failing {
-                    Box::new(move |c| {
-                        insert(c, 100 + k)?;
-                        Err(Error::invalid("this job fails"))
-                    })
-                } else {
-                    Box::new(move |c| insert(c, k))
-                };
-                let (reply, answer) = oneshot::channel();
-                batch.push(Box::new(Call { f: work, reply }));
-                answers.push(answer);
-            }
-            run_batch(&conn, &mut batch).unwrap();
-            let rows: Vec<i64> = conn
-                .prepare("SELECT v FROM t ORDER BY v")
-                .unwrap()
-                .query_map([], |r| r.get(0))
-                .unwrap()
-                .collect::<std::result::Result<_, _>>()
-                .unwrap();
+            let (outcome, rows, answers) =
+                three_jobs(failing, |_| Err(Error::invalid("this job fails")));
+            outcome.unwrap();
             let expected: Vec<i64> = (0..3).filter(|k| *k != failing).collect();
             assert_eq!(rows, expected, "failing job {failing}");
-            for (k, mut a) in answers.into_iter().enumerate() {
-                let got = a.try_recv().expect("answered");
+            for (k, got) in answers.iter().enumerate() {
                 assert_eq!(got.is_err(), k as i64 == failing, "job {k}: {got:?}");
             }
-            assert!(conn.is_autocommit(), "the transaction ended");
         }
     }
 
@@ -304,45 +320,20 @@ mod tests {
     #[test]
     fn a_job_that_ends_the_transaction_fails_what_it_took_with_it() {
         for failing in 0..3_i64 {
-            let conn = Connection::open_in_memory().unwrap();
-            conn.execute_batch("CREATE TABLE t (v INTEGER PRIMARY KEY)")
-                .unwrap();
-            let mut batch: Vec<Box<dyn Job>> = Vec::new();
-            let mut answers = Vec::new();
-            for k in 0..3_i64 {
-                let work: Work = if k == failing {
-                    Box::new(move |c| {
-                        insert(c, 100 + k)?;
-                        c.execute_batch("ROLLBACK").map_err(map_err)?;
-                        Err(Error::backend("disk full"))
-                    })
-                } else {
-                    Box::new(move |c| insert(c, k))
-                };
-                let (reply, answer) = oneshot::channel();
-                batch.push(Box::new(Call { f: work, reply }));
-                answers.push(answer);
-            }
-            let outcome = run_batch(&conn, &mut batch);
-            let rows: Vec<i64> = conn
-                .prepare("SELECT v FROM t ORDER BY v")
-                .unwrap()
-                .query_map([], |r| r.get(0))
-                .unwrap()
-                .collect::<std::result::Result<_, _>>()
-                .unwrap();
+            let (outcome, rows, answers) = three_jobs(failing, |c| {
+                c.execute_batch("ROLLBACK").map_err(map_err)?;
+                Err(Error::backend("disk full"))
+            });
             let expected: Vec<i64> = if failing == 0 { vec![1, 2] } else { vec![] };
             assert_eq!(rows, expected, "failing job {failing}");
             assert_eq!(outcome.is_err(), failing > 0, "failing job {failing}");
-            for (k, mut a) in answers.into_iter().enumerate() {
-                let got = a.try_recv().expect("answered");
+            for (k, got) in answers.iter().enumerate() {
                 let should_fail = k as i64 == failing || failing > 0;
                 assert_eq!(got.is_err(), should_fail, "job {k}: {got:?}");
                 if let Err(e) = got {
                     assert!(e.to_string().contains("disk full"), "job {k}: {e}");
                 }
             }
-            assert!(conn.is_autocommit(), "the transaction ended");
         }
     }
 }

@@ -9,6 +9,16 @@ use rusqlite::Connection;
 use weft_store::{NewRecord, Snapshot, Store};
 use weft_store_sqlite::{LOG_PARTS, SqliteStore, log_partition};
 
+/// An empty-state snapshot at `seq`.
+fn snapshot(seq: u64, hash: weft_store::Hash, at_ms: i64) -> Snapshot {
+    Snapshot {
+        seq,
+        hash,
+        state: b"{}".to_vec(),
+        at_ms,
+    }
+}
+
 fn rec(i: u64) -> NewRecord {
     NewRecord {
         kind: "step".into(),
@@ -89,12 +99,7 @@ async fn records_read_the_same_from_the_log_and_the_journal() {
     assert_eq!(loaded[1].1.len(), 2);
     assert_eq!(loaded[3].1.len(), 4);
     // Truncation behind a snapshot removes from both tables.
-    let snap = Snapshot {
-        seq: 5,
-        hash: all[4].hash,
-        state: b"{}".to_vec(),
-        at_ms: 5,
-    };
+    let snap = snapshot(5, all[4].hash, 5);
     s.put_snapshot("a", snap.clone()).await.unwrap();
     assert_eq!(s.truncate_before("a", 5).await.unwrap(), 4);
     assert_eq!(
@@ -239,12 +244,7 @@ async fn rows_truncated_while_in_the_log_are_dead_and_the_merge_drops_them() {
     s.append("b", (1..=2).map(rec).collect()).await.unwrap();
     let all = s.read("a", 1, 100).await.unwrap();
     // A snapshot at the head, then truncation behind it: the compaction of a reactive plan.
-    let snap = Snapshot {
-        seq: 6,
-        hash: appended.head,
-        state: b"{}".to_vec(),
-        at_ms: 6,
-    };
+    let snap = snapshot(6, appended.head, 6);
     s.put_snapshot("a", snap.clone()).await.unwrap();
     assert_eq!(s.truncate_before("a", 6).await.unwrap(), 5);
     settle(&s).await;
@@ -258,12 +258,7 @@ async fn rows_truncated_while_in_the_log_are_dead_and_the_merge_drops_them() {
     assert_eq!(loaded[1].1.len(), 2);
     assert_eq!(s.verify("a").await.unwrap().records, 1);
     // A snapshot below the base no longer matches the journal, though its row is in the log.
-    let stale = Snapshot {
-        seq: 3,
-        hash: all[2].hash,
-        state: b"{}".to_vec(),
-        at_ms: 3,
-    };
+    let stale = snapshot(3, all[2].hash, 3);
     let e = s.put_snapshot("a", stale).await.unwrap_err();
     assert_eq!(e.code(), "invalid_input", "{e}");
     // The merge moves the live rows only.
@@ -289,12 +284,7 @@ async fn a_snapshot_behind_the_head_is_checked_in_either_table() {
     assert_eq!(rows(&p), (4, 2));
     let all = s.read("a", 1, 100).await.unwrap();
     for seq in [3_u64, 5] {
-        let at = |hash| Snapshot {
-            seq,
-            hash,
-            state: b"{}".to_vec(),
-            at_ms: 0,
-        };
+        let at = |hash| snapshot(seq, hash, 0);
         let wrong = all[0].hash;
         assert!(s.put_snapshot("a", at(wrong)).await.is_err(), "seq {seq}");
         s.put_snapshot("a", at(all[seq as usize - 1].hash))
