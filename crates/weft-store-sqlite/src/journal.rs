@@ -306,17 +306,36 @@ pub fn read_log_many(
 /// instance's chain base: truncated while in the log) and empties the partition: how many
 /// rows moved. Runs in the caller's transaction. A row already in `journal` (never written
 /// by this store) fails it as damage.
-pub fn merge_log(conn: &Connection, part: usize) -> Result<u64> {
+///
+/// Telling dead rows apart costs a chain-head lookup per row (about 10% of W4-concurrent,
+/// which never truncates), so it is done only where a row can be dead: with `after_restart`
+/// (the log may hold anything a previous process truncated) or when an instance of the
+/// partition was truncated since its last merge (the writer connection's
+/// [`TRUNCATED_SINCE_MERGE`] table, transactional like the rest: a rolled-back merge or
+/// truncation leaves it as it was).
+pub fn merge_log(conn: &Connection, part: usize, after_restart: bool) -> Result<u64> {
     let Some(table) = LOG_TABLES.get(part) else {
         return Err(Error::invalid(format!("no journal log partition {part}")));
+    };
+    let part_sql = part as i64;
+    let dead_possible = after_restart
+        || conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM temp.truncated_since_merge WHERE part = ?1)",
+            )
+            .and_then(|mut s| s.query_row([part_sql], |r| r.get::<_, bool>(0)))
+            .map_err(map_err)?;
+    let filter = if dead_possible {
+        "WHERE l.seq > coalesce(
+           (SELECT h.base_seq FROM chain_heads h WHERE h.instance = l.instance), 0)"
+    } else {
+        ""
     };
     let moved = conn
         .prepare_cached(&format!(
             "INSERT OR FAIL INTO journal (instance, seq, kind, body, at_ms, prev_hash, hash)
              SELECT l.instance, l.seq, l.kind, l.body, l.at_ms, l.prev_hash, l.hash
-             FROM {table} l
-             WHERE l.seq > coalesce(
-               (SELECT h.base_seq FROM chain_heads h WHERE h.instance = l.instance), 0)
+             FROM {table} l {filter}
              ORDER BY l.instance, l.seq"
         ))
         .and_then(|mut s| s.execute([]))
@@ -329,8 +348,17 @@ pub fn merge_log(conn: &Connection, part: usize) -> Result<u64> {
     conn.prepare_cached(&format!("DELETE FROM {table}"))
         .and_then(|mut s| s.execute([]))
         .map_err(map_err)?;
+    conn.prepare_cached("DELETE FROM temp.truncated_since_merge WHERE part = ?1")
+        .and_then(|mut s| s.execute([part_sql]))
+        .map_err(map_err)?;
     Ok(moved as u64)
 }
+
+/// The writer connection's record of instances truncated since their partition's last
+/// merge (see [`merge_log`]): a temporary table, so it lives and dies with the connection.
+pub const TRUNCATED_SINCE_MERGE: &str = "CREATE TEMP TABLE IF NOT EXISTS truncated_since_merge (
+       part INTEGER NOT NULL, instance TEXT NOT NULL, PRIMARY KEY (part, instance))
+     WITHOUT ROWID";
 
 /// Rows in each log partition (counted when the store opens).
 pub fn log_rows(conn: &Connection) -> Result<[u64; LOG_PARTS]> {
@@ -488,6 +516,9 @@ pub fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result
         .map_err(map_err)?;
     conn.prepare_cached("UPDATE chain_heads SET base_seq = ?2, base_hash = ?3 WHERE instance = ?1")
         .and_then(|mut s| s.execute(params![instance, base_sql, &base_hash.0[..]]))
+        .map_err(map_err)?;
+    conn.prepare_cached("INSERT OR IGNORE INTO temp.truncated_since_merge VALUES (?1, ?2)")
+        .and_then(|mut s| s.execute(params![partition(instance) as i64, instance]))
         .map_err(map_err)?;
     conn.prepare_cached("DELETE FROM snapshots WHERE instance = ?1 AND seq < ?2")
         .and_then(|mut s| s.execute(params![instance, base_sql]))

@@ -185,7 +185,7 @@ fn merge_job(
         let log = &claim.0;
         // Everything in the partition now moves (appends run on this thread too); a batch
         // that fails to commit leaves rows behind, merged next time.
-        let r = journal::merge_log(c, part);
+        let r = journal::merge_log(c, part, false);
         if let (Ok(_), Some(p)) = (&r, log.parts.get(part)) {
             p.rows.store(0, Ordering::Relaxed);
             p.instances
@@ -233,7 +233,7 @@ impl SqliteStore {
                 let tx = conn.unchecked_transaction().map_err(schema::map_err)?;
                 for (part, n) in rows.iter().enumerate() {
                     if *n > 0 {
-                        journal::merge_log(&tx, part)?;
+                        journal::merge_log(&tx, part, true)?;
                     }
                 }
                 tx.commit().map_err(schema::map_err)?;

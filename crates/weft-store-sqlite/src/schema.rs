@@ -155,6 +155,8 @@ pub fn open_writer(path: &Path) -> Result<Connection, Error> {
         .and_then(|()| writer_pragmas(&conn))
         .map_err(|e| with_path(path, e))?;
     migrate(&conn).map_err(|e| with_path(path, e))?;
+    conn.execute_batch(crate::journal::TRUNCATED_SINCE_MERGE)
+        .map_err(|e| with_path(path, map_err(e)))?;
     Ok(conn)
 }
 

@@ -329,3 +329,27 @@ async fn the_wal_is_checkpointed_in_the_background() {
     }
     assert_eq!(s.verify("i19").await.unwrap().records, 100);
 }
+
+/// A merge while the store runs drops the rows truncated since the partition's last merge
+/// too (it filters dead rows only for partitions that had a truncation).
+#[tokio::test]
+async fn a_running_merge_drops_rows_truncated_since_the_last_one() {
+    let p = path("dead-live");
+    let s = SqliteStore::open(&p).await.unwrap();
+    s.set_log_merge_rows(10);
+    let appended = s.append("a", (1..=6).map(rec).collect()).await.unwrap();
+    s.put_snapshot("a", snapshot(6, appended.head, 6))
+        .await
+        .unwrap();
+    assert_eq!(s.truncate_before("a", 6).await.unwrap(), 5);
+    // Four more rows: ten in the partition, merged now.
+    s.append("a", (7..=10).map(rec).collect()).await.unwrap();
+    settle(&s).await;
+    assert_eq!(rows(&p), (5, 0), "records 6 to 10 merged, 1 to 5 dropped");
+    assert_eq!(s.verify("a").await.unwrap().records, 5);
+    // The next merge of the partition has nothing dead to drop: all rows move.
+    s.append("a", (11..=20).map(rec).collect()).await.unwrap();
+    settle(&s).await;
+    assert_eq!(rows(&p), (15, 0));
+    assert_eq!(s.verify("a").await.unwrap().records, 15);
+}
