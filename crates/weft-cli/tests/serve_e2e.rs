@@ -533,11 +533,11 @@ async fn sample_plan_completes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reactive_plan_takes_1000_events_exactly_once() {
     const EVENTS: u64 = 1000;
-    // Four instances keep each journal under the compaction threshold (1,000 records), so
-    // every `token.added` record can be read back.
+    // Compaction off (`--snapshot-every 0`: a busy reactive instance is otherwise
+    // compacted every 100 records), so every `token.added` record can be read back.
     const INSTANCES: usize = 4;
     let d = dir("reactive");
-    let server = Server::start(&d, Some(TOKENS));
+    let server = Server::start_with(&d, Some(TOKENS), &["--snapshot-every", "0"]);
     let api = server.api(Some("tA"));
     api.create_plan(&reactive_plan("counter")).await;
     let mut ids = Vec::new();

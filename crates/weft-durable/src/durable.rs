@@ -22,11 +22,18 @@ const IDS_JOURNAL: &str = "weft.ids";
 /// Ids reserved per process start.
 const ID_BLOCK: u64 = 1 << 32;
 
+/// Records between two snapshots of a reactive instance, by default: the journal it keeps
+/// (and `inspect --at` can reach) is at most its last 100 records plus a snapshot. Short, so a
+/// busy instance's records mostly die while they are still in the SQLite store's journal
+/// log, which then drops them at its merge instead of moving them into the journal table
+/// only to delete them there (see the crate docs, "Compaction policy", for the figures).
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 100;
+
 /// Durability settings.
 #[derive(Debug, Clone)]
 pub struct DurableConfig {
     /// Snapshot + compact a reactive instance's journal every this many records (`None`:
-    /// never). Default 1,000.
+    /// never). Default [`DEFAULT_SNAPSHOT_EVERY`].
     pub snapshot_every: Option<u64>,
     /// Instances rebuilt concurrently by [`Durable::recover`]. Default 8 (the SQLite
     /// store keeps 8 idle read connections; more would open and close connections).
@@ -59,7 +66,7 @@ pub struct DurableConfig {
 impl Default for DurableConfig {
     fn default() -> Self {
         DurableConfig {
-            snapshot_every: Some(1_000),
+            snapshot_every: Some(DEFAULT_SNAPSHOT_EVERY),
             recovery_concurrency: 8,
             record_idempotent_dispatch: false,
             owner: None,

@@ -88,7 +88,7 @@
 //!
 //! ## Compaction policy (bounded storage for reactive plans)
 //! For reactive instances the journal keeps a folded copy of the state beside the buffer;
-//! when at least [`DurableConfig::snapshot_every`] records (default 1,000) were written
+//! when at least [`DurableConfig::snapshot_every`] records (default 100) were written
 //! since the last snapshot, the batch that makes them durable is followed by a snapshot at
 //! the new head and the truncation of what it covers, one write fenced by the instance's
 //! lease (`Store::compact_fenced`: a process that lost the lease can neither snapshot nor
@@ -166,7 +166,7 @@ mod history;
 mod journal;
 mod record;
 
-pub use durable::{Durable, DurableConfig, RecoveryReport};
+pub use durable::{DEFAULT_SNAPSHOT_EVERY, Durable, DurableConfig, RecoveryReport};
 pub use error::DurableError;
 pub use history::{
     InFlightAction, InspectEvent, Inspection, PlanCache, ReplayReport, checkpoint, checkpoint_seq,

@@ -41,6 +41,10 @@ pub struct ServerConfig {
     pub keep_alive: Duration,
     /// Traces of finished instances kept in memory for `GET …/trace`.
     pub trace_retention: usize,
+    /// Records between two snapshots of a reactive instance, which then drops the journal
+    /// the snapshot covers (`None`: never compacted). Default
+    /// [`weft_durable::DEFAULT_SNAPSHOT_EVERY`].
+    pub snapshot_every: Option<u64>,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +58,7 @@ impl Default for ServerConfig {
             rate_burst: 200_000.0,
             keep_alive: Duration::from_secs(15),
             trace_retention: 10_000,
+            snapshot_every: DurableConfig::default().snapshot_every,
         }
     }
 }
@@ -181,7 +186,11 @@ impl AppState {
             bus,
             ..EngineOptions::default()
         };
-        let durable = Durable::open(store, opts, DurableConfig::default()).await?;
+        let durable_config = DurableConfig {
+            snapshot_every: config.snapshot_every,
+            ..DurableConfig::default()
+        };
+        let durable = Durable::open(store, opts, durable_config).await?;
         let state = AppState::with_metrics(durable, registry, llm, config, metrics);
         let report = state.inner.durable.recover().await?;
         for h in &report.handles {

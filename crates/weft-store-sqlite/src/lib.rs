@@ -66,9 +66,11 @@ pub struct SqliteStore {
 
 /// Rows appended to a journal log partition before it is merged into the journal (see the
 /// `journal` module): large enough that a merge rewrites each of the partition's live
-/// instances' leaf pages once for many commits, small enough that a merge (which holds up
+/// instances' leaf pages once for many commits, and that a busy reactive instance is
+/// compacted (every 100 records by default) while most of its rows are still in the log,
+/// which the merge then drops instead of moving; small enough that a merge (which holds up
 /// the group commits queued behind it) and a read's scan of the partition stay short.
-pub const DEFAULT_LOG_MERGE_ROWS: u64 = 1_024;
+pub const DEFAULT_LOG_MERGE_ROWS: u64 = 2_048;
 
 /// A merge rewrites the last leaf pages of every instance in the partition, so it is put
 /// off while the partition holds fewer than this many rows per instance (10,000 concurrent
@@ -76,7 +78,7 @@ pub const DEFAULT_LOG_MERGE_ROWS: u64 = 1_024;
 const MIN_ROWS_PER_INSTANCE: u64 = 4;
 
 /// ... but never past this many rows, which bounds a read's scan of the partition.
-const MAX_LOG_ROWS: u64 = 8_192;
+const MAX_LOG_ROWS: u64 = 16_384;
 
 /// When to merge one log partition.
 #[derive(Debug, Default)]
@@ -255,7 +257,7 @@ impl SqliteStore {
     /// Merges each partition of the journal log into the journal exactly every `rows` rows
     /// appended to it (1: after every append). By default a partition is merged every
     /// [`DEFAULT_LOG_MERGE_ROWS`] rows once it holds at least four rows per instance in
-    /// it, and at 8,192 rows in any case. Reads see the same records either way: this only
+    /// it, and at 16,384 rows in any case. Reads see the same records either way: this only
     /// trades write amplification against read scans and merge pauses.
     pub fn set_log_merge_rows(&self, rows: u64) {
         self.log.merge_at.store(rows.max(1), Ordering::Relaxed);

@@ -192,17 +192,17 @@ async fn a_log_row_that_repeats_a_journal_record_is_reported_as_damage() {
 async fn by_default_the_merge_waits_for_several_rows_per_instance() {
     let p = path("adaptive");
     let s = SqliteStore::open(&p).await.unwrap();
-    // 9,000 instances with one row each: about 1,125 per partition, past the default
-    // interval (1,024 rows), but a merge would rewrite a leaf per row, so it waits.
-    let batch: Vec<(String, Vec<NewRecord>)> = (0..9_000)
+    // 18,000 instances with one row each: about 2,250 per partition, past the default
+    // interval (2,048 rows), but a merge would rewrite a leaf per row, so it waits.
+    let batch: Vec<(String, Vec<NewRecord>)> = (0..18_000)
         .map(|i| (format!("w{i:05}"), vec![rec(1)]))
         .collect();
     s.write_batch(Vec::new(), batch, Vec::new()).await.unwrap();
     settle(&s).await;
-    assert_eq!(rows(&p), (0, 9_000));
+    assert_eq!(rows(&p), (0, 18_000));
     // Four rows per instance: due.
     for k in 2..=4 {
-        let batch: Vec<(String, Vec<NewRecord>)> = (0..9_000)
+        let batch: Vec<(String, Vec<NewRecord>)> = (0..18_000)
             .map(|i| (format!("w{i:05}"), vec![rec(k)]))
             .collect();
         s.write_batch(Vec::new(), batch, Vec::new()).await.unwrap();
@@ -220,7 +220,7 @@ async fn by_default_the_merge_waits_for_several_rows_per_instance() {
             .unwrap()
     };
     assert!(
-        merged() > 0 && merged() < 36_000,
+        merged() > 0 && merged() < 72_000,
         "one partition: {}",
         merged()
     );
@@ -228,8 +228,8 @@ async fn by_default_the_merge_waits_for_several_rows_per_instance() {
         s.append("x", vec![rec(k + 1)]).await.unwrap();
         settle(&s).await;
     }
-    assert_eq!(merged(), 36_000);
-    assert_eq!(s.verify("w08999").await.unwrap().records, 4);
+    assert_eq!(merged(), 72_000);
+    assert_eq!(s.verify("w17999").await.unwrap().records, 4);
 }
 
 /// Truncation leaves the instance's rows in the log (deleting them would scan it), but

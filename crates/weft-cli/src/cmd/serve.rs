@@ -49,6 +49,11 @@ pub struct Args {
     /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT; neither: no export.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// Snapshot a reactive instance every N journal records and drop the journal the
+    /// snapshot covers, so its storage follows its marking; what `inspect --at` can reach
+    /// is the last N records at most. 0: never compact (the whole history is kept).
+    #[arg(long, value_name = "N", default_value_t = weft_durable::DEFAULT_SNAPSHOT_EVERY)]
+    pub snapshot_every: u64,
 }
 
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -82,6 +87,7 @@ fn config(args: &Args) -> anyhow::Result<ServerConfig> {
         plan_body_limit: args.plan_body_limit,
         rate_per_sec: args.rate_limit,
         rate_burst: args.rate_burst,
+        snapshot_every: (args.snapshot_every > 0).then_some(args.snapshot_every),
         ..ServerConfig::default()
     };
     weft_server::check_listen(&config)?;
