@@ -513,19 +513,27 @@ impl Store for SqliteStore {
                 }
                 let mut out: Vec<Result<Appended>> = Vec::with_capacity(appends.len());
                 let mut allowed: Vec<(&str, &[NewRecord])> = Vec::with_capacity(appends.len());
-                for (instance, epoch, recs) in &appends {
-                    let fence = Fence {
+                let fences: Vec<Fence> = appends
+                    .iter()
+                    .map(|(_, epoch, _)| Fence {
                         owner: terms.owner.clone(),
                         epoch: *epoch,
-                    };
-                    match state::check_fence(c, instance, &fence) {
+                    })
+                    .collect();
+                let checks: Vec<(&str, &Fence)> = appends
+                    .iter()
+                    .zip(&fences)
+                    .map(|((instance, _, _), fence)| (instance.as_str(), fence))
+                    .collect();
+                let checked = state::check_fences(c, &checks)?;
+                for ((instance, _, recs), check) in appends.iter().zip(checked) {
+                    match check {
                         Ok(()) => {
                             allowed.push((instance, &**recs));
                             // Placeholder, replaced below in order.
                             out.push(Err(Error::Closed));
                         }
-                        Err(e @ Error::LeaseLost { .. }) => out.push(Err(e)),
-                        Err(e) => return Err(e),
+                        Err(e) => out.push(Err(e)),
                     }
                 }
                 let mut written = append_all(c, &allowed)?.into_iter();

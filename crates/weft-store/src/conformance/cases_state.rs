@@ -462,6 +462,77 @@ pub async fn write_batch_fenced_per_instance(s: Arc<dyn Store>) {
     assert_eq!(s.verify("fb2").await.unwrap().records, 2);
 }
 
+/// `write_batch_fenced` over many instances (a backend may read chain heads and leases in
+/// chunks): every result belongs to its own instance, whatever its place in the batch.
+/// 75 instances, created with records in a first batch except every seventh; every fifth
+/// is then taken over by another owner, so its append is refused and the rest go on.
+pub async fn write_batch_fenced_many_instances(s: Arc<dyn Store>) {
+    let rec = |n: u64| crate::NewRecord {
+        kind: "r".to_string(),
+        body: format!("{{\"n\":{n}}}").into_bytes(),
+        at_ms: n as i64,
+    };
+    let terms = |owner: &str, now: i64| crate::LeaseTerms {
+        owner: owner.to_string(),
+        ttl_ms: 1_000,
+        now_ms: now,
+    };
+    let ids: Vec<String> = (0..75).map(|i| format!("mf{i:02}")).collect();
+    let first: Vec<(String, u64, Arc<[crate::NewRecord]>)> = ids
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 7 != 0)
+        .map(|(i, id)| (id.clone(), 1, (0..=(i as u64 % 3)).map(rec).collect()))
+        .collect();
+    let out = s
+        .write_batch_fenced(
+            &terms("p1", 0),
+            ids.iter()
+                .map(|id| instance(id, "t", InstanceStatus::Running))
+                .collect(),
+            first,
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(out.iter().all(Result::is_ok), "{out:?}");
+    for (i, id) in ids.iter().enumerate() {
+        if i % 5 == 0 {
+            assert!(s.acquire_lease(id, "p2", 1_000, 2_000).await.unwrap());
+        }
+    }
+    let second: Vec<(String, u64, Arc<[crate::NewRecord]>)> = ids
+        .iter()
+        .rev()
+        .map(|id| (id.clone(), 1, vec![rec(9)].into()))
+        .collect();
+    let out = s
+        .write_batch_fenced(&terms("p1", 2_001), vec![], second, vec![])
+        .await
+        .unwrap();
+    assert_eq!(out.len(), ids.len());
+    for (k, result) in out.iter().enumerate() {
+        let i = ids.len() - 1 - k;
+        let before = if i % 7 == 0 { 0 } else { i as u64 % 3 + 1 };
+        match result {
+            Err(e) if i % 5 == 0 => assert_eq!(e.code(), "lease_lost", "{}: {e}", ids[i]),
+            Ok(a) if i % 5 != 0 => {
+                assert_eq!(
+                    (a.first_seq, a.last_seq),
+                    (before + 1, before + 1),
+                    "{}",
+                    ids[i]
+                );
+                assert_eq!(s.verify(&ids[i]).await.unwrap().records, before + 1);
+            }
+            other => panic!("{}: {other:?}", ids[i]),
+        }
+        if i % 5 == 0 {
+            assert_eq!(s.last_seq(&ids[i]).await.unwrap(), before, "{}", ids[i]);
+        }
+    }
+}
+
 /// Bulk leases: `acquire_leases` gives the epoch of each lease taken and `None` where
 /// another owner's live lease kept it; `renew_leases` extends the owner's leases that nobody
 /// else took over (also expired ones).

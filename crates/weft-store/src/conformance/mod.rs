@@ -105,6 +105,7 @@ macro_rules! conformance_tests {
             write_batch_creates_appends_and_sets_status,
             appends_fenced_by_lease_epoch,
             write_batch_fenced_per_instance,
+            write_batch_fenced_many_instances,
             bulk_leases_acquire_and_renew,
             timers_listed_by_keyset_pages,
             compaction_fenced_by_lease_epoch,
