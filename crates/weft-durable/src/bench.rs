@@ -472,7 +472,10 @@ async fn compaction(b: &Backend, opts: &W4Options) -> Result<Value, String> {
         "steps": {"probe": {"on": ["ping"], "action": "bench.add",
             "args": {"key": "seen", "value": 1}, "emits": []}}});
     let mut results = serde_json::Map::new();
-    for (label, every) in [("compacted", Some(1_000u64)), ("uncompacted", None)] {
+    for (label, every) in [
+        ("compacted", DurableConfig::default().snapshot_every),
+        ("uncompacted", None),
+    ] {
         let d = open_durable(
             b,
             DurableConfig {

@@ -481,7 +481,7 @@ pub async fn write_batch_fenced_many_instances(s: Arc<dyn Store>) {
     let first: Vec<(String, u64, Arc<[crate::NewRecord]>)> = ids
         .iter()
         .enumerate()
-        .filter(|(i, _)| i % 7 != 0)
+        .filter(|(i, _)| !i.is_multiple_of(7))
         .map(|(i, id)| (id.clone(), 1, (0..=(i as u64 % 3)).map(rec).collect()))
         .collect();
     let out = s
@@ -497,7 +497,7 @@ pub async fn write_batch_fenced_many_instances(s: Arc<dyn Store>) {
         .unwrap();
     assert!(out.iter().all(Result::is_ok), "{out:?}");
     for (i, id) in ids.iter().enumerate() {
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             assert!(s.acquire_lease(id, "p2", 1_000, 2_000).await.unwrap());
         }
     }
@@ -513,10 +513,14 @@ pub async fn write_batch_fenced_many_instances(s: Arc<dyn Store>) {
     assert_eq!(out.len(), ids.len());
     for (k, result) in out.iter().enumerate() {
         let i = ids.len() - 1 - k;
-        let before = if i % 7 == 0 { 0 } else { i as u64 % 3 + 1 };
+        let before = if i.is_multiple_of(7) {
+            0
+        } else {
+            i as u64 % 3 + 1
+        };
         match result {
-            Err(e) if i % 5 == 0 => assert_eq!(e.code(), "lease_lost", "{}: {e}", ids[i]),
-            Ok(a) if i % 5 != 0 => {
+            Err(e) if i.is_multiple_of(5) => assert_eq!(e.code(), "lease_lost", "{}: {e}", ids[i]),
+            Ok(a) if !i.is_multiple_of(5) => {
                 assert_eq!(
                     (a.first_seq, a.last_seq),
                     (before + 1, before + 1),
@@ -527,7 +531,7 @@ pub async fn write_batch_fenced_many_instances(s: Arc<dyn Store>) {
             }
             other => panic!("{}: {other:?}", ids[i]),
         }
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             assert_eq!(s.last_seq(&ids[i]).await.unwrap(), before, "{}", ids[i]);
         }
     }
