@@ -122,85 +122,6 @@ pub fn head_row(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
     }
 }
 
-/// Keys looked up per statement by [`select_keyed`].
-const KEYS_PER_SELECT: usize = 32;
-
-/// The rows of `table` whose text primary key `key` is one of `keys`, read
-/// [`KEYS_PER_SELECT`] keys per statement (`key IN (?, …)`, one index seek per key) instead
-/// of one statement per key: a group commit touches tens to thousands of instances, and the
-/// writer's per-statement cost (bind, step, reset) was most of a point read's. A short last
-/// chunk repeats its last key, so each table has one statement shape. `columns` are
-/// selected after the key; `row` maps them (`r.get(1)` is the first). Keys without a row
-/// are absent from the map.
-pub(crate) fn select_keyed<'k, T>(
-    conn: &Connection,
-    table: &str,
-    key: &str,
-    columns: &str,
-    keys: &[&'k str],
-    row: impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-) -> Result<std::collections::HashMap<&'k str, T>> {
-    let mut out = std::collections::HashMap::with_capacity(keys.len());
-    if keys.is_empty() {
-        return Ok(out);
-    }
-    let sql = values_sql(
-        &format!("SELECT {key}, {columns} FROM {table} WHERE {key} IN ("),
-        "?",
-        KEYS_PER_SELECT,
-        ")",
-    );
-    let mut st = conn.prepare_cached(&sql).map_err(map_err)?;
-    for chunk in keys.chunks(KEYS_PER_SELECT) {
-        let last = chunk[chunk.len() - 1];
-        let args = chunk
-            .iter()
-            .copied()
-            .chain(std::iter::repeat(last))
-            .take(KEYS_PER_SELECT);
-        let mut rows = st
-            .query(rusqlite::params_from_iter(args))
-            .map_err(map_err)?;
-        while let Some(r) = rows.next().map_err(map_err)? {
-            let found = r.get_ref(0).map_err(map_err)?;
-            let found = found.as_str().map_err(|e| Error::Corrupt {
-                message: format!("a `{table}` key is not text: {e}"),
-            })?;
-            // The key as the caller lent it (the map borrows the caller's keys).
-            if let Some(k) = chunk.iter().find(|k| **k == found) {
-                out.insert(*k, row(r).map_err(map_err)?);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The chain heads `(head_seq, head_hash)` of `instances` (absent: no record yet).
-pub fn heads_many<'k>(
-    conn: &Connection,
-    instances: &[&'k str],
-) -> Result<std::collections::HashMap<&'k str, (u64, Hash)>> {
-    let raw = select_keyed(
-        conn,
-        "chain_heads",
-        "instance",
-        "head_seq, head_hash",
-        instances,
-        |r| Ok((r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?)),
-    )?;
-    raw.into_iter()
-        .map(|(k, (seq, hash))| {
-            Ok((
-                k,
-                (
-                    seq_from_sql(seq)?,
-                    hash_from_sql(&hash, "a chain head hash")?,
-                ),
-            ))
-        })
-        .collect()
-}
-
 /// Appends inside the current transaction, chaining from the stored head.
 pub fn append(conn: &Connection, instance: &str, records: &[NewRecord]) -> Result<Appended> {
     let (mut seq, mut prev) = match head_row(conn, instance)? {
@@ -644,10 +565,11 @@ pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<
     // (about 3% of W4-concurrent's CPU went to that copy).
     let mut rows: Vec<Row<'_>> = Vec::with_capacity(items.iter().map(|(_, r)| r.len()).sum());
     let mut heads: Vec<(&str, i64, Hash)> = Vec::with_capacity(items.len());
-    let keys: Vec<&str> = items.iter().map(|(i, _)| *i).collect();
-    let stored = heads_many(conn, &keys)?;
     for (instance, records) in items {
-        let (mut seq, mut prev) = stored.get(instance).copied().unwrap_or((0, GENESIS));
+        let (mut seq, mut prev) = match head_row(conn, instance)? {
+            Some((s, h, _, _)) => (s, h),
+            None => (0, GENESIS),
+        };
         let first_seq = seq + 1;
         let part = partition(instance);
         for r in records.iter() {

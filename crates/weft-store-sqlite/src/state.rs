@@ -417,32 +417,12 @@ pub fn check_fence(conn: &Connection, instance: &str, fence: &Fence) -> Result<(
                 .optional()
         })
         .map_err(map_err)?;
-    fence_result(instance, fence, row.as_ref())
-}
-
-/// [`check_fence`] for many instances, their leases read a chunk at a time
-/// ([`crate::journal::select_keyed`]): one result per item, in order; a failed read fails
-/// them all.
-pub fn check_fences(conn: &Connection, items: &[(&str, &Fence)]) -> Result<Vec<Result<()>>> {
-    let keys: Vec<&str> = items.iter().map(|(i, _)| *i).collect();
-    let leases =
-        crate::journal::select_keyed(conn, "leases", "instance", "owner, epoch", &keys, |r| {
-            Ok((r.get::<_, String>(1)?, r.get::<_, i64>(2)?))
-        })?;
-    Ok(items
-        .iter()
-        .map(|(instance, fence)| fence_result(instance, fence, leases.get(instance)))
-        .collect())
-}
-
-/// Whether the stored lease `(owner, epoch)` (if any) matches `fence`.
-fn fence_result(instance: &str, fence: &Fence, stored: Option<&(String, i64)>) -> Result<()> {
-    match stored {
-        Some((owner, epoch)) if *owner == fence.owner && *epoch as u64 == fence.epoch => Ok(()),
+    match row {
+        Some((owner, epoch)) if owner == fence.owner && epoch as u64 == fence.epoch => Ok(()),
         Some((owner, epoch)) => Err(Error::lease_lost(
             instance,
             fence,
-            Some((owner, (*epoch).max(0) as u64)),
+            Some((&owner, epoch.max(0) as u64)),
         )),
         None => Err(Error::lease_lost(instance, fence, None)),
     }
