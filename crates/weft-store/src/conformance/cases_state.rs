@@ -320,11 +320,7 @@ pub async fn appends_fenced_by_lease_epoch(s: Arc<dyn Store>) {
 /// `write_batch` creates, appends (chained like `append`) and sets statuses; the loaded
 /// view (`load_many`) is the snapshot-less journal.
 pub async fn write_batch_creates_appends_and_sets_status(s: Arc<dyn Store>) {
-    let rec = |kind: &str, n: u64| crate::NewRecord {
-        kind: kind.to_string(),
-        body: format!("{{\"n\":{n}}}").into_bytes(),
-        at_ms: n as i64,
-    };
+    let rec = numbered;
     let out = s
         .write_batch(
             vec![
@@ -369,20 +365,30 @@ pub async fn write_batch_creates_appends_and_sets_status(s: Arc<dyn Store>) {
     assert_eq!(loaded[1].1.len(), 1);
 }
 
+/// A record of `kind` with body `{"n": n}` at `n` ms.
+fn numbered(kind: &str, n: u64) -> crate::NewRecord {
+    crate::NewRecord {
+        kind: kind.to_string(),
+        body: format!("{{\"n\":{n}}}").into_bytes(),
+        at_ms: n as i64,
+    }
+}
+
+/// A fenced writer's terms: `owner`, leases of one second, the clock at `now`.
+fn one_second_lease(owner: &str, now: i64) -> crate::LeaseTerms {
+    crate::LeaseTerms {
+        owner: owner.to_string(),
+        ttl_ms: 1_000,
+        now_ms: now,
+    }
+}
+
 /// `write_batch_fenced`: created instances come with their lease (epoch 1); each append is
 /// checked against its own fence, a refused one writes nothing and does not stop the
 /// others; a status is set only for an instance the writer holds.
 pub async fn write_batch_fenced_per_instance(s: Arc<dyn Store>) {
-    let rec = |kind: &str, n: u64| crate::NewRecord {
-        kind: kind.to_string(),
-        body: format!("{{\"n\":{n}}}").into_bytes(),
-        at_ms: n as i64,
-    };
-    let terms = |owner: &str, now: i64| crate::LeaseTerms {
-        owner: owner.to_string(),
-        ttl_ms: 1_000,
-        now_ms: now,
-    };
+    let rec = numbered;
+    let terms = one_second_lease;
     let out = s
         .write_batch_fenced(
             &terms("p1", 0),
@@ -467,16 +473,8 @@ pub async fn write_batch_fenced_per_instance(s: Arc<dyn Store>) {
 /// 75 instances, created with records in a first batch except every seventh; every fifth
 /// is then taken over by another owner, so its append is refused and the rest go on.
 pub async fn write_batch_fenced_many_instances(s: Arc<dyn Store>) {
-    let rec = |n: u64| crate::NewRecord {
-        kind: "r".to_string(),
-        body: format!("{{\"n\":{n}}}").into_bytes(),
-        at_ms: n as i64,
-    };
-    let terms = |owner: &str, now: i64| crate::LeaseTerms {
-        owner: owner.to_string(),
-        ttl_ms: 1_000,
-        now_ms: now,
-    };
+    let rec = |n: u64| numbered("r", n);
+    let terms = one_second_lease;
     let ids: Vec<String> = (0..75).map(|i| format!("mf{i:02}")).collect();
     let first: Vec<(String, u64, Arc<[crate::NewRecord]>)> = ids
         .iter()
