@@ -26,7 +26,7 @@ const ID_BLOCK: u64 = 1 << 32;
 /// (and `inspect --at` can reach) is at most its last 100 records plus a snapshot. Short, so a
 /// busy instance's records mostly die while they are still in the SQLite store's journal
 /// log, which then drops them at its merge instead of moving them into the journal table
-/// only to delete them there (see the crate docs, "Compaction policy", for the figures).
+/// only to delete them there (the crate docs give the figures).
 pub const DEFAULT_SNAPSHOT_EVERY: u64 = 100;
 
 /// Durability settings.
