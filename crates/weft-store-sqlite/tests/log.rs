@@ -53,6 +53,14 @@ fn id_in(prefix: &str, part: usize, same: bool) -> String {
         .unwrap()
 }
 
+/// A new store at `path(name)` that merges each log partition every `rows` rows.
+async fn open_merging_every(name: &str, rows: u64) -> (std::path::PathBuf, SqliteStore) {
+    let p = path(name);
+    let s = SqliteStore::open(&p).await.unwrap();
+    s.set_log_merge_rows(rows);
+    (p, s)
+}
+
 /// Waits until the writer has run everything queued before (a detached merge included).
 async fn settle(s: &SqliteStore) {
     s.page_count().await.unwrap();
@@ -60,9 +68,7 @@ async fn settle(s: &SqliteStore) {
 
 #[tokio::test]
 async fn records_read_the_same_from_the_log_and_the_journal() {
-    let p = path("split");
-    let s = SqliteStore::open(&p).await.unwrap();
-    s.set_log_merge_rows(5);
+    let (p, s) = open_merging_every("split", 5).await;
     // "a" and "b" share a log partition: its 5 rows reach the threshold and are merged;
     // the next 3 stay in the log.
     let b = id_in("b", log_partition("a"), true);
@@ -144,9 +150,7 @@ async fn reopening_merges_what_the_last_process_left_in_the_log() {
 
 #[tokio::test]
 async fn the_log_is_merged_every_so_many_rows() {
-    let p = path("every");
-    let s = SqliteStore::open(&p).await.unwrap();
-    s.set_log_merge_rows(100);
+    let (p, s) = open_merging_every("every", 100).await;
     // Seven instances of one partition (rows of others would not count towards it).
     let part = log_partition("i0");
     let ids: Vec<String> = (0..)
@@ -237,9 +241,7 @@ async fn by_default_the_merge_waits_for_several_rows_per_instance() {
 /// them instead of moving them into the journal.
 #[tokio::test]
 async fn rows_truncated_while_in_the_log_are_dead_and_the_merge_drops_them() {
-    let p = path("dead");
-    let s = SqliteStore::open(&p).await.unwrap();
-    s.set_log_merge_rows(1_000);
+    let (p, s) = open_merging_every("dead", 1_000).await;
     let appended = s.append("a", (1..=6).map(rec).collect()).await.unwrap();
     s.append("b", (1..=2).map(rec).collect()).await.unwrap();
     let all = s.read("a", 1, 100).await.unwrap();
@@ -275,9 +277,7 @@ async fn rows_truncated_while_in_the_log_are_dead_and_the_merge_drops_them() {
 /// wherever that record is; a wrong hash is refused.
 #[tokio::test]
 async fn a_snapshot_behind_the_head_is_checked_in_either_table() {
-    let p = path("mid");
-    let s = SqliteStore::open(&p).await.unwrap();
-    s.set_log_merge_rows(4);
+    let (p, s) = open_merging_every("mid", 4).await;
     s.append("a", (1..=4).map(rec).collect()).await.unwrap();
     settle(&s).await;
     s.append("a", (5..=6).map(rec).collect()).await.unwrap();
@@ -334,9 +334,7 @@ async fn the_wal_is_checkpointed_in_the_background() {
 /// too (it filters dead rows only for partitions that had a truncation).
 #[tokio::test]
 async fn a_running_merge_drops_rows_truncated_since_the_last_one() {
-    let p = path("dead-live");
-    let s = SqliteStore::open(&p).await.unwrap();
-    s.set_log_merge_rows(10);
+    let (p, s) = open_merging_every("dead-live", 10).await;
     let appended = s.append("a", (1..=6).map(rec).collect()).await.unwrap();
     s.put_snapshot("a", snapshot(6, appended.head, 6))
         .await
