@@ -38,6 +38,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use weft_store::{Appended, Error, GENESIS, Hash, NewRecord, Record, Result, Snapshot};
 
+use crate::cache;
 use crate::schema::map_err;
 
 /// How many tables the journal log is split into (see the module docs). Part of the schema:
@@ -91,10 +92,14 @@ fn hash_from_sql(bytes: &[u8], what: &str) -> Result<Hash> {
 }
 
 /// A chain-head row: (head_seq, head_hash, base_seq, base_hash).
-type HeadRow = (u64, Hash, u64, Hash);
+type HeadRow = cache::Head;
 
-/// Reads an instance's chain head row.
+/// Reads an instance's chain head row (on the writer thread, from its memory when it has
+/// the row: [`crate::cache`]).
 pub fn head_row(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
+    if let Some(head) = cache::head(instance) {
+        return Ok(Some(head));
+    }
     let row = conn
         .prepare_cached(
             "SELECT head_seq, head_hash, base_seq, base_hash FROM chain_heads WHERE instance = ?1",
@@ -113,20 +118,24 @@ pub fn head_row(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
         .map_err(map_err)?;
     match row {
         None => Ok(None),
-        Some((hs, hh, bs, bh)) => Ok(Some((
-            seq_from_sql(hs)?,
-            hash_from_sql(&hh, "a chain head hash")?,
-            seq_from_sql(bs)?,
-            hash_from_sql(&bh, "a chain base hash")?,
-        ))),
+        Some((hs, hh, bs, bh)) => {
+            let head = (
+                seq_from_sql(hs)?,
+                hash_from_sql(&hh, "a chain head hash")?,
+                seq_from_sql(bs)?,
+                hash_from_sql(&bh, "a chain base hash")?,
+            );
+            cache::set_head(instance, head);
+            Ok(Some(head))
+        }
     }
 }
 
 /// Appends inside the current transaction, chaining from the stored head.
 pub fn append(conn: &Connection, instance: &str, records: &[NewRecord]) -> Result<Appended> {
-    let (mut seq, mut prev) = match head_row(conn, instance)? {
-        Some((s, h, _, _)) => (s, h),
-        None => (0, GENESIS),
+    let (mut seq, mut prev, base) = match head_row(conn, instance)? {
+        Some((s, h, bs, bh)) => (s, h, (bs, bh)),
+        None => (0, GENESIS, (0, GENESIS)),
     };
     let first_seq = seq + 1;
     let mut ins = conn
@@ -160,6 +169,7 @@ pub fn append(conn: &Connection, instance: &str, records: &[NewRecord]) -> Resul
     )
     .and_then(|mut s| s.execute(params![instance, head_seq, &prev.0[..], &GENESIS.0[..]]))
     .map_err(map_err)?;
+    cache::set_head(instance, (seq, prev, base.0, base.1));
     Ok(Appended {
         first_seq,
         last_seq: seq,
@@ -514,6 +524,7 @@ pub fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result
     conn.prepare_cached("DELETE FROM journal WHERE instance = ?1 AND seq < ?2")
         .and_then(|mut s| s.execute(params![instance, before_sql]))
         .map_err(map_err)?;
+    cache::forget_head(instance);
     conn.prepare_cached("UPDATE chain_heads SET base_seq = ?2, base_hash = ?3 WHERE instance = ?1")
         .and_then(|mut s| s.execute(params![instance, base_sql, &base_hash.0[..]]))
         .map_err(map_err)?;
@@ -564,11 +575,13 @@ pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<
     // Sized up front: a batch holds thousands of rows, and growing the vector copied them
     // (about 3% of W4-concurrent's CPU went to that copy).
     let mut rows: Vec<Row<'_>> = Vec::with_capacity(items.iter().map(|(_, r)| r.len()).sum());
-    let mut heads: Vec<(&str, i64, Hash)> = Vec::with_capacity(items.len());
+    // (instance, head seq, head hash, base): the base is kept by the upsert, remembered
+    // with the new head.
+    let mut heads: Vec<(&str, i64, Hash, (u64, Hash))> = Vec::with_capacity(items.len());
     for (instance, records) in items {
-        let (mut seq, mut prev) = match head_row(conn, instance)? {
-            Some((s, h, _, _)) => (s, h),
-            None => (0, GENESIS),
+        let (mut seq, mut prev, base) = match head_row(conn, instance)? {
+            Some((s, h, bs, bh)) => (s, h, (bs, bh)),
+            None => (0, GENESIS, (0, GENESIS)),
         };
         let first_seq = seq + 1;
         let part = partition(instance);
@@ -586,7 +599,7 @@ pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<
             prev = hash;
         }
         if !records.is_empty() {
-            heads.push((instance, seq_to_sql(seq)?, prev));
+            heads.push((instance, seq_to_sql(seq)?, prev, base));
         }
         out.push(Appended {
             first_seq,
@@ -633,7 +646,7 @@ pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<
         );
         let mut st = conn.prepare_cached(&sql).map_err(map_err)?;
         let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 4);
-        for (instance, seq, hash) in chunk {
+        for (instance, seq, hash, _) in chunk {
             args.push(instance);
             args.push(seq);
             args.push(&hash.0);
@@ -641,6 +654,10 @@ pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<
         }
         st.execute(rusqlite::params_from_iter(args))
             .map_err(map_err)?;
+    }
+    for (instance, seq, hash, (base_seq, base_hash)) in &heads {
+        // `seq` came from a u64 (`seq_to_sql`), so it is not negative.
+        cache::set_head(instance, (*seq as u64, *hash, *base_seq, *base_hash));
     }
     Ok(out)
 }

@@ -25,8 +25,11 @@
 //! outside the workspace (one per driver, since they cannot be linked together).
 //!
 //! Architecture invariant: nothing but the writer thread writes to the file, so the chain
-//! head read inside an append is never stale and chains cannot fork.
+//! head read inside an append is never stale and chains cannot fork. The writer remembers
+//! chain heads and lease rows between batches (`cache.rs`); a commit by any other connection
+//! (another process on the same file) makes it forget them before its next batch.
 
+mod cache;
 mod checkpointer;
 mod journal;
 mod readers;

@@ -5,7 +5,8 @@
 //! one transaction per batch: a failing job rolls back alone (every job but the first runs in
 //! its own savepoint; the first needs none), then the batch commits once, and only then is each job's caller answered.
 //! Concurrent instances therefore share one fsync, and no caller learns of a write before it
-//! is durable.
+//! is durable. The thread remembers the chain heads and lease rows it read or wrote
+//! ([`crate::cache`]); every rollback forgets them.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -14,6 +15,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 use weft_store::{Error, Result};
 
+use crate::cache;
 use crate::schema::map_err;
 
 /// Most jobs committed together (bounds a batch's latency and memory).
@@ -150,6 +152,7 @@ fn run(
     rx: mpsc::Receiver<Box<dyn Job>>,
     stats: std::sync::Arc<std::sync::Mutex<WriterStats>>,
 ) {
+    crate::cache::enable();
     let mut batch: Vec<Box<dyn Job>> = Vec::new();
     while let Ok(first) = rx.recv() {
         batch.push(first);
@@ -187,6 +190,8 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> Result<()> {
         }
         return Err(e);
     }
+    // The write lock is held: nobody else commits until this batch has.
+    cache::begin_batch(conn);
     let mut failed: Option<Error> = None;
     let mut first = true;
     for job in batch.drain(..) {
@@ -201,13 +206,15 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> Result<()> {
             if err.is_some() {
                 // Nothing but this job's work is in the transaction: drop it and start over
                 // (SQLite may have rolled it back already: a full disk does).
+                cache::forget_all();
                 let rollback = if conn.is_autocommit() {
                     Ok(())
                 } else {
                     exec(conn, "ROLLBACK")
                 };
-                if let Err(e) = rollback.and_then(|()| exec(conn, "BEGIN IMMEDIATE")) {
-                    failed = Some(e);
+                match rollback.and_then(|()| exec(conn, "BEGIN IMMEDIATE")) {
+                    Ok(()) => cache::begin_batch(conn),
+                    Err(e) => failed = Some(e),
                 }
             }
             continue;
@@ -218,6 +225,10 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> Result<()> {
             continue;
         }
         let (err, done) = job.run(conn);
+        if err.is_some() {
+            // What the job remembered is rolled back with it.
+            cache::forget_all();
+        }
         let end = match err {
             None => exec(conn, "RELEASE job"),
             // SQLite rolled the whole transaction back (a full disk does): the earlier
@@ -235,6 +246,7 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> Result<()> {
         Some(e) => Err(e),
     };
     if outcome.is_err() {
+        cache::forget_all();
         let _ = exec(conn, "ROLLBACK");
     }
     for done in dones {
@@ -255,26 +267,36 @@ mod tests {
             .map_err(map_err)
     }
 
-    /// Runs a batch of three jobs, each inserting its number, but job `failing` inserts
-    /// `100 + failing` and then runs `fail`: the batch's outcome, the rows that committed
-    /// and each job's answer.
-    fn three_jobs(
-        failing: i64,
-        fail: fn(&Connection) -> Result<()>,
-    ) -> (Result<()>, Vec<i64>, Vec<Result<()>>) {
+    /// What a batch of [`three_jobs`] left: its outcome, the rows that committed, each
+    /// job's answer, and the jobs whose chain head the writer's memory still holds.
+    type ThreeJobs = (Result<()>, Vec<i64>, Vec<Result<()>>, Vec<i64>);
+
+    /// Runs a batch of three jobs, each inserting its number and remembering a chain head
+    /// `j{k}` ([`crate::cache`]), but job `failing` inserts `100 + failing` and then runs
+    /// `fail`.
+    fn three_jobs(failing: i64, fail: fn(&Connection) -> Result<()>) -> ThreeJobs {
+        cache::enable();
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch("CREATE TABLE t (v INTEGER PRIMARY KEY)")
             .unwrap();
         let mut batch: Vec<Box<dyn Job>> = Vec::new();
         let mut answers = Vec::new();
         for k in 0..3_i64 {
+            let remember = move || {
+                let h = weft_store::Hash([0; 32]);
+                cache::set_head(&format!("j{k}"), (k as u64, h, 0, h));
+            };
             let work: Work = if k == failing {
                 Box::new(move |c| {
                     insert(c, 100 + k)?;
+                    remember();
                     fail(c)
                 })
             } else {
-                Box::new(move |c| insert(c, k))
+                Box::new(move |c| {
+                    remember();
+                    insert(c, k)
+                })
             };
             let (reply, answer) = oneshot::channel();
             batch.push(Box::new(Call { f: work, reply }));
@@ -293,7 +315,54 @@ mod tests {
             .into_iter()
             .map(|mut a| a.try_recv().expect("answered"))
             .collect();
-        (outcome, rows, answers)
+        let remembered = (0..3)
+            .filter(|k| cache::head(&format!("j{k}")).is_some())
+            .collect();
+        (outcome, rows, answers, remembered)
+    }
+
+    /// The writer's memory holds only what committed: rolled-back work is forgotten.
+    fn remembered_only_committed(remembered: &[i64], rows: &[i64], failing: i64) {
+        assert!(
+            remembered.iter().all(|k| rows.contains(k)),
+            "failing job {failing}: remembered {remembered:?}, committed {rows:?}"
+        );
+    }
+
+    /// A batch whose `COMMIT` fails (a deferred foreign key here; an I/O error in
+    /// practice) after every job succeeded: nothing is committed and nothing remembered.
+    #[test]
+    fn a_failed_commit_forgets_what_the_batch_remembered() {
+        cache::enable();
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "PRAGMA foreign_keys = ON;
+             CREATE TABLE p (id INTEGER PRIMARY KEY);
+             CREATE TABLE c (p INTEGER REFERENCES p (id) DEFERRABLE INITIALLY DEFERRED);",
+        )
+        .unwrap();
+        let h = weft_store::Hash([0; 32]);
+        let work: Work = Box::new(move |c| {
+            cache::set_head("x", (1, h, 0, h));
+            c.execute("INSERT INTO c VALUES (7)", [])
+                .map(|_| ())
+                .map_err(map_err)
+        });
+        let (reply, mut answer) = oneshot::channel();
+        let mut batch: Vec<Box<dyn Job>> = vec![Box::new(Call { f: work, reply })];
+        assert!(run_batch(&conn, &mut batch).is_err(), "the commit fails");
+        assert!(answer.try_recv().expect("answered").is_err());
+        assert!(conn.is_autocommit(), "rolled back");
+        assert_eq!(cache::head("x"), None);
+    }
+
+    #[test]
+    fn a_batch_without_failures_commits_and_remembers_everything() {
+        let (outcome, rows, answers, remembered) = three_jobs(3, |_| Ok(()));
+        outcome.unwrap();
+        assert_eq!(rows, vec![0, 1, 2]);
+        assert!(answers.iter().all(Result::is_ok));
+        assert_eq!(remembered, vec![0, 1, 2]);
     }
 
     /// A batch of three jobs, job `failing` writing a row and then failing: only its row
@@ -302,11 +371,12 @@ mod tests {
     #[test]
     fn a_failing_job_rolls_back_alone_wherever_it_is_in_the_batch() {
         for failing in 0..3_i64 {
-            let (outcome, rows, answers) =
+            let (outcome, rows, answers, remembered) =
                 three_jobs(failing, |_| Err(Error::invalid("this job fails")));
             outcome.unwrap();
             let expected: Vec<i64> = (0..3).filter(|k| *k != failing).collect();
             assert_eq!(rows, expected, "failing job {failing}");
+            remembered_only_committed(&remembered, &rows, failing);
             for (k, got) in answers.iter().enumerate() {
                 assert_eq!(got.is_err(), k as i64 == failing, "job {k}: {got:?}");
             }
@@ -320,12 +390,13 @@ mod tests {
     #[test]
     fn a_job_that_ends_the_transaction_fails_what_it_took_with_it() {
         for failing in 0..3_i64 {
-            let (outcome, rows, answers) = three_jobs(failing, |c| {
+            let (outcome, rows, answers, remembered) = three_jobs(failing, |c| {
                 c.execute_batch("ROLLBACK").map_err(map_err)?;
                 Err(Error::backend("disk full"))
             });
             let expected: Vec<i64> = if failing == 0 { vec![1, 2] } else { vec![] };
             assert_eq!(rows, expected, "failing job {failing}");
+            remembered_only_committed(&remembered, &rows, failing);
             assert_eq!(outcome.is_err(), failing > 0, "failing job {failing}");
             for (k, got) in answers.iter().enumerate() {
                 let should_fail = k as i64 == failing || failing > 0;
