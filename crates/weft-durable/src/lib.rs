@@ -168,6 +168,19 @@
 //! varied by up to 40% within minutes, alternating with the build before: W4-concurrent
 //! 51,049–59,629 steps/s (before 48,186–52,234), recovery of 100,000 instances 1.33–1.49 s
 //! (before 1.23–1.36 s).
+//!
+//! Session 9 (a third machine of the kind): the SQLite writer thread remembers chain heads
+//! and lease rows (`weft-store-sqlite`'s `cache.rs`), which takes the two point reads per
+//! lane and batch out of W4's writer (~8% fewer writer samples under `perf`) but leaves
+//! W4-concurrent where it was: 65,021–77,869 steps/s in alternating runs of both builds,
+//! PostgreSQL 28,561–30,790. What bounds it is not the writer's work alone: with the head
+//! upserts switched off (an experiment, not a build) it did not move either; one tokio
+//! worker instead of two (the writer thread takes the other core) gave 75,107–79,441 against
+//! 67,253–73,663; and the first repetition is nearly always the fastest (0.45–0.57 s,
+//! 88–110k steps/s) while the later ones take 0.59–0.93 s as the file grows (~70 MB plus a
+//! 128 MiB WAL after five repetitions of 10,000 runs). Recovery of 100,000 instances: 1.20–1.34 s
+//! (before 1.15–1.31 s; the bench recovers through the store that just wrote them, whose
+//! writer still remembers them all).
 
 pub mod bench;
 mod durable;
