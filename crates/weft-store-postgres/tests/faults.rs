@@ -222,3 +222,59 @@ async fn two_stores_append_to_one_instance_without_forking() {
     })
     .await;
 }
+
+/// The text columns of a store not compared bytewise (`COLLATE "C"`), and its version.
+async fn collation_and_version(url: &str, schema: &str) -> (Vec<String>, Vec<String>) {
+    let not_c = common::strings(
+        url,
+        &format!(
+            "SELECT table_name || '.' || column_name FROM information_schema.columns
+             WHERE table_schema = '{schema}' AND data_type = 'text'
+               AND collation_name IS DISTINCT FROM 'C' ORDER BY 1"
+        ),
+    )
+    .await;
+    let version = common::strings(
+        url,
+        &format!("SELECT value::text FROM {schema}.weft_meta WHERE key = 'schema_version'"),
+    )
+    .await;
+    (not_c, version)
+}
+
+/// Version 3 compares every text column bytewise; a version-2 store (text in the
+/// database's collation) is migrated on open with its records intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_2_store_is_migrated_to_bytewise_text() {
+    with_schema(|url, schema| async move {
+        let store = PgStore::open_in_schema(&url, Some(&schema)).await.unwrap();
+        store.append("i", recs(3)).await.unwrap();
+        drop(store);
+        let (not_c, version) = collation_and_version(&url, &schema).await;
+        assert!(not_c.is_empty(), "a new store: {not_c:?}");
+        assert_eq!(version, vec!["3".to_string()]);
+        // Back to version 2's columns.
+        common::sql(
+            &url,
+            &format!(
+                "SET search_path = {schema};
+                 ALTER TABLE journal ALTER COLUMN instance TYPE TEXT COLLATE \"default\";
+                 ALTER TABLE chain_heads ALTER COLUMN instance TYPE TEXT COLLATE \"default\";
+                 ALTER TABLE leases ALTER COLUMN instance TYPE TEXT COLLATE \"default\",
+                   ALTER COLUMN owner TYPE TEXT COLLATE \"default\";
+                 UPDATE weft_meta SET value = 2 WHERE key = 'schema_version';"
+            ),
+        )
+        .await;
+        let (not_c, _) = collation_and_version(&url, &schema).await;
+        assert_eq!(not_c.len(), 4, "{not_c:?}");
+        let store = PgStore::open_in_schema(&url, Some(&schema)).await.unwrap();
+        let (not_c, version) = collation_and_version(&url, &schema).await;
+        assert!(not_c.is_empty(), "migrated: {not_c:?}");
+        assert_eq!(version, vec!["3".to_string()]);
+        assert_eq!(store.verify("i").await.unwrap().records, 3);
+        assert_eq!(store.append("i", recs(1)).await.unwrap().first_seq, 4);
+        assert!(store.acquire_lease("i", "me", 1_000, 0).await.unwrap());
+    })
+    .await;
+}

@@ -47,3 +47,15 @@ pub async fn sql(url: &str, sql: &str) {
 pub async fn drop_schema(url: &str, schema: &str) {
     sql(url, &format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
 }
+
+/// The first column of every row of a query, as text (checks of the schema itself).
+pub async fn strings(url: &str, sql: &str) -> Vec<String> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(conn);
+    let rows = client.query(sql, &[]).await.unwrap();
+    drop(client);
+    let _ = task.await;
+    rows.iter().map(|r| r.get::<_, String>(0)).collect()
+}
