@@ -151,22 +151,31 @@ mod tests {
         (seq, Hash([seq as u8; 32]), 0, Hash([0; 32]))
     }
 
-    #[test]
-    fn off_threads_that_did_not_enable_it() {
-        std::thread::spawn(|| {
-            set_head("a", head_at(1));
-            set_fence("a", "me", 1);
-            assert_eq!(head("a"), None);
-            assert_eq!(fence_matches("a", "me", 1), None);
+    /// Runs `f` on a fresh thread (the memory is per thread), turned on there if `enabled`.
+    fn on_thread(enabled: bool, f: impl FnOnce() + Send + 'static) {
+        std::thread::spawn(move || {
+            if enabled {
+                enable();
+            }
+            f();
         })
         .join()
         .unwrap();
     }
 
     #[test]
+    fn off_threads_that_did_not_enable_it() {
+        on_thread(false, || {
+            set_head("a", head_at(1));
+            set_fence("a", "me", 1);
+            assert_eq!(head("a"), None);
+            assert_eq!(fence_matches("a", "me", 1), None);
+        });
+    }
+
+    #[test]
     fn remembers_updates_and_forgets() {
-        std::thread::spawn(|| {
-            enable();
+        on_thread(true, || {
             set_head("a", head_at(1));
             set_head("a", head_at(2));
             assert_eq!(head("a"), Some(head_at(2)));
@@ -187,9 +196,7 @@ mod tests {
             forget_all();
             assert_eq!(head("b"), None);
             assert_eq!(fence_matches("b", "me", 1), None);
-        })
-        .join()
-        .unwrap();
+        });
     }
 
     #[test]
@@ -202,9 +209,8 @@ mod tests {
         mine.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (x)")
             .unwrap();
         let other = Connection::open(&path).unwrap();
-        std::thread::spawn(move || {
+        on_thread(true, move || {
             {
-                enable();
                 begin_batch(&mine);
                 set_head("a", head_at(1));
                 // Our own commit keeps the memory.
@@ -216,23 +222,18 @@ mod tests {
                 begin_batch(&mine);
                 assert_eq!(head("a"), None);
             }
-        })
-        .join()
-        .unwrap();
+        });
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn bounded() {
-        std::thread::spawn(|| {
-            enable();
+        on_thread(true, || {
             for i in 0..=MAX_ENTRIES {
                 set_head(&i.to_string(), head_at(1));
             }
             assert_eq!(head("0"), None, "started over at the bound");
             assert_eq!(head(&MAX_ENTRIES.to_string()), Some(head_at(1)));
-        })
-        .join()
-        .unwrap();
+        });
     }
 }

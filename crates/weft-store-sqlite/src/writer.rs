@@ -152,7 +152,7 @@ fn run(
     rx: mpsc::Receiver<Box<dyn Job>>,
     stats: std::sync::Arc<std::sync::Mutex<WriterStats>>,
 ) {
-    crate::cache::enable();
+    cache::enable();
     let mut batch: Vec<Box<dyn Job>> = Vec::new();
     while let Ok(first) = rx.recv() {
         batch.push(first);

@@ -32,15 +32,21 @@ pub fn schema_name() -> String {
     )
 }
 
-/// Runs SQL on a plain connection (schema management and tampering).
-pub async fn sql(url: &str, sql: &str) {
+/// Runs `f` with a plain client, then closes its connection.
+async fn with_client<T>(url: &str, f: impl AsyncFnOnce(&tokio_postgres::Client) -> T) -> T {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap();
     let task = tokio::spawn(conn);
-    client.batch_execute(sql).await.unwrap();
+    let out = f(&client).await;
     drop(client);
     let _ = task.await;
+    out
+}
+
+/// Runs SQL on a plain connection (schema management and tampering).
+pub async fn sql(url: &str, sql: &str) {
+    with_client(url, async |c| c.batch_execute(sql).await.unwrap()).await
 }
 
 /// Drops a test schema.
@@ -50,12 +56,6 @@ pub async fn drop_schema(url: &str, schema: &str) {
 
 /// The first column of every row of a query, as text (checks of the schema itself).
 pub async fn strings(url: &str, sql: &str) -> Vec<String> {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(conn);
-    let rows = client.query(sql, &[]).await.unwrap();
-    drop(client);
-    let _ = task.await;
+    let rows = with_client(url, async |c| c.query(sql, &[]).await.unwrap()).await;
     rows.iter().map(|r| r.get::<_, String>(0)).collect()
 }
