@@ -393,13 +393,21 @@ async fn w4(b: &Backend, opts: &W4Options, concurrent: bool) -> Result<Value, St
             "median_rep_seconds": round(med),
             "us_per_step": round(med * 1e6 / (opts.runs * 5) as f64),
             "runs_per_second": round(opts.runs as f64 / med),
-            "fsyncs_per_step": if b.sqlite.is_some() { json!(round(commits / steps)) } else { Value::Null },
-            "commits_per_step": round(commits / steps),
+            // Six decimals: W4-concurrent shares a commit among ~1,000 steps, which three
+            // decimals showed as 0.001 (or 0.0).
+            "fsyncs_per_step": if b.sqlite.is_some() { json!(round6(commits / steps)) } else { Value::Null },
+            "commits_per_step": round6(commits / steps),
+            "commits_per_rep": round(commits / opts.reps as f64),
             "journal_records_per_step": round((j1.records - j0.records) as f64 / steps),
             "journal_bytes_per_step": round((j1.bytes - j0.bytes) as f64 / steps),
             "appends_per_step": round((j1.appends - j0.appends) as f64 / steps),
         }),
     ))
+}
+
+/// `x` rounded to six decimals.
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
 }
 
 /// N instances waiting for an event, durably started; then a new engine recovers them all.
