@@ -181,6 +181,40 @@
 //! 128 MiB WAL after five repetitions of 10,000 runs). Recovery of 100,000 instances: 1.20–1.34 s
 //! (before 1.15–1.31 s; the bench recovers through the store that just wrote them, whose
 //! writer still remembers them all).
+//!
+//! Session 10 (a fourth machine of the kind; its speed drifted by ~10% within the hour):
+//! W4-concurrent 70,198–88,645 steps/s over 25 runs (thin- and fat-LTO builds, and the
+//! experiments' builds below with their switches off); the first repetition takes
+//! 0.44–0.57 s (88–114k steps/s), the later ones 0.45–0.80 s. What one
+//! durable step costs, measured rather than guessed:
+//! - **The gate is the cost, not the records.** The same workload with `bench.add` left
+//!   ungated (`gate_pure_actions: false`, as `weft serve` runs pure tools; an experiment,
+//!   since W4's contract forbids it) runs at 229,948–260,824 steps/s with the same 1.2
+//!   records and 95 body bytes per step. CPU per step (`perf record -e cpu-clock`, all
+//!   threads): ~4.8 µs ungated (writer 3.1, engine 1.3) against ~18 µs gated (writer ~8,
+//!   tokio workers ~8, the bench's main thread ~2). A gated step is a durability round trip:
+//!   its record (`bench.add` is idempotent: no `action.dispatched`), a lane flush, a
+//!   commit-loop pass and a fenced one-record append, a waker, a poll of the instance's
+//!   pending set, a boxed
+//!   call with a `ToolContext` whose inputs are shared with the in-flight record (so
+//!   `bench.add` copies its input map: 16% of the workers' time), and the completion.
+//!   Ungated, a run's six records go to the writer as one lane.
+//! - **Not the chain heads.** Skipping the `chain_heads` upsert (experiment) cut the bytes
+//!   written by ~5% (`/usr/bin/time -f %O`: 1.23–1.32M blocks against 1.27–1.39M) and left
+//!   the throughput in the noise (77–88k against 72–81k).
+//! - **Not the id order.** Instance ids `i<n>` interleave in text order with earlier
+//!   repetitions' (`i1005` < `i10050` < `i1006`); numbering from 1,000,000 (fixed width, so
+//!   every insert lands at the b-tree's right edge) cut the bytes written by ~12% and left
+//!   the throughput where it was (78–87k against 76–86k).
+//! - **Later repetitions pay earlier ones' deferred work.** A 30,000-run warm-up makes the
+//!   first repetition 0.90 s: log merges (the log merges once it holds four rows per live
+//!   instance) and WAL checkpoints of the runs before it. A repetition writes ~72 MB on a
+//!   fresh store and ~150 MB later (5 reps: ~665 MB for 300,000 steps, ~2.3 KB per step).
+//!
+//! The way to 100,000 is the round trip: run a gated immediate tool inline in the instance's
+//! loop once its lane is durable (no boxed call, no context, inputs handed over as the
+//! inline path does; at most the ungated path's cost plus the wait), and fewer writer
+//! statements per single-record append.
 
 pub mod bench;
 mod durable;
