@@ -68,6 +68,19 @@
 //! never builds its `ToolContext` (five `Arc` clones, the idempotency key, the inputs `Arc`),
 //! no binding vector for one-input steps, emitted ids as a range, the plan `Arc` taken once
 //! per batch instead of per input, and no hasher state per index-less slot.
+//!
+//! Session 10 (W2 only; callgrind as above, `prof fanout` 1,000 and 3,000 runs): 58.0k
+//! instructions per workflow, `bench.add` 23.4k of them (`IndexMap` inserts 8.2k, the nine
+//! branch copies of the shared map 5.7k, growing the join's map ~3.5k). Tried and not
+//! kept: merging a join into a map sized for all its inputs (57.9k: the growth it saves is
+//! about what hashing the first input's keys again costs), and copying a payload whose
+//! count says it is shared without first trying `Arc::try_unwrap` (four alternating pairs,
+//! within the noise). `perf annotate` of `call_inline`: ~45% of its own samples sit on the
+//! locked `cmpxchg` / `dec` of taking a payload over and dropping it, the rest mostly on
+//! stack reloads right after `insert_full` and the map clone return. Kept: fat LTO with one
+//! codegen unit (the workspace's release profile), which inlines `serde_json`/`indexmap`
+//! into the tool and the core into the runtime: W2 178,227–185,985 → 188,249–199,015
+//! workflows/s in five alternating pairs; W1 and W3 unchanged within the noise.
 
 mod reactive;
 pub mod sys;
