@@ -79,8 +79,9 @@
 //! locked `cmpxchg` / `dec` of taking a payload over and dropping it, the rest mostly on
 //! stack reloads right after `insert_full` and the map clone return. Kept: fat LTO with one
 //! codegen unit (the workspace's release profile), which inlines `serde_json`/`indexmap`
-//! into the tool and the core into the runtime: W2 178,227–185,985 → 188,249–199,015
-//! workflows/s in five alternating pairs; W1 and W3 unchanged within the noise.
+//! into the tool and the core into the runtime: W2 177,834–205,280 → 188,249–214,137
+//! workflows/s in eleven alternating pairs, medians 185,985 → 199,015 (+7%); W1 and W3
+//! unchanged within the noise.
 
 mod reactive;
 pub mod sys;
