@@ -191,8 +191,10 @@
 //!   ungated (`gate_pure_actions: false`, as `weft serve` runs pure tools; an experiment,
 //!   since W4's contract forbids it) runs at 229,948–260,824 steps/s with the same 1.2
 //!   records and 95 body bytes per step. CPU per step (`perf record -e cpu-clock`, all
-//!   threads): ~4.8 µs ungated (writer 3.1, engine 1.3) against ~18 µs gated (writer ~8,
-//!   tokio workers ~8, the bench's main thread ~2). A gated step is a durability round trip:
+//!   threads, samples ÷ 4 kHz ÷ steps including the warm-up): ~5.8 µs ungated (writer 3.7,
+//!   the bench's main thread, which runs the whole instance inline at its start, 1.5)
+//!   against 18–21 µs gated (writer 8–9, tokio workers 8–9, main thread ~2). A gated step is
+//!   a durability round trip:
 //!   its record (`bench.add` is idempotent: no `action.dispatched`), a lane flush, a
 //!   commit-loop pass and a fenced one-record append, a waker, a poll of the instance's
 //!   pending set, a boxed
