@@ -253,8 +253,14 @@ fn line(workload: &str, metric: &str, value: f64, unit: &str, extra: Value) -> V
     })
 }
 
+/// `x` rounded to three decimals.
 fn round(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
+    round_to(x, 1e3)
+}
+
+/// `x` rounded to `1 / scale`.
+fn round_to(x: f64, scale: f64) -> f64 {
+    (x * scale).round() / scale
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -395,19 +401,14 @@ async fn w4(b: &Backend, opts: &W4Options, concurrent: bool) -> Result<Value, St
             "runs_per_second": round(opts.runs as f64 / med),
             // Six decimals: W4-concurrent shares a commit among ~1,000 steps, which three
             // decimals showed as 0.001 (or 0.0).
-            "fsyncs_per_step": if b.sqlite.is_some() { json!(round6(commits / steps)) } else { Value::Null },
-            "commits_per_step": round6(commits / steps),
+            "fsyncs_per_step": if b.sqlite.is_some() { json!(round_to(commits / steps, 1e6)) } else { Value::Null },
+            "commits_per_step": round_to(commits / steps, 1e6),
             "commits_per_rep": round(commits / opts.reps as f64),
             "journal_records_per_step": round((j1.records - j0.records) as f64 / steps),
             "journal_bytes_per_step": round((j1.bytes - j0.bytes) as f64 / steps),
             "appends_per_step": round((j1.appends - j0.appends) as f64 / steps),
         }),
     ))
-}
-
-/// `x` rounded to six decimals.
-fn round6(x: f64) -> f64 {
-    (x * 1e6).round() / 1e6
 }
 
 /// N instances waiting for an event, durably started; then a new engine recovers them all.
