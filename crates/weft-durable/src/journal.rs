@@ -1212,6 +1212,69 @@ impl Journal for StoreJournal {
             me.enqueue(Arc::from(instance), lane);
         }
     }
+
+    /// Records `action.dispatched` as [`Gate`]'s calls do (skipped for idempotent tools
+    /// unless [`StoreJournal::set_record_idempotent_dispatch`] asked for it) and returns
+    /// the lane's record count: the call waits until that many are durable.
+    fn gate(
+        &self,
+        _tenant: &str,
+        instance: &str,
+        step: &str,
+        firing: weft_core::token::FiringId,
+        idempotent: bool,
+    ) -> u64 {
+        let lane = self.lane(instance);
+        let mut s = lock(&lane.st);
+        if !idempotent || self.dispatch_idempotent.load(Ordering::Relaxed) {
+            let e = Entry::Dispatched {
+                firing,
+                step: step.to_string(),
+                key: weft_core::instance::idempotency_key(instance, step, firing),
+                attempt: 1,
+                idempotent,
+            };
+            self.push(&mut s, instance, &e);
+        }
+        s.recorded
+    }
+
+    /// [`StoreJournal::wait_lane`] as a poll, for a gated call the runtime makes inline.
+    fn poll_durable(
+        &self,
+        instance: &str,
+        mark: u64,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Result<(), String>> {
+        let Some(lane) = self.existing(instance) else {
+            return Poll::Ready(Ok(()));
+        };
+        let mut s = lock(&lane.st);
+        if s.lost {
+            // Another process owns the instance now: the action neither runs nor fails
+            // here (its outcome is the new owner's); the instance is paused with
+            // `lease_lost`.
+            return Poll::Pending;
+        }
+        if let Some(f) = &s.failed {
+            return Poll::Ready(Err(f.clone()));
+        }
+        if s.durable >= mark {
+            return Poll::Ready(Ok(()));
+        }
+        // One waker per task (the instance's task polls again on every wake).
+        if !s.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            s.wakers.push(cx.waker().clone());
+        }
+        if !s.flushing && !s.buf.is_empty() {
+            s.flushing = true;
+            drop(s);
+            if let Some(me) = self.me.upgrade() {
+                me.enqueue(Arc::from(instance), lane);
+            }
+        }
+        Poll::Pending
+    }
 }
 
 fn excerpt_line(seq: Option<u64>, kind: &str, body: &[u8]) -> String {
@@ -1295,12 +1358,19 @@ impl Bus for GatedBus {
 /// A tool of a durable engine: records `action.dispatched`, waits for the instance's
 /// journal to be durable, then calls the real tool. A pure, idempotent, immediate tool can
 /// be left ungated ([`crate::DurableConfig::gate_pure_actions`]): it is then called inline
-/// at once, like in an engine without a journal.
+/// at once, like in an engine without a journal. A gated immediate tool is called inline
+/// too, but only once the journal is durable: the runtime records the dispatch and waits
+/// through [`Journal::gate`] and [`Journal::poll_durable`] ([`Tool::waits_for_journal`]),
+/// which saves the boxed future, the tool context and the task hop of [`Tool::call`]'s
+/// path (that path remains for retries).
 pub struct Gate {
     inner: Arc<dyn Tool>,
     journal: Arc<StoreJournal>,
     /// Called inline without waiting for the journal.
     ungated: bool,
+    /// `inner` is immediate: the runtime calls it inline once the journal is durable
+    /// ([`Tool::waits_for_journal`]), without a future or a context per call.
+    immediate: bool,
 }
 
 impl Gate {
@@ -1317,14 +1387,14 @@ impl Gate {
         pure_ungated: bool,
     ) -> Self {
         let spec = inner.spec();
-        let ungated = pure_ungated
-            && spec.effect == weft_core::Effect::Pure
-            && spec.idempotent
-            && inner.is_immediate();
+        let immediate = inner.is_immediate();
+        let ungated =
+            pure_ungated && spec.effect == weft_core::Effect::Pure && spec.idempotent && immediate;
         Gate {
             inner,
             journal,
             ungated,
+            immediate,
         }
     }
 }
@@ -1350,13 +1420,18 @@ impl Tool for Gate {
         self.ungated
     }
 
+    fn waits_for_journal(&self) -> bool {
+        !self.ungated && self.immediate
+    }
+
     fn call_inline(
         &self,
         ctx: weft_tools::InlineContext<'_>,
         args: weft_tools::InlineArgs<'_>,
     ) -> Result<Value, ToolError> {
-        // The runtime calls it for immediate (here: ungated) tools only.
-        if !self.ungated {
+        // The runtime calls it for an ungated tool at once, and for one that waits for the
+        // journal only after `Journal::gate` and once `Journal::poll_durable` said so.
+        if !self.ungated && !self.immediate {
             return Err(self.not_inline());
         }
         self.inner.call_inline(ctx, args)

@@ -166,6 +166,64 @@ async fn store_failure_pauses_then_resumes(inner: Arc<dyn Store>) {
     weft_durable::verify(inner.as_ref(), h.id()).await.unwrap();
 }
 
+/// Store failure with gated immediate actions (`gate_pure_actions`: `noop` waits for the
+/// journal in the instance's loop, with no task of its own): the instance pauses with
+/// `store_unavailable`, `a` stays in flight and uncalled, and once writes succeed again it
+/// resumes and completes, each step's result journaled once.
+async fn store_failure_holds_gated_immediate_actions(inner: Arc<dyn Store>) {
+    let fs = FaultStore::new(Arc::clone(&inner));
+    let cfg = DurableConfig {
+        gate_pure_actions: true,
+        ..DurableConfig::default()
+    };
+    let d = durable(fs.clone(), false, cfg).await;
+    d.register(
+        "t",
+        json!({"plan_name": "pp", "graph_type": "acyclic",
+        "events": {"start": {}, "mid": {}, "done": {"kind": "output"}},
+        "steps": {
+            "a": {"on": ["start"], "action": "noop", "args": {}, "emits": ["mid"]},
+            "b": {"on": ["mid"], "action": "noop", "args": {}, "emits": ["done"]}
+        }}),
+    )
+    .await
+    .unwrap();
+    fs.fail_next(u32::MAX);
+    let h = d.start("t", "pp", json!({"x": 1})).unwrap();
+    until_status(&h, "paused", store_paused).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(inner.head(h.id()).await.unwrap(), None);
+    let s = h.state();
+    let steps: Vec<&str> = s.in_flight.iter().map(|f| f.step.as_str()).collect();
+    assert_eq!(steps, ["a"], "{s:?}");
+    fs.fail_next(0);
+    until_status(&h, "completed", |s| *s == Status::Completed).await;
+    d.wait(&h).await.unwrap();
+    let k = kinds(inner.as_ref(), h.id()).await;
+    assert_eq!(
+        k.iter().filter(|x| **x == "action.result").count(),
+        2,
+        "{k:?}"
+    );
+    assert!(
+        k.contains(&"instance.paused") && k.contains(&"instance.resumed"),
+        "{k:?}"
+    );
+    weft_durable::verify(inner.as_ref(), h.id()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_failure_holds_gated_immediate_actions_sqlite() {
+    store_failure_holds_gated_immediate_actions(sqlite("gfail").await.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_failure_holds_gated_immediate_actions_postgres() {
+    if let Some(s) = postgres("gfail").await {
+        store_failure_holds_gated_immediate_actions(s).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_failure_pauses_then_resumes_sqlite() {
     store_failure_pauses_then_resumes(sqlite("fail").await.0).await;

@@ -43,6 +43,10 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Default)]
 pub(crate) struct Active {
     pub pending: FuturesUnordered<PendingFut>,
+    /// Immediate actions waiting for the journal (`Tool::waits_for_journal`), in dispatch
+    /// order: the journal mark that must be durable, the firing, its rendered args (`None`:
+    /// the step's literal args).
+    pub gated: VecDeque<(u64, FiringId, Option<Value>)>,
     pub waker: Option<Waker>,
     pub task: bool,
 }
@@ -238,8 +242,24 @@ impl Cell {
         }
         // The plan is taken once per batch (not per input) and taken again only if an input
         // changed it (a repair).
-        let mut plan = Arc::clone(&core.plan);
+        let plan = Arc::clone(&core.plan);
         self.apply_on(core, &plan, input, &mut ready);
+        self.finish(core, plan, ready);
+    }
+
+    /// Applies the outcomes in `ready` (and those they make ready at once), then settles.
+    pub(crate) fn run_ready(self: &Arc<Self>, core: &mut Core, ready: VecDeque<Ready>) {
+        let plan = Arc::clone(&core.plan);
+        self.finish(core, plan, ready);
+    }
+
+    /// The rest of [`Cell::run`]: every outcome ready at once, then [`Cell::after`].
+    fn finish(
+        self: &Arc<Self>,
+        core: &mut Core,
+        mut plan: Arc<CompiledPlan>,
+        mut ready: VecDeque<Ready>,
+    ) {
         // One clock reading per batch: outcomes that were ready at once share it.
         let now = if ready.is_empty() {
             0
@@ -490,13 +510,17 @@ impl Cell {
             self.engine.register_cell(self);
         }
         if let Some(j) = &self.engine.journal
-            && core.active.as_ref().is_none_or(|a| a.pending.is_empty())
+            && core
+                .active
+                .as_ref()
+                .is_none_or(|a| a.pending.is_empty() || !a.gated.is_empty())
         {
-            // Nothing in flight: no dispatch will make the journal durable, so say so.
+            // Nothing in flight: no dispatch will make the journal durable, so say so. Gated
+            // calls wait for it: write it now rather than when the task first polls.
             j.idle(&self.tenant, &self.name);
         }
         if let Some(a) = core.active.as_mut()
-            && !a.pending.is_empty()
+            && (!a.pending.is_empty() || !a.gated.is_empty())
             && !a.task
         {
             match self.engine.runtime() {
@@ -512,11 +536,25 @@ impl Cell {
         }
     }
 
-    /// The instance's task: polls pending actions and applies their outcomes.
+    /// The instance's task: calls gated actions once the journal is durable, polls pending
+    /// actions and applies their outcomes.
     fn poll_task(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut g = lock(&self.core);
         let mut budget = 64u32;
         loop {
+            let Some(a) = g.active.as_mut() else {
+                self.release(g);
+                return Poll::Ready(());
+            };
+            if !a.gated.is_empty() && self.run_gated(&mut g, cx) {
+                budget = budget.saturating_sub(1);
+                if budget == 0 {
+                    cx.waker().wake_by_ref();
+                    self.release(g);
+                    return Poll::Pending;
+                }
+                continue;
+            }
             let Some(a) = g.active.as_mut() else {
                 self.release(g);
                 return Poll::Ready(());
@@ -532,19 +570,20 @@ impl Cell {
                             now,
                         },
                     );
-                    budget -= 1;
+                    budget = budget.saturating_sub(1);
                     if budget == 0 {
                         cx.waker().wake_by_ref();
                         self.release(g);
                         return Poll::Pending;
                     }
                 }
-                Poll::Ready(None) => {
+                Poll::Ready(None) if a.gated.is_empty() => {
                     g.active = None;
                     self.release(g);
                     return Poll::Ready(());
                 }
-                Poll::Pending => {
+                // Only gated calls left: the journal wakes the task.
+                Poll::Ready(None) | Poll::Pending => {
                     a.waker = Some(cx.waker().clone());
                     self.release(g);
                     return Poll::Pending;

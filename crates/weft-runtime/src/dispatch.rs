@@ -6,7 +6,9 @@
 //! `FuturesUnordered`, or spawned on tokio for `write` tools so they run in parallel).
 //! Panics are caught and become `tool_panic` errors; unknown tools, args that fail the
 //! tool's schema and args that cannot be rendered are fatal errors; `timeout_ms` bounds
-//! every attempt.
+//! every attempt. An immediate tool that waits for the journal (`Tool::waits_for_journal`,
+//! a durable engine's gate) is queued with its journal mark and called inline by
+//! [`Cell::run_gated`] once the journal says the mark is durable.
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -267,75 +269,32 @@ impl Cell {
             return;
         }
         if srt.immediate {
-            // Finishes at once: the outcome is applied before anything else can look at the
-            // instance, so the consumed tokens can go to the tool when nothing reads them
-            // afterwards (a payload only the tool holds is then taken over, not copied).
-            let net = &*plan.net;
-            // The context (names, key, services) is built only if the tool asks for it.
-            let firing = f.firing;
-            let build = |inputs| {
-                let key = Arc::from(idempotency_key(&self.name, &srt.name, firing));
-                self.context(&plan.name, srt, key, 1, inputs)
-            };
-            let detached = core
-                .inst
-                .as_mut()
-                .and_then(|i| i.detach_inputs(net, f.firing))
-                .map(|mut tokens| {
-                    if tokens.len() == 1
-                        && let Some((event, payload)) = tokens.next()
-                    {
-                        // One input: held in place, no vector.
-                        return InlineContext::one(
-                            Self::input_name(net, srt, 0, event),
-                            payload,
-                            &build,
-                        );
-                    }
-                    let mut v = Vec::with_capacity(tokens.len());
-                    for (k, (event, payload)) in tokens.enumerate() {
-                        v.push((Self::input_name(net, srt, k, event), payload));
-                    }
-                    InlineContext::named(v, &build)
-                });
-            let ctx = match detached {
-                Some(ctx) => ctx,
-                // Names stay borrowed (no second vector of `Arc` names).
-                None => InlineContext::named(Self::inputs_with(srt, core, firing, |n| n), &build),
-            };
-            // The result is wrapped in its `Arc` inside the unwind guard, so what moves out
-            // of the call is a pointer, not the 80-byte value (each move of it through the
-            // `Result` combinators was a stack copy perf showed stalling).
-            let call = || {
-                catch_unwind(AssertUnwindSafe(|| {
-                    tool.call_inline(ctx, args).map(Arc::new)
-                }))
-            };
-            let r = if step_spans_enabled() {
-                let key = idempotency_key(&self.name, &srt.name, firing);
-                let span = step_span_of(
+            if srt.gated
+                && let Some(j) = &self.engine.journal
+            {
+                // Called in the loop once the journal is durable (`Cell::run_gated`): the
+                // args wait with the firing, the tokens stay in its in-flight record.
+                let mark = j.gate(
                     &self.tenant,
                     &self.name,
                     &srt.name,
-                    &srt.action,
-                    firing,
-                    1,
-                    &key,
+                    f.firing,
+                    tool.spec().idempotent,
                 );
-                let r = match span.in_scope(call) {
-                    Ok(r) => r.map_err(ActionError::from),
-                    Err(p) => Err(panic_error(p)),
+                let args = match args {
+                    InlineArgs::Owned(v) => Some(v),
+                    InlineArgs::Literal(_) => None,
                 };
-                step_outcome(&span, &r);
-                r
-            } else {
-                // No span wanted: nothing to enter or record.
-                match call() {
-                    Ok(r) => r.map_err(ActionError::from),
-                    Err(p) => Err(panic_error(p)),
+                let active = core
+                    .active
+                    .get_or_insert_with(|| Box::new(Active::default()));
+                active.gated.push_back((mark, f.firing, args));
+                if let Some(w) = &active.waker {
+                    w.wake_by_ref();
                 }
-            };
-            ready.push_back((f.firing, r));
+                return;
+            }
+            self.call_immediate(core, plan, srt, tool, f.firing, args, ready);
             return;
         }
         let key: Arc<str> = Arc::from(idempotency_key(&self.name, &srt.name, f.firing));
@@ -351,6 +310,172 @@ impl Cell {
             srt.spawn,
             ready,
         );
+    }
+
+    /// Calls an immediate tool in the loop: it finishes at once, so its outcome is applied
+    /// before anything else can look at the instance, and the consumed tokens can go to
+    /// the tool when nothing reads them afterwards (a payload only the tool holds is then
+    /// taken over, not copied).
+    #[allow(clippy::too_many_arguments)]
+    fn call_immediate(
+        self: &Arc<Self>,
+        core: &mut Core,
+        plan: &Arc<CompiledPlan>,
+        srt: &StepRt,
+        tool: &Arc<dyn Tool>,
+        firing: FiringId,
+        args: InlineArgs<'_>,
+        ready: &mut VecDeque<Ready>,
+    ) {
+        let net = &*plan.net;
+        // The context (names, key, services) is built only if the tool asks for it.
+        let build = |inputs| {
+            let key = Arc::from(idempotency_key(&self.name, &srt.name, firing));
+            self.context(&plan.name, srt, key, 1, inputs)
+        };
+        let detached = core
+            .inst
+            .as_mut()
+            .and_then(|i| i.detach_inputs(net, firing))
+            .map(|mut tokens| {
+                if tokens.len() == 1
+                    && let Some((event, payload)) = tokens.next()
+                {
+                    // One input: held in place, no vector.
+                    return InlineContext::one(
+                        Self::input_name(net, srt, 0, event),
+                        payload,
+                        &build,
+                    );
+                }
+                let mut v = Vec::with_capacity(tokens.len());
+                for (k, (event, payload)) in tokens.enumerate() {
+                    v.push((Self::input_name(net, srt, k, event), payload));
+                }
+                InlineContext::named(v, &build)
+            });
+        let ctx = match detached {
+            Some(ctx) => ctx,
+            // Names stay borrowed (no second vector of `Arc` names).
+            None => InlineContext::named(Self::inputs_with(srt, core, firing, |n| n), &build),
+        };
+        // The result is wrapped in its `Arc` inside the unwind guard, so what moves out
+        // of the call is a pointer, not the 80-byte value (each move of it through the
+        // `Result` combinators was a stack copy perf showed stalling).
+        let call = || {
+            catch_unwind(AssertUnwindSafe(|| {
+                tool.call_inline(ctx, args).map(Arc::new)
+            }))
+        };
+        let r = if step_spans_enabled() {
+            let key = idempotency_key(&self.name, &srt.name, firing);
+            let span = step_span_of(
+                &self.tenant,
+                &self.name,
+                &srt.name,
+                &srt.action,
+                firing,
+                1,
+                &key,
+            );
+            let r = match span.in_scope(call) {
+                Ok(r) => r.map_err(ActionError::from),
+                Err(p) => Err(panic_error(p)),
+            };
+            step_outcome(&span, &r);
+            r
+        } else {
+            // No span wanted: nothing to enter or record.
+            match call() {
+                Ok(r) => r.map_err(ActionError::from),
+                Err(p) => Err(panic_error(p)),
+            }
+        };
+        ready.push_back((firing, r));
+    }
+
+    /// Calls the gated immediate actions whose journal mark is durable, in dispatch order
+    /// (`Tool::waits_for_journal`), and applies their outcomes; returns whether it called
+    /// any. A mark that cannot become durable fails its action with
+    /// `journal_unavailable`; one that is not durable yet leaves the rest waiting (the
+    /// journal wakes `cx`).
+    pub(crate) fn run_gated(self: &Arc<Self>, core: &mut Core, cx: &mut Context<'_>) -> bool {
+        let Some(j) = self.engine.journal.clone() else {
+            return false;
+        };
+        let plan = Arc::clone(&core.plan);
+        let mut ready: VecDeque<Ready> = VecDeque::new();
+        while let Some(&(mark, firing, _)) = core.active.as_ref().and_then(|a| a.gated.front()) {
+            let res = match j.poll_durable(&self.name, mark, cx) {
+                Poll::Pending => break,
+                Poll::Ready(r) => r,
+            };
+            let Some((_, _, args)) = core.active.as_mut().and_then(|a| a.gated.pop_front()) else {
+                break;
+            };
+            if let Err(why) = res {
+                ready.push_back((
+                    firing,
+                    Err(ActionError::fatal(
+                        "journal_unavailable",
+                        format!("the action was not dispatched: {why}"),
+                    )),
+                ));
+                continue;
+            }
+            // The step as the current plan knows it (a repair may have rebased the firing).
+            let Some(step) = core
+                .inst
+                .as_ref()
+                .and_then(|i| i.in_flight.get(&firing))
+                .map(|f| f.step)
+            else {
+                continue;
+            };
+            let srt = &plan.steps[step as usize];
+            let args = match args {
+                Some(v) => InlineArgs::Owned(v),
+                None => match plan.net.literal_args(step) {
+                    Some(v) => InlineArgs::Literal(v),
+                    None => InlineArgs::Owned(Value::Null),
+                },
+            };
+            match srt.tool.as_ref() {
+                Some(tool) if srt.immediate => {
+                    self.call_immediate(core, &plan, srt, tool, firing, args, &mut ready)
+                }
+                Some(tool) => {
+                    let key: Arc<str> = Arc::from(idempotency_key(&self.name, &srt.name, firing));
+                    let inputs = self.inputs(srt, core, firing);
+                    let ctx = self.context(&plan.name, srt, key, 1, inputs);
+                    self.call(
+                        core,
+                        firing,
+                        Arc::clone(tool),
+                        ctx,
+                        args.into_value(),
+                        srt.timeout_ms,
+                        srt.spawn,
+                        &mut ready,
+                    );
+                }
+                None => ready.push_back((
+                    firing,
+                    Err(ActionError::fatal(
+                        "unknown_tool",
+                        format!(
+                            "step `{}`: no tool named `{}` is registered",
+                            srt.name, srt.action
+                        ),
+                    )),
+                )),
+            }
+        }
+        if ready.is_empty() {
+            return false;
+        }
+        self.run_ready(core, ready);
+        true
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -269,6 +269,37 @@ pub trait Journal: Send + Sync {
     /// records durable, so a durable journal should write them now. Default: nothing.
     fn idle(&self, _tenant: &str, _instance: &str) {}
 
+    /// A firing of `step` (firing number `firing`) is about to call an immediate tool that
+    /// waits for the journal ([`weft_tools::Tool::waits_for_journal`]): records its dispatch
+    /// if this journal keeps such records (it may skip them for `idempotent` tools, which
+    /// recovery dispatches again anyway) and returns the instance's *mark*, the number of
+    /// records made for it so far. The call waits until [`Journal::poll_durable`] says the
+    /// mark is durable. Default: 0 (nothing to wait for).
+    fn gate(
+        &self,
+        _tenant: &str,
+        _instance: &str,
+        _step: &str,
+        _firing: FiringId,
+        _idempotent: bool,
+    ) -> u64 {
+        0
+    }
+
+    /// Whether the first `mark` records of `instance` are durable: `Ready(Ok(()))` if they
+    /// are, `Ready(Err(why))` if they cannot become durable (the waiting call fails), or
+    /// `Pending` after making sure they are being written, with `cx` woken when that
+    /// changes. Stays `Pending` for good when another process took the instance over (its
+    /// calls are the new owner's). Default: durable.
+    fn poll_durable(
+        &self,
+        _instance: &str,
+        _mark: u64,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), String>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
     /// The last (at most) `max` records of `instance`, as text, for a repair's context.
     /// `None` when this journal cannot say (the default).
     fn excerpt(

@@ -24,6 +24,9 @@ pub(crate) struct StepRt {
     /// The tool finishes at once ([`Tool::is_immediate`]) and no timeout applies: called
     /// with [`Tool::call_now`], no future.
     pub immediate: bool,
+    /// An immediate tool that is called only once the instance's journal is durable
+    /// ([`Tool::waits_for_journal`]): queued in the loop until then.
+    pub gated: bool,
     /// The event (id and name) of each input, in `on` order; the names are shared by every
     /// tool context.
     pub inputs: Vec<(weft_core::EventId, Arc<str>)>,
@@ -92,9 +95,11 @@ impl CompiledPlan {
                 let spawn = tool
                     .as_ref()
                     .is_some_and(|t| t.spec().effect == Effect::Write);
-                let immediate = tool.as_ref().is_some_and(|t| t.is_immediate());
+                let gated = tool.as_ref().is_some_and(|t| t.waits_for_journal());
+                let immediate = gated || tool.as_ref().is_some_and(|t| t.is_immediate());
                 StepRt {
                     immediate,
+                    gated,
                     inputs: s
                         .inputs
                         .iter()

@@ -288,6 +288,9 @@ impl Tool for Metered {
     fn is_immediate(&self) -> bool {
         self.inner.is_immediate()
     }
+    fn waits_for_journal(&self) -> bool {
+        self.inner.waits_for_journal()
+    }
     fn call_inline(
         &self,
         ctx: InlineContext<'_>,

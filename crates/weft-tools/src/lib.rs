@@ -468,6 +468,15 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// Whether this immediate tool may be called only once its instance's journal is
+    /// durable (a durable engine's gate around an immediate tool). The runtime then records
+    /// the dispatch, waits for the journal (`Journal::poll_durable` in `weft-runtime`)
+    /// without a future or a context per call, and calls [`Tool::call_inline`] in the
+    /// instance's loop. Default: no.
+    fn waits_for_journal(&self) -> bool {
+        false
+    }
+
     /// How the runtime calls an immediate tool: the context is built only if the tool asks
     /// for it ([`InlineContext::into_context`]) and literal args come borrowed from the plan
     /// ([`InlineArgs::Literal`], not copied per firing). The default builds the context,
