@@ -146,6 +146,9 @@ pub(crate) fn timer_row(
     }
 }
 
+/// One shard of the lanes, by instance.
+type LaneMap = HashMap<Arc<str>, Arc<Lane>, foldhash::fast::RandomState>;
+
 #[derive(Default)]
 struct Lane {
     st: Mutex<LaneState>,
@@ -200,8 +203,8 @@ pub struct StoreJournal {
     store: Arc<dyn Store>,
     rt: tokio::runtime::Handle,
     plans: RwLock<HashMap<String, PlanEntry>>,
-    lanes: Vec<Mutex<HashMap<Arc<str>, Arc<Lane>>>>,
-    hasher: std::collections::hash_map::RandomState,
+    lanes: Vec<Mutex<LaneMap>>,
+    hasher: foldhash::fast::RandomState,
     snapshot_every: Option<u64>,
     dispatch_idempotent: std::sync::atomic::AtomicBool,
     queue: Mutex<Queue>,
@@ -254,8 +257,10 @@ impl StoreJournal {
             store,
             rt,
             plans: RwLock::new(HashMap::new()),
-            lanes: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: std::collections::hash_map::RandomState::new(),
+            lanes: (0..SHARDS)
+                .map(|_| Mutex::new(LaneMap::default()))
+                .collect(),
+            hasher: foldhash::fast::RandomState::default(),
             snapshot_every: snapshot_every.filter(|n| *n > 0),
             dispatch_idempotent: std::sync::atomic::AtomicBool::new(false),
             queue: Mutex::new(Queue::default()),
@@ -450,7 +455,7 @@ impl StoreJournal {
             .insert(plan.name.to_string(), PlanEntry { plan, version });
     }
 
-    fn shard(&self, instance: &str) -> &Mutex<HashMap<Arc<str>, Arc<Lane>>> {
+    fn shard(&self, instance: &str) -> &Mutex<LaneMap> {
         &self.lanes[(self.hasher.hash_one(instance) as usize) % SHARDS]
     }
 

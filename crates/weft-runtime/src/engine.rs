@@ -103,6 +103,9 @@ pub struct StartOptions {
 
 const SHARDS: usize = 16;
 
+/// One shard of the instance table, by id.
+type CellMap = HashMap<u64, Arc<Cell>, foldhash::fast::RandomState>;
+
 type Routes = HashMap<Arc<str>, HashMap<Arc<str>, HashSet<u64>>>;
 
 /// State shared by the engine handle, instances and the timer task.
@@ -123,7 +126,7 @@ pub(crate) struct Shared {
     runtime: Option<tokio::runtime::Handle>,
     plans: RwLock<HashMap<String, Arc<CompiledPlan>>>,
     validators: Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>,
-    table: Vec<Mutex<HashMap<u64, Arc<Cell>>>>,
+    table: Vec<Mutex<CellMap>>,
     routes: Mutex<Routes>,
     pub(crate) next_id: AtomicU64,
     event_seq: AtomicU64,
@@ -137,7 +140,7 @@ impl Shared {
             .or_else(|| self.runtime.clone())
     }
 
-    fn shard(&self, id: u64) -> &Mutex<HashMap<u64, Arc<Cell>>> {
+    fn shard(&self, id: u64) -> &Mutex<CellMap> {
         &self.table[(id as usize) % SHARDS]
     }
 
@@ -276,7 +279,9 @@ impl Engine {
                 runtime,
                 plans: RwLock::new(HashMap::new()),
                 validators: Mutex::new(HashMap::new()),
-                table: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+                table: (0..SHARDS)
+                    .map(|_| Mutex::new(CellMap::default()))
+                    .collect(),
                 routes: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(0),
                 event_seq: AtomicU64::new(0),

@@ -36,9 +36,9 @@ pub type Head = (u64, Hash, u64, Hash);
 
 #[derive(Default)]
 struct Memory {
-    heads: HashMap<String, Head>,
+    heads: HashMap<String, Head, foldhash::fast::RandomState>,
     /// Lease owner and epoch.
-    fences: HashMap<String, (String, u64)>,
+    fences: HashMap<String, (String, u64), foldhash::fast::RandomState>,
     /// `PRAGMA data_version` when the last batch began.
     data_version: Option<i64>,
 }
@@ -118,6 +118,12 @@ pub fn fence_matches(instance: &str, owner: &str, epoch: u64) -> Option<bool> {
             .map(|(o, e)| o == owner && *e == epoch)
     })
     .flatten()
+}
+
+/// Whether the remembered lease of `instance` is held by `owner` (any epoch): `None` when
+/// nothing is remembered.
+pub fn owned_by(instance: &str, owner: &str) -> Option<bool> {
+    with(|m| m.fences.get(instance).map(|(o, _)| o == owner)).flatten()
 }
 
 /// Remembers `instance`'s lease owner and epoch as just read or written.

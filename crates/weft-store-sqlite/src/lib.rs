@@ -92,7 +92,7 @@ struct LogPart {
     /// commit are counted too, which only merges a little early).
     rows: AtomicU64,
     /// Hashes of the instances appended to since the last merge.
-    instances: std::sync::Mutex<std::collections::HashSet<u64>>,
+    instances: std::sync::Mutex<std::collections::HashSet<u64, foldhash::fast::RandomState>>,
 }
 
 /// When to merge the journal log's partitions.

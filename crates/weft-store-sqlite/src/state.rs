@@ -482,6 +482,15 @@ pub fn update_status_owned(
     now: i64,
     owner: &str,
 ) -> Result<()> {
+    // The writer thread remembers lease rows ([`crate::cache`]): a lease it knows is
+    // `owner`'s needs no search of `leases` (these updates took 8% of the writer thread
+    // under W4-concurrent, one per finished instance).
+    if cache::owned_by(id, owner) == Some(true) {
+        return match update_status(conn, id, status, reason, now) {
+            Err(Error::NotFound { .. }) => Ok(()),
+            r => r,
+        };
+    }
     conn.prepare_cached(
         "UPDATE instances SET status = ?2, reason = ?3, updated_at_ms = ?4 WHERE id = ?1
          AND EXISTS (SELECT 1 FROM leases WHERE instance = ?1 AND owner = ?5)",
