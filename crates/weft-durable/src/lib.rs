@@ -217,6 +217,21 @@
 //! loop once its lane is durable (no boxed call, no context, inputs handed over as the
 //! inline path does; at most the ungated path's cost plus the wait), and fewer writer
 //! statements per single-record append.
+//!
+//! Session 11 (a fifth machine of the kind, ~40% slower than the fourth: the build that gave
+//! 4.4M W1 steps/s and ~199k W2 workflows/s there gave 2.6M and 111–122k) did the first
+//! half. A gated immediate tool
+//! now runs inline in the instance's loop once the journal says its mark is durable
+//! (`Tool::waits_for_journal`, `Journal::gate` / `Journal::poll_durable`,
+//! `Cell::run_gated`), and the hot instance-keyed maps hash with foldhash. Six alternating
+//! pairs of `weft bench durable_concurrent` against the session's starting build: 54,365–
+//! 60,498 steps/s (median ~58,600) against 47,575–57,004 (median ~50,000), every pair
+//! faster. CPU per step (`perf record -e cpu-clock -F 1000`, samples by thread ÷ 250,250
+//! steps): the tokio workers 5.9–8.8 µs against 11.3–12.5; the writer thread 11.3–15.2
+//! (both builds). The writer is now the bottleneck (56% of all samples, a whole core):
+//! its commit and WAL frame writes ~29%, `append_many` ~30%, log merges ~21%, status
+//! updates ~8%, instance creates ~6% (`perf --call-graph dwarf`). W4-strict lost ~3% in
+//! three alternating pairs (2,043–2,106 steps/s against 2,134–2,156; the goal is 318).
 
 pub mod bench;
 mod durable;
