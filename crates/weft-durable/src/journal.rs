@@ -1477,8 +1477,60 @@ impl Tool for Gate {
 #[cfg(test)]
 mod tests {
     use std::hash::BuildHasher;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Waker};
 
-    use super::snapshot_phase;
+    use weft_runtime::Journal;
+
+    use super::{StoreJournal, lock, snapshot_phase};
+
+    /// `poll_durable` for the runtime's gated calls: an instance without a lane and a mark
+    /// already reached are durable; a dispatch the store refuses for lack of a lease (no
+    /// lease was ever taken here) loses the lane, and the call then waits for good instead
+    /// of failing (its outcome is the new owner's); a journal shut down fails it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn poll_durable_follows_the_lane() {
+        let dir = std::env::temp_dir().join(format!("weft-poll-durable-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let store = weft_store_sqlite::SqliteStore::open(dir.join("weft.db"))
+            .await
+            .expect("store");
+        let j = StoreJournal::new(
+            Arc::new(store),
+            tokio::runtime::Handle::current(),
+            None,
+            "me".into(),
+            30_000,
+        );
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(j.poll_durable("nobody", 5, &mut cx), Poll::Ready(Ok(())));
+        // A non-idempotent dispatch is recorded: the mark moves past it.
+        let mark = j.gate("t", "i1", "s", 0, false);
+        assert_eq!(mark, 1);
+        assert_eq!(j.poll_durable("i1", 0, &mut cx), Poll::Ready(Ok(())));
+        assert_eq!(j.poll_durable("i1", mark, &mut cx), Poll::Pending);
+        // The write is fenced with a lease this engine never took: the lane is lost.
+        let lane = j.existing("i1").expect("lane");
+        for _ in 0..1_000 {
+            if lock(&lane.st).lost {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(lock(&lane.st).lost, "the unleased write was refused");
+        assert_eq!(j.poll_durable("i1", mark, &mut cx), Poll::Pending);
+        // An idempotent dispatch records nothing: the mark stays where it was.
+        let mark2 = j.gate("t", "i2", "s", 0, true);
+        assert_eq!(mark2, 0);
+        assert_eq!(j.poll_durable("i2", mark2, &mut cx), Poll::Ready(Ok(())));
+        lock(&j.existing("i2").expect("lane").st).failed = Some("shut_down: test".into());
+        assert_eq!(
+            j.poll_durable("i2", mark2, &mut cx),
+            Poll::Ready(Err("shut_down: test".to_string()))
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// A hundred instances get phases spread over the first quarter of the interval.
     #[test]
