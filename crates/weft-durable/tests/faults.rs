@@ -117,6 +117,22 @@ fn store_paused(s: &Status) -> bool {
     matches!(s, Status::Paused { reason } if reason.starts_with("store_unavailable"))
 }
 
+/// After a store failure and its recovery: both steps' results journaled once, the pause
+/// and the resume journaled, the chain whole.
+async fn paused_once_each_result_once(store: &dyn Store, id: &str) {
+    let k = kinds(store, id).await;
+    assert_eq!(
+        k.iter().filter(|x| **x == "action.result").count(),
+        2,
+        "{k:?}"
+    );
+    assert!(
+        k.contains(&"instance.paused") && k.contains(&"instance.resumed"),
+        "{k:?}"
+    );
+    weft_durable::verify(store, id).await.unwrap();
+}
+
 /// Journal writes fail: the instance pauses with `store_unavailable` and nothing is
 /// dispatched; when writes succeed again it resumes by itself and completes, each step run
 /// once, its journal whole.
@@ -153,17 +169,7 @@ async fn store_failure_pauses_then_resumes(inner: Arc<dyn Store>) {
         &json!({"x": 1, "a": 1, "b": 1}),
         "each step ran once, first attempt"
     );
-    let k = kinds(inner.as_ref(), h.id()).await;
-    assert_eq!(
-        k.iter().filter(|x| **x == "action.result").count(),
-        2,
-        "{k:?}"
-    );
-    assert!(
-        k.contains(&"instance.paused") && k.contains(&"instance.resumed"),
-        "{k:?}"
-    );
-    weft_durable::verify(inner.as_ref(), h.id()).await.unwrap();
+    paused_once_each_result_once(inner.as_ref(), h.id()).await;
 }
 
 /// Store failure with gated immediate actions (`gate_pure_actions`: `noop` waits for the
@@ -199,17 +205,7 @@ async fn store_failure_holds_gated_immediate_actions(inner: Arc<dyn Store>) {
     fs.fail_next(0);
     until_status(&h, "completed", |s| *s == Status::Completed).await;
     d.wait(&h).await.unwrap();
-    let k = kinds(inner.as_ref(), h.id()).await;
-    assert_eq!(
-        k.iter().filter(|x| **x == "action.result").count(),
-        2,
-        "{k:?}"
-    );
-    assert!(
-        k.contains(&"instance.paused") && k.contains(&"instance.resumed"),
-        "{k:?}"
-    );
-    weft_durable::verify(inner.as_ref(), h.id()).await.unwrap();
+    paused_once_each_result_once(inner.as_ref(), h.id()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

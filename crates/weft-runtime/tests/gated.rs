@@ -17,7 +17,7 @@ use weft_core::token::FiringId;
 use weft_core::{Effect, Status, ToolSpec};
 use weft_runtime::journal::replay;
 use weft_runtime::{Engine, EngineOptions, Input, InstanceHandle, Journal, MemoryJournal};
-use weft_tools::{BoxFuture, InlineArgs, InlineContext, Registry, Tool, ToolContext, ToolError};
+use weft_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError};
 
 /// A journal whose records become durable only when the test says so.
 #[derive(Default)]
@@ -105,18 +105,10 @@ impl Tool for GatedAdd {
         let r = self.call_now(ctx, args);
         Box::pin(async move { r })
     }
-    fn is_immediate(&self) -> bool {
-        false
-    }
+    // Not `is_immediate`: it is called inline only through the gate (the default
+    // `call_inline` builds the context and calls `call_now`).
     fn waits_for_journal(&self) -> bool {
         true
-    }
-    fn call_inline(
-        &self,
-        ctx: InlineContext<'_>,
-        args: InlineArgs<'_>,
-    ) -> Result<Value, ToolError> {
-        self.call_now(ctx.into_context(), args.into_value())
     }
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
@@ -177,13 +169,32 @@ fn in_flight(h: &InstanceHandle) -> Vec<String> {
     h.state().in_flight.iter().map(|f| f.step.clone()).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gated_call_waits_until_its_records_are_durable() {
+/// An engine with one instance of [`plan`] started on `{"n": 1}`, its `a` in flight.
+async fn started() -> (
+    Engine,
+    Arc<HeldJournal>,
+    Arc<AtomicUsize>,
+    Arc<weft_runtime::CompiledPlan>,
+    InstanceHandle,
+) {
     let (engine, journal, calls) = setup();
     let p = engine.compile_value(plan()).expect("plan");
     let h = engine.start_with("t", &p, json!({"n": 1}), Default::default());
-    // `a` fired and waits: dispatched through the gate, not called.
     until(&h, "a in flight", |h| in_flight(h) == ["a"]).await;
+    (engine, journal, calls, p, h)
+}
+
+/// The live instance equals its journal replayed into the pure core.
+fn agrees_with_journal(p: &weft_runtime::CompiledPlan, h: &InstanceHandle, j: &HeldJournal) {
+    let live = h.core_instance().expect("started");
+    let replayed = replay(&p.net, h.id(), &j.inner.inputs(h.id())).expect("replays");
+    common::assert_same(&live, &replayed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_call_waits_until_its_records_are_durable() {
+    // `a` fired and waits: dispatched through the gate, not called.
+    let (_engine, journal, calls, p, h) = started().await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(calls.load(Ordering::SeqCst), 0, "called before durable");
     assert_eq!(in_flight(&h), ["a"]);
@@ -193,9 +204,7 @@ async fn a_gated_call_waits_until_its_records_are_durable() {
         "one gate per dispatch, with the tool's idempotency"
     );
     // The live in-flight firing still holds its tokens: live state and journal agree.
-    let live = h.core_instance().expect("started");
-    let replayed = replay(&p.net, h.id(), &journal.inner.inputs(h.id())).expect("replays");
-    common::assert_same(&live, &replayed);
+    agrees_with_journal(&p, &h, &journal);
 
     journal.release();
     until(&h, "b in flight", |h| in_flight(h) == ["b"]).await;
@@ -209,17 +218,12 @@ async fn a_gated_call_waits_until_its_records_are_durable() {
     assert_eq!(o.status, Status::Completed, "{o:?}");
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     assert_eq!(common::out(&o, "done"), [json!({"n": 3, "by": 2})]);
-    let live = h.core_instance().expect("started");
-    let replayed = replay(&p.net, h.id(), &journal.inner.inputs(h.id())).expect("replays");
-    common::assert_same(&live, &replayed);
+    agrees_with_journal(&p, &h, &journal);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_journal_that_cannot_be_written_fails_the_gated_call() {
-    let (engine, journal, calls) = setup();
-    let p = engine.compile_value(plan()).expect("plan");
-    let h = engine.start_with("t", &p, json!({"n": 1}), Default::default());
-    until(&h, "a in flight", |h| in_flight(h) == ["a"]).await;
+    let (_engine, journal, calls, _, h) = started().await;
     journal.fail("disk on fire");
     let o = tokio::time::timeout(Duration::from_secs(10), h.wait())
         .await
@@ -236,10 +240,7 @@ async fn a_journal_that_cannot_be_written_fails_the_gated_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_an_instance_drops_its_waiting_gated_call() {
-    let (engine, journal, calls) = setup();
-    let p = engine.compile_value(plan()).expect("plan");
-    let h = engine.start_with("t", &p, json!({"n": 1}), Default::default());
-    until(&h, "a in flight", |h| in_flight(h) == ["a"]).await;
+    let (_engine, journal, calls, _, h) = started().await;
     h.stop();
     until(&h, "stopped", |h| h.state().status.is_terminal()).await;
     journal.release();
