@@ -230,8 +230,10 @@
 //! steps): the tokio workers 5.9–8.8 µs against 11.3–12.5; the writer thread 11.3–15.2
 //! (both builds). The writer is now the bottleneck (56% of all samples, a whole core):
 //! its commit and WAL frame writes ~29%, `append_many` ~30%, log merges ~21%, status
-//! updates ~8%, instance creates ~6% (`perf --call-graph dwarf`). W4-strict lost ~3% in
-//! three alternating pairs (2,043–2,106 steps/s against 2,134–2,156; the goal is 318).
+//! updates ~8%, instance creates ~6% (`perf --call-graph dwarf`). W4-strict is unchanged:
+//! in six alternating pairs the build that ran second was slower each time (base first:
+//! 2,043–2,106 steps/s new against 2,134–2,156 base; new first: 2,271–2,488 against
+//! 2,168–2,408; the goal is 318).
 
 pub mod bench;
 mod durable;
