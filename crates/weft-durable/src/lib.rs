@@ -223,10 +223,11 @@
 //! half. A gated immediate tool
 //! now runs inline in the instance's loop once the journal says its mark is durable
 //! (`Tool::waits_for_journal`, `Journal::gate` / `Journal::poll_durable`,
-//! `Cell::run_gated`), and the hot instance-keyed maps hash with foldhash. Six alternating
-//! pairs of `weft bench durable_concurrent` against the session's starting build: 54,365–
-//! 60,498 steps/s (median ~58,600) against 47,575–57,004 (median ~50,000), every pair
-//! faster. CPU per step (`perf record -e cpu-clock -F 1000`, samples by thread ÷ 250,250
+//! `Cell::run_gated`), and the hot instance-keyed maps hash with foldhash. Fifteen alternating
+//! pairs of `weft bench durable_concurrent` against the session's starting build (eleven
+//! with the old build first, four with the new one first; the machine sped up meanwhile):
+//! 54,365–80,215 steps/s (median 60,498) against 46,283–75,539 (median 52,093); the new
+//! build was faster in 14 pairs and within 1% in the other (median ratio +14%). CPU per step (`perf record -e cpu-clock -F 1000`, samples by thread ÷ 250,250
 //! steps): the tokio workers 5.9–8.8 µs against 11.3–12.5; the writer thread 11.3–15.2
 //! (both builds). The writer is now the bottleneck (56% of all samples, a whole core):
 //! its commit and WAL frame writes ~29%, `append_many` ~30%, log merges ~21%, status
