@@ -146,6 +146,14 @@ pub(crate) fn timer_row(
     }
 }
 
+/// An `action.dispatched` to record (the idempotency key is built only when recorded).
+struct Dispatch<'a> {
+    step: &'a str,
+    firing: weft_core::token::FiringId,
+    attempt: u32,
+    idempotent: bool,
+}
+
 /// One shard of the lanes, by instance.
 type LaneMap = HashMap<Arc<str>, Arc<Lane>, foldhash::fast::RandomState>;
 
@@ -667,28 +675,46 @@ impl StoreJournal {
     /// an idempotent action again whether or not its dispatch was recorded, so the record
     /// would only cost a journal row per step.
     fn record_dispatch(&self, ctx: &ToolContext, idempotent: bool) -> Arc<Lane> {
-        let lane = self.lane(&ctx.instance);
-        if idempotent && !self.dispatch_idempotent.load(Ordering::Relaxed) {
-            return lane;
-        }
         let firing = ctx
             .idempotency_key
             .rsplit('/')
             .next()
             .and_then(|f| f.parse().ok())
             .unwrap_or(0);
-        let e = Entry::Dispatched {
+        let d = Dispatch {
+            step: &ctx.step,
             firing,
-            step: ctx.step.to_string(),
-            key: ctx.idempotency_key.to_string(),
             attempt: ctx.attempt,
             idempotent,
         };
-        {
-            let mut s = lock(&lane.st);
-            self.push(&mut s, &ctx.instance, &e);
+        self.push_dispatch(&ctx.instance, d, || ctx.idempotency_key.to_string())
+            .0
+    }
+
+    /// [`Self::record_dispatch`]'s rule for any caller: records `action.dispatched` unless
+    /// the tool is idempotent and such records are not asked for (`key` is built only when
+    /// recorded); returns the lane and its record count.
+    fn push_dispatch(
+        &self,
+        instance: &str,
+        d: Dispatch<'_>,
+        key: impl FnOnce() -> String,
+    ) -> (Arc<Lane>, u64) {
+        let lane = self.lane(instance);
+        let mut s = lock(&lane.st);
+        if !d.idempotent || self.dispatch_idempotent.load(Ordering::Relaxed) {
+            let e = Entry::Dispatched {
+                firing: d.firing,
+                step: d.step.to_string(),
+                key: key(),
+                attempt: d.attempt,
+                idempotent: d.idempotent,
+            };
+            self.push(&mut s, instance, &e);
         }
-        lane
+        let recorded = s.recorded;
+        drop(s);
+        (lane, recorded)
     }
 
     /// Resolves once everything recorded for `instance` so far is durable.
@@ -705,23 +731,44 @@ impl StoreJournal {
         lane: Arc<Lane>,
     ) -> Result<(), DurableError> {
         let target = lock(&lane.st).recorded;
-        std::future::poll_fn(|cx| {
-            let mut s = lock(&lane.st);
-            if let Some(f) = &s.failed {
-                return Poll::Ready(Err(DurableError::Unavailable { message: f.clone() }));
-            }
-            if s.durable >= target {
-                return Poll::Ready(Ok(()));
-            }
+        std::future::poll_fn(|cx| self.poll_lane(&name, &lane, target, false, cx))
+            .await
+            .map_err(|message| DurableError::Unavailable { message })
+    }
+
+    /// Whether the first `mark` records of the lane are durable: `Err` if they cannot
+    /// become so (or, with `park_lost`, `Pending` for good once the lease is lost);
+    /// otherwise `Pending` after registering `cx` (once per task) and making sure the lane
+    /// is being written.
+    fn poll_lane(
+        &self,
+        name: &str,
+        lane: &Arc<Lane>,
+        mark: u64,
+        park_lost: bool,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Result<(), String>> {
+        let mut s = lock(&lane.st);
+        if park_lost && s.lost {
+            return Poll::Pending;
+        }
+        if let Some(f) = &s.failed {
+            return Poll::Ready(Err(f.clone()));
+        }
+        if s.durable >= mark {
+            return Poll::Ready(Ok(()));
+        }
+        if !s.wakers.iter().any(|w| w.will_wake(cx.waker())) {
             s.wakers.push(cx.waker().clone());
-            if !s.flushing && !s.buf.is_empty() {
-                s.flushing = true;
-                drop(s);
-                self.enqueue(Arc::clone(&name), Arc::clone(&lane));
+        }
+        if !s.flushing && !s.buf.is_empty() {
+            s.flushing = true;
+            drop(s);
+            if let Some(me) = self.me.upgrade() {
+                me.enqueue(Arc::from(name), Arc::clone(lane));
             }
-            Poll::Pending
-        })
-        .await
+        }
+        Poll::Pending
     }
 
     /// Queues a lane for the next batch and makes sure a committer runs.
@@ -1229,19 +1276,16 @@ impl Journal for StoreJournal {
         firing: weft_core::token::FiringId,
         idempotent: bool,
     ) -> u64 {
-        let lane = self.lane(instance);
-        let mut s = lock(&lane.st);
-        if !idempotent || self.dispatch_idempotent.load(Ordering::Relaxed) {
-            let e = Entry::Dispatched {
-                firing,
-                step: step.to_string(),
-                key: weft_core::instance::idempotency_key(instance, step, firing),
-                attempt: 1,
-                idempotent,
-            };
-            self.push(&mut s, instance, &e);
-        }
-        s.recorded
+        let d = Dispatch {
+            step,
+            firing,
+            attempt: 1,
+            idempotent,
+        };
+        self.push_dispatch(instance, d, || {
+            weft_core::instance::idempotency_key(instance, step, firing)
+        })
+        .1
     }
 
     /// [`StoreJournal::wait_lane`] as a poll, for a gated call the runtime makes inline.
@@ -1254,31 +1298,10 @@ impl Journal for StoreJournal {
         let Some(lane) = self.existing(instance) else {
             return Poll::Ready(Ok(()));
         };
-        let mut s = lock(&lane.st);
-        if s.lost {
-            // Another process owns the instance now: the action neither runs nor fails
-            // here (its outcome is the new owner's); the instance is paused with
-            // `lease_lost`.
-            return Poll::Pending;
-        }
-        if let Some(f) = &s.failed {
-            return Poll::Ready(Err(f.clone()));
-        }
-        if s.durable >= mark {
-            return Poll::Ready(Ok(()));
-        }
-        // One waker per task (the instance's task polls again on every wake).
-        if !s.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            s.wakers.push(cx.waker().clone());
-        }
-        if !s.flushing && !s.buf.is_empty() {
-            s.flushing = true;
-            drop(s);
-            if let Some(me) = self.me.upgrade() {
-                me.enqueue(Arc::from(instance), lane);
-            }
-        }
-        Poll::Pending
+        // A lost lease parks the call: another process owns the instance now, so the
+        // action neither runs nor fails here (its outcome is the new owner's); the
+        // instance is paused with `lease_lost`.
+        self.poll_lane(instance, &lane, mark, true, cx)
     }
 }
 

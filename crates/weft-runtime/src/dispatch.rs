@@ -63,6 +63,17 @@ async fn guarded(
     }
 }
 
+/// A step whose tool is not registered.
+fn unknown_tool(srt: &StepRt) -> ActionError {
+    ActionError::fatal(
+        "unknown_tool",
+        format!(
+            "step `{}`: no tool named `{}` is registered",
+            srt.name, srt.action
+        ),
+    )
+}
+
 fn timeout_error(ms: u64) -> ActionError {
     ActionError::new(
         "timeout",
@@ -239,16 +250,7 @@ impl Cell {
         // Borrowed: an immediate call needs no reference of its own (cloning the `Arc`
         // cost two atomic operations per step); a deferred call clones it below.
         let Some(tool) = srt.tool.as_ref() else {
-            ready.push_back((
-                f.firing,
-                Err(ActionError::fatal(
-                    "unknown_tool",
-                    format!(
-                        "step `{}`: no tool named `{}` is registered",
-                        srt.name, srt.action
-                    ),
-                )),
-            ));
+            ready.push_back((f.firing, Err(unknown_tool(srt))));
             return;
         };
         if let Some(v) = &srt.validator
@@ -297,15 +299,31 @@ impl Cell {
             self.call_immediate(core, plan, srt, tool, f.firing, args, ready);
             return;
         }
-        let key: Arc<str> = Arc::from(idempotency_key(&self.name, &srt.name, f.firing));
-        let inputs = self.inputs(srt, core, f.firing);
+        self.call_first(core, plan, srt, tool, f.firing, args.into_value(), ready);
+    }
+
+    /// The first attempt of a tool that is not called inline: with a context, through
+    /// [`Cell::call`].
+    #[allow(clippy::too_many_arguments)]
+    fn call_first(
+        self: &Arc<Self>,
+        core: &mut Core,
+        plan: &CompiledPlan,
+        srt: &StepRt,
+        tool: &Arc<dyn Tool>,
+        firing: FiringId,
+        args: Value,
+        ready: &mut VecDeque<Ready>,
+    ) {
+        let key: Arc<str> = Arc::from(idempotency_key(&self.name, &srt.name, firing));
+        let inputs = self.inputs(srt, core, firing);
         let ctx = self.context(&plan.name, srt, key, 1, inputs);
         self.call(
             core,
-            f.firing,
+            firing,
             Arc::clone(tool),
             ctx,
-            args.into_value(),
+            args,
             srt.timeout_ms,
             srt.spawn,
             ready,
@@ -444,31 +462,16 @@ impl Cell {
                 Some(tool) if srt.immediate => {
                     self.call_immediate(core, &plan, srt, tool, firing, args, &mut ready)
                 }
-                Some(tool) => {
-                    let key: Arc<str> = Arc::from(idempotency_key(&self.name, &srt.name, firing));
-                    let inputs = self.inputs(srt, core, firing);
-                    let ctx = self.context(&plan.name, srt, key, 1, inputs);
-                    self.call(
-                        core,
-                        firing,
-                        Arc::clone(tool),
-                        ctx,
-                        args.into_value(),
-                        srt.timeout_ms,
-                        srt.spawn,
-                        &mut ready,
-                    );
-                }
-                None => ready.push_back((
+                Some(tool) => self.call_first(
+                    core,
+                    &plan,
+                    srt,
+                    tool,
                     firing,
-                    Err(ActionError::fatal(
-                        "unknown_tool",
-                        format!(
-                            "step `{}`: no tool named `{}` is registered",
-                            srt.name, srt.action
-                        ),
-                    )),
-                )),
+                    args.into_value(),
+                    &mut ready,
+                ),
+                None => ready.push_back((firing, Err(unknown_tool(srt)))),
             }
         }
         if ready.is_empty() {
