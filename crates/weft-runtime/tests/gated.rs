@@ -128,13 +128,7 @@ fn setup() -> (Engine, Arc<HeldJournal>, Arc<AtomicUsize>) {
     let mut reg = Registry::new();
     weft_tools::builtin::register_pure(&mut reg);
     reg.register(Arc::new(GatedAdd {
-        spec: ToolSpec {
-            name: "t.add".into(),
-            description: String::new(),
-            args_schema: json!({}),
-            effect: Effect::Pure,
-            idempotent: true,
-        },
+        spec: common::spec("t.add", Effect::Pure),
         calls: Arc::clone(&calls),
     }));
     let engine = Engine::new(EngineOptions {
