@@ -2,7 +2,7 @@
 //! inside the writer's batch transaction, the read ones on a reader connection.
 //!
 //! ## Two tables: the log and the journal
-//! Appends go to `journal_log`, a rowid table: every commit writes at its right edge, so a
+//! Appends go to the log, rowid tables: every commit writes at their right edge, so a
 //! group commit of records for N instances dirties about `bytes / 4 KiB` pages. Writing
 //! them straight into `journal` (clustered by `(instance, seq)`) dirtied one leaf page or
 //! more *per instance* in every commit, each a full 4 KiB WAL frame: 13–15 KiB written
@@ -12,10 +12,18 @@
 //! thousand rows and when it opens. Readers see both tables: every record is in exactly
 //! one of them, and an instance's records in the log all come after those in `journal`
 //! (a merge moves all of a log's rows in one transaction). The log has no index, so a read
-//! scans it: it is kept to a few thousand rows.
+//! scans it: it is kept to a few thousand records.
+//!
+//! ## A log row is a batch
+//! A group commit writes one log row per partition it touches: its records of that
+//! partition encoded as one blob ([`crate::batch`]), with their count. As a row per record
+//! (schema version 4), the log's inserts cost a statement's worth of SQLite work per record
+//! (binding seven values, building the record, a b-tree insert); a batch is one insert of a
+//! blob that is mostly copied into overflow pages. Reads and merges decode the batches in
+//! Rust; a merge sorts the decoded records and inserts them into `journal` 32 per statement.
 //!
 //! ## The log is partitioned
-//! The log is [`LOG_PARTS`] tables (`journal_log_0`, …), an instance's rows always in the
+//! The log is [`LOG_PARTS`] tables (`journal_log_batch_0`, …), an instance's records always in the
 //! same one ([`partition`], a stable hash of its id), each merged on its own. A merge
 //! blocks the writer, and so every group commit queued behind it: one log of 8,192 rows
 //! took 15–20 ms to merge, the server's p99 under event load. A partition holds an eighth
@@ -38,6 +46,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use weft_store::{Appended, Error, GENESIS, Hash, NewRecord, Record, Result, Snapshot};
 
+use crate::batch::{self, LogRecord};
 use crate::cache;
 use crate::schema::map_err;
 
@@ -46,15 +55,15 @@ use crate::schema::map_err;
 pub const LOG_PARTS: usize = 8;
 
 /// The log tables, by partition.
-const LOG_TABLES: [&str; LOG_PARTS] = [
-    "journal_log_0",
-    "journal_log_1",
-    "journal_log_2",
-    "journal_log_3",
-    "journal_log_4",
-    "journal_log_5",
-    "journal_log_6",
-    "journal_log_7",
+pub const LOG_TABLES: [&str; LOG_PARTS] = [
+    "journal_log_batch_0",
+    "journal_log_batch_1",
+    "journal_log_batch_2",
+    "journal_log_batch_3",
+    "journal_log_batch_4",
+    "journal_log_batch_5",
+    "journal_log_batch_6",
+    "journal_log_batch_7",
 ];
 
 /// A stable 64-bit hash of an instance id (FNV-1a): its log partition is `hash % LOG_PARTS`
@@ -68,11 +77,6 @@ pub fn instance_hash(instance: &str) -> u64 {
 /// The log partition of an instance.
 pub fn partition(instance: &str) -> usize {
     (instance_hash(instance) % LOG_PARTS as u64) as usize
-}
-
-/// The log table of an instance.
-fn log_table(instance: &str) -> &'static str {
-    LOG_TABLES[partition(instance)]
 }
 
 fn seq_to_sql(seq: u64) -> Result<i64> {
@@ -133,48 +137,10 @@ pub fn head_row(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
 
 /// Appends inside the current transaction, chaining from the stored head.
 pub fn append(conn: &Connection, instance: &str, records: &[NewRecord]) -> Result<Appended> {
-    let (mut seq, mut prev, base) = match head_row(conn, instance)? {
-        Some((s, h, bs, bh)) => (s, h, (bs, bh)),
-        None => (0, GENESIS, (0, GENESIS)),
-    };
-    let first_seq = seq + 1;
-    let mut ins = conn
-        .prepare_cached(&format!(
-            "INSERT INTO {} (instance, seq, kind, body, at_ms, prev_hash, hash)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            log_table(instance)
-        ))
-        .map_err(map_err)?;
-    for r in records {
-        seq += 1;
-        let hash = Hash::of_record(&prev, seq, &r.kind, &r.body, r.at_ms);
-        ins.execute(params![
-            instance,
-            seq_to_sql(seq)?,
-            r.kind,
-            r.body,
-            r.at_ms,
-            &prev.0[..],
-            &hash.0[..]
-        ])
-        .map_err(map_err)?;
-        prev = hash;
-    }
-    let head_seq = seq_to_sql(seq)?;
-    conn.prepare_cached(
-        "INSERT INTO chain_heads (instance, head_seq, head_hash, base_seq, base_hash)
-         VALUES (?1, ?2, ?3, 0, ?4)
-         ON CONFLICT (instance) DO UPDATE SET head_seq = excluded.head_seq,
-           head_hash = excluded.head_hash",
-    )
-    .and_then(|mut s| s.execute(params![instance, head_seq, &prev.0[..], &GENESIS.0[..]]))
-    .map_err(map_err)?;
-    cache::set_head(instance, (seq, prev, base.0, base.1));
-    Ok(Appended {
-        first_seq,
-        last_seq: seq,
-        head: prev,
-    })
+    append_many(conn, &[(instance, records)])?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::backend("an append returned no result"))
 }
 
 /// A journal row as SQLite returns it: (seq, kind, body, at_ms, prev_hash, hash).
@@ -202,25 +168,77 @@ fn to_record((seq, kind, body, at_ms, prev, hash): RawRecord) -> Result<Record> 
     })
 }
 
-/// Reads records in sequence order, from both tables (one statement: one consistent view
-/// even while a merge moves rows between them).
+/// Reads records in sequence order, from both tables, in one read transaction (one
+/// consistent view even while a merge moves records between them). An instance's records
+/// in the log all come after those in `journal`, so the log is scanned only when `journal`
+/// had fewer than `limit`.
 pub fn read(conn: &Connection, instance: &str, from: u64, limit: u32) -> Result<Vec<Record>> {
-    read_with(
-        conn,
-        &format!(
-            "SELECT seq, kind, body, at_ms, prev_hash, hash FROM journal
-             WHERE instance = ?1 AND seq >= ?2
-             UNION ALL
-             SELECT seq, kind, body, at_ms, prev_hash, hash FROM {}
-             WHERE instance = ?1 AND seq >= ?2
-               AND seq > coalesce((SELECT base_seq FROM chain_heads WHERE instance = ?1), 0)
-             ORDER BY 1 LIMIT ?3",
-            log_table(instance)
-        ),
-        instance,
-        from,
-        limit,
-    )
+    in_read_tx(conn, |c| {
+        let mut out = read_merged(c, instance, from, limit)?;
+        if out.len() >= limit as usize {
+            return Ok(out);
+        }
+        let base = base_seq(c, instance)?;
+        let mut log = Vec::new();
+        scan_log(c, partition(instance), false, |r| {
+            if r.instance == instance && r.seq >= from && r.seq > base {
+                log.push(r.to_record());
+            }
+            Ok(true)
+        })?;
+        log.sort_by_key(|r| r.seq);
+        out.extend(log);
+        out.truncate(limit as usize);
+        Ok(out)
+    })
+}
+
+/// Runs `f` inside a read transaction, unless the connection is in one already (the
+/// writer's batch).
+fn in_read_tx<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    if !conn.is_autocommit() {
+        return f(conn);
+    }
+    let tx = conn.unchecked_transaction().map_err(map_err)?;
+    let out = f(&tx)?;
+    tx.commit().map_err(map_err)?;
+    Ok(out)
+}
+
+/// An instance's chain base (0 when it has no chain yet): its log records at or below it
+/// are dead.
+fn base_seq(conn: &Connection, instance: &str) -> Result<u64> {
+    Ok(head_row(conn, instance)?.map_or(0, |h| h.2))
+}
+
+/// Calls `f` on every record of log partition `part`, batch by batch in append order
+/// (`newest_first`: newest batch first), until it returns `false`.
+fn scan_log(
+    conn: &Connection,
+    part: usize,
+    newest_first: bool,
+    mut f: impl FnMut(LogRecord<'_>) -> Result<bool>,
+) -> Result<()> {
+    let Some(table) = LOG_TABLES.get(part) else {
+        return Err(Error::invalid(format!("no journal log partition {part}")));
+    };
+    let order = if newest_first { "DESC" } else { "ASC" };
+    let mut st = conn
+        .prepare_cached(&format!("SELECT data FROM {table} ORDER BY rowid {order}"))
+        .map_err(map_err)?;
+    let mut rows = st.query([]).map_err(map_err)?;
+    while let Some(row) = rows.next().map_err(map_err)? {
+        let data = row.get_ref(0).map_err(map_err)?;
+        let bytes = data.as_blob().map_err(|_| Error::Corrupt {
+            message: format!("{table} holds a batch that is not a blob"),
+        })?;
+        for r in batch::decode(bytes) {
+            if !f(r?)? {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// [`read`] of the `journal` table alone (with [`read_log_many`] for a batch).
@@ -261,7 +279,7 @@ fn read_with(
     Ok(out)
 }
 
-/// Every live record of `journal_log` (above its chain base) whose instance is one of `ids`
+/// Every live record of the log (above its chain base) whose instance is one of `ids`
 /// and whose seq is at least that instance's `from`, grouped per instance in sequence
 /// order: one scan of the log for a whole batch (the batched load of recovery), instead of
 /// one per instance.
@@ -275,35 +293,28 @@ pub fn read_log_many(
     for id in want.keys() {
         parts[partition(id)] = true;
     }
+    let mut bases: std::collections::HashMap<String, u64> = Default::default();
     let mut out: std::collections::HashMap<String, Vec<Record>> = Default::default();
-    for table in LOG_TABLES
-        .iter()
-        .zip(parts)
-        .filter(|(_, p)| *p)
-        .map(|(t, _)| t)
-    {
-        let mut st = conn
-            .prepare_cached(&format!(
-                "SELECT l.instance, l.seq, l.kind, l.body, l.at_ms, l.prev_hash, l.hash
-                 FROM {table} l
-                 WHERE l.seq > coalesce(
-                   (SELECT h.base_seq FROM chain_heads h WHERE h.instance = l.instance), 0)"
-            ))
-            .map_err(map_err)?;
-        let mut rows = st.query([]).map_err(map_err)?;
-        while let Some(r) = rows.next().map_err(map_err)? {
-            let instance = r.get_ref(0).map_err(map_err)?;
-            let Ok(instance) = instance.as_str() else {
-                continue;
+    for part in (0..LOG_PARTS).filter(|p| parts[*p]) {
+        scan_log(conn, part, false, |r| {
+            let Some(&from) = want.get(r.instance) else {
+                return Ok(true);
             };
-            let Some(&from) = want.get(instance) else {
-                continue;
+            let base = match bases.get(r.instance) {
+                Some(b) => *b,
+                None => {
+                    let b = base_seq(conn, r.instance)?;
+                    bases.insert(r.instance.to_string(), b);
+                    b
+                }
             };
-            let rec = to_record(raw_record(r, 1).map_err(map_err)?)?;
-            if rec.seq >= from {
-                out.entry(instance.to_string()).or_default().push(rec);
+            if r.seq >= from && r.seq > base {
+                out.entry(r.instance.to_string())
+                    .or_default()
+                    .push(r.to_record());
             }
-        }
+            Ok(true)
+        })?;
     }
     for recs in out.values_mut() {
         recs.sort_by_key(|r| r.seq);
@@ -335,33 +346,72 @@ pub fn merge_log(conn: &Connection, part: usize, after_restart: bool) -> Result<
             )
             .and_then(|mut s| s.query_row([part_sql], |r| r.get::<_, bool>(0)))
             .map_err(map_err)?;
-    let filter = if dead_possible {
-        "WHERE l.seq > coalesce(
-           (SELECT h.base_seq FROM chain_heads h WHERE h.instance = l.instance), 0)"
-    } else {
-        ""
-    };
-    let moved = conn
-        .prepare_cached(&format!(
-            "INSERT OR FAIL INTO journal (instance, seq, kind, body, at_ms, prev_hash, hash)
-             SELECT l.instance, l.seq, l.kind, l.body, l.at_ms, l.prev_hash, l.hash
-             FROM {table} l {filter}
-             ORDER BY l.instance, l.seq"
-        ))
-        .and_then(|mut s| s.execute([]))
-        .map_err(|e| match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::ConstraintViolation) => Error::Corrupt {
-                message: format!("the journal log repeats a journal record: {e}"),
-            },
-            _ => map_err(e),
-        })?;
+    let batches: Vec<Vec<u8>> = conn
+        .prepare_cached(&format!("SELECT data FROM {table} ORDER BY rowid"))
+        .and_then(|mut s| {
+            s.query_map([], |r| r.get::<_, Vec<u8>>(0))?
+                .collect::<rusqlite::Result<_>>()
+        })
+        .map_err(map_err)?;
+    let mut recs: Vec<LogRecord<'_>> = Vec::new();
+    let mut bases: std::collections::HashMap<&str, u64> = Default::default();
+    for b in &batches {
+        for r in batch::decode(b) {
+            let r = r?;
+            if dead_possible {
+                let base = match bases.get(r.instance) {
+                    Some(b) => *b,
+                    None => *bases
+                        .entry(r.instance)
+                        .or_insert(base_seq(conn, r.instance)?),
+                };
+                if r.seq <= base {
+                    continue;
+                }
+            }
+            recs.push(r);
+        }
+    }
+    // Sorted, so each instance's leaf pages are written once (stable: ties keep log order,
+    // and a tie is a repeated record, which the insert reports).
+    recs.sort_by(|a, b| (a.instance, a.seq).cmp(&(b.instance, b.seq)));
+    for chunk in recs.chunks(ROWS_PER_INSERT) {
+        let sql = values_sql(
+            "INSERT OR FAIL INTO journal (instance, seq, kind, body, at_ms, prev_hash, hash) VALUES ",
+            "(?,?,?,?,?,?,?)",
+            chunk.len(),
+            "",
+        );
+        let seqs = chunk
+            .iter()
+            .map(|r| seq_to_sql(r.seq))
+            .collect::<Result<Vec<i64>>>()?;
+        let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 7);
+        for (r, seq) in chunk.iter().zip(&seqs) {
+            args.push(&r.instance);
+            args.push(seq);
+            args.push(&r.kind);
+            args.push(&r.body);
+            args.push(&r.at_ms);
+            args.push(&r.prev.0);
+            args.push(&r.hash.0);
+        }
+        conn.prepare_cached(&sql)
+            .and_then(|mut st| st.execute(rusqlite::params_from_iter(args)))
+            .map_err(|e| match e.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::ConstraintViolation) => Error::Corrupt {
+                    message: format!("the journal log repeats a journal record: {e}"),
+                },
+                _ => map_err(e),
+            })?;
+    }
     conn.prepare_cached(&format!("DELETE FROM {table}"))
         .and_then(|mut s| s.execute([]))
         .map_err(map_err)?;
     conn.prepare_cached("DELETE FROM temp.truncated_since_merge WHERE part = ?1")
         .and_then(|mut s| s.execute([part_sql]))
         .map_err(map_err)?;
-    Ok(moved as u64)
+    Ok(recs.len() as u64)
 }
 
 /// The writer connection's record of instances truncated since their partition's last
@@ -370,14 +420,16 @@ pub const TRUNCATED_SINCE_MERGE: &str = "CREATE TEMP TABLE IF NOT EXISTS truncat
        part INTEGER NOT NULL, instance TEXT NOT NULL, PRIMARY KEY (part, instance))
      WITHOUT ROWID";
 
-/// Rows in each log partition (counted when the store opens).
+/// Records in each log partition (counted when the store opens).
 pub fn log_rows(conn: &Connection) -> Result<[u64; LOG_PARTS]> {
     let mut out = [0; LOG_PARTS];
     for (n, table) in out.iter_mut().zip(LOG_TABLES) {
         *n = conn
-            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| {
-                r.get::<_, i64>(0)
-            })
+            .query_row(
+                &format!("SELECT coalesce(sum(n), 0) FROM {table}"),
+                [],
+                |r| r.get::<_, i64>(0),
+            )
             .map(|n| n.max(0) as u64)
             .map_err(map_err)?;
     }
@@ -389,26 +441,29 @@ pub fn log_rows(conn: &Connection) -> Result<[u64; LOG_PARTS]> {
 /// appended moments ago, so the scan stops within the last batches instead of crossing the
 /// whole log (which, under load, was most of the writer thread's time).
 fn record_hash(conn: &Connection, instance: &str, seq: u64) -> Result<Option<Hash>> {
-    let seq = seq_to_sql(seq)?;
-    let mut h: Option<Vec<u8>> = None;
-    for sql in [
-        "SELECT hash FROM journal WHERE instance = ?1 AND seq = ?2".to_string(),
-        format!(
-            "SELECT hash FROM {} WHERE instance = ?1 AND seq = ?2
-               AND seq > coalesce((SELECT base_seq FROM chain_heads WHERE instance = ?1), 0)
-             ORDER BY rowid DESC LIMIT 1",
-            log_table(instance)
-        ),
-    ] {
-        h = conn
-            .prepare_cached(&sql)
-            .and_then(|mut s| s.query_row(params![instance, seq], |r| r.get(0)).optional())
-            .map_err(map_err)?;
-        if h.is_some() {
-            break;
-        }
+    let seq_sql = seq_to_sql(seq)?;
+    let h: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT hash FROM journal WHERE instance = ?1 AND seq = ?2")
+        .and_then(|mut s| {
+            s.query_row(params![instance, seq_sql], |r| r.get(0))
+                .optional()
+        })
+        .map_err(map_err)?;
+    if let Some(h) = h {
+        return hash_from_sql(&h, "a record's hash").map(Some);
     }
-    h.map(|h| hash_from_sql(&h, "a record's hash")).transpose()
+    let base = base_seq(conn, instance)?;
+    if seq <= base {
+        return Ok(None);
+    }
+    let mut found = None;
+    scan_log(conn, partition(instance), true, |r| {
+        if r.instance == instance && r.seq == seq {
+            found = Some(r.hash);
+        }
+        Ok(found.is_none())
+    })?;
+    Ok(found)
 }
 
 /// Stores a snapshot after checking it against the journal.
@@ -537,8 +592,28 @@ pub fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result
     Ok(new_base - base_seq)
 }
 
-/// Rows per multi-row `INSERT` of [`append_many`].
+/// Rows per multi-row `INSERT` of [`append_many`]'s chain heads and of [`merge_log`].
 const ROWS_PER_INSERT: usize = 32;
+
+/// A log batch is cut at this size (a group commit of large records writes several).
+const MAX_BATCH_BYTES: usize = 4 << 20;
+
+/// Writes the records encoded in `b` as one row of log partition `part` and empties `b`
+/// (nothing when it is empty).
+fn insert_batch(conn: &Connection, part: usize, b: &mut (Vec<u8>, i64)) -> Result<()> {
+    if b.1 == 0 {
+        return Ok(());
+    }
+    conn.prepare_cached(&format!(
+        "INSERT INTO {} (n, data) VALUES (?1, ?2)",
+        LOG_TABLES[part]
+    ))
+    .and_then(|mut s| s.execute(params![b.1, &b.0]))
+    .map_err(map_err)?;
+    b.0.clear();
+    b.1 = 0;
+    Ok(())
+}
 
 fn values_sql(head: &str, tuple: &str, rows: usize, tail: &str) -> String {
     let mut sql = String::with_capacity(head.len() + rows * (tuple.len() + 1) + tail.len());
@@ -563,18 +638,10 @@ fn values_sql(head: &str, tuple: &str, rows: usize, tail: &str) -> String {
 /// must be undoable alone, so SQLite copies every page it touches to a statement journal
 /// first. A failure here fails the whole job, which the writer rolls back anyway.
 pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<Vec<Appended>> {
-    struct Row<'a> {
-        part: usize,
-        instance: &'a str,
-        seq: i64,
-        rec: &'a NewRecord,
-        prev: Hash,
-        hash: Hash,
-    }
     let mut out = Vec::with_capacity(items.len());
-    // Sized up front: a batch holds thousands of rows, and growing the vector copied them
-    // (about 3% of W4-concurrent's CPU went to that copy).
-    let mut rows: Vec<Row<'_>> = Vec::with_capacity(items.iter().map(|(_, r)| r.len()).sum());
+    // Each partition's records of this append, encoded as one batch (see the module docs),
+    // and how many there are.
+    let mut batches: [(Vec<u8>, i64); LOG_PARTS] = Default::default();
     // (instance, head seq, head hash, base): the base is kept by the upsert, remembered
     // with the new head.
     let mut heads: Vec<(&str, i64, Hash, (u64, Hash))> = Vec::with_capacity(items.len());
@@ -586,16 +653,15 @@ pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<
         let first_seq = seq + 1;
         let part = partition(instance);
         for r in records.iter() {
+            if batches[part].0.len() >= MAX_BATCH_BYTES {
+                insert_batch(conn, part, &mut batches[part])?;
+            }
             seq += 1;
+            seq_to_sql(seq)?;
             let hash = Hash::of_record(&prev, seq, &r.kind, &r.body, r.at_ms);
-            rows.push(Row {
-                part,
-                instance,
-                seq: seq_to_sql(seq)?,
-                rec: r,
-                prev,
-                hash,
-            });
+            let (bytes, n) = &mut batches[part];
+            batch::encode(bytes, instance, seq, r, &prev, &hash)?;
+            *n += 1;
             prev = hash;
         }
         if !records.is_empty() {
@@ -607,34 +673,8 @@ pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<
             head: prev,
         });
     }
-    // Each partition's rows together (stable: an instance's rows stay in order).
-    rows.sort_by_key(|r| r.part);
-    let chunks = rows
-        .chunk_by(|a, b| a.part == b.part)
-        .flat_map(|part| part.chunks(ROWS_PER_INSERT));
-    for chunk in chunks {
-        let sql = values_sql(
-            &format!(
-                "INSERT OR FAIL INTO {} (instance, seq, kind, body, at_ms, prev_hash, hash) VALUES ",
-                LOG_TABLES[chunk[0].part]
-            ),
-            "(?,?,?,?,?,?,?)",
-            chunk.len(),
-            "",
-        );
-        let mut st = conn.prepare_cached(&sql).map_err(map_err)?;
-        let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 7);
-        for r in chunk {
-            args.push(&r.instance);
-            args.push(&r.seq);
-            args.push(&r.rec.kind);
-            args.push(&r.rec.body);
-            args.push(&r.rec.at_ms);
-            args.push(&r.prev.0);
-            args.push(&r.hash.0);
-        }
-        st.execute(rusqlite::params_from_iter(args))
-            .map_err(map_err)?;
+    for (part, b) in batches.iter_mut().enumerate() {
+        insert_batch(conn, part, b)?;
     }
     for chunk in heads.chunks(ROWS_PER_INSERT) {
         let sql = values_sql(

@@ -29,6 +29,7 @@
 //! chain heads and lease rows between batches (`cache.rs`); a commit by any other connection
 //! (another process on the same file) makes it forget them before its next batch.
 
+mod batch;
 mod cache;
 mod checkpointer;
 mod journal;

@@ -8,7 +8,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use weft_store::Error;
 
 /// The schema version this build writes. Bump it with a migration in [`migrate`].
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 const DDL_V1: &str = "
 CREATE TABLE weft_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
@@ -46,30 +46,38 @@ const DDL_V2: &str = "ALTER TABLE leases ADD COLUMN epoch INTEGER NOT NULL DEFAU
 
 // Version 3 added one `journal_log` table: appends went to that rowid-ordered log first,
 // merged into `journal` in large sorted batches (see `journal`'s module docs: it cuts the
-// pages a group commit writes). Version 4 replaces it.
+// pages a group commit writes). Version 4 split it into `LOG_PARTS` tables
+// `journal_log_{k}`, one row per record, merged one at a time. Version 5 replaces those.
 
-/// Version 4: the journal log is split into `LOG_PARTS` tables, merged one at a time (see
-/// `journal`'s module docs); the version-3 log's live rows move into `journal`.
-fn ddl_v4(from_v3: bool) -> String {
+/// Moves the live rows of an old row-per-record log table into `journal` and drops it.
+fn move_old_log(table: &str) -> String {
+    format!(
+        "INSERT OR FAIL INTO journal (instance, seq, kind, body, at_ms, prev_hash, hash)
+         SELECT l.instance, l.seq, l.kind, l.body, l.at_ms, l.prev_hash, l.hash
+         FROM {table} l
+         WHERE l.seq > coalesce(
+           (SELECT h.base_seq FROM chain_heads h WHERE h.instance = l.instance), 0)
+         ORDER BY l.instance, l.seq;
+         DROP TABLE {table};"
+    )
+}
+
+/// Version 5: each log partition is `journal_log_batch_{k}`, one row per group commit
+/// holding that commit's records of the partition as one blob (`batch`'s format) and their
+/// count (see `journal`'s module docs); an older store's log moves into `journal` first.
+fn ddl_v5(from: i64) -> String {
     let mut ddl = String::new();
-    for part in 0..crate::journal::LOG_PARTS {
-        ddl.push_str(&format!(
-            "CREATE TABLE IF NOT EXISTS journal_log_{part} (
-               instance TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
-               body BLOB NOT NULL, at_ms INTEGER NOT NULL, prev_hash BLOB NOT NULL,
-               hash BLOB NOT NULL);"
-        ));
+    if from == 3 {
+        ddl.push_str(&move_old_log("journal_log"));
     }
-    if from_v3 {
-        ddl.push_str(
-            "INSERT OR FAIL INTO journal (instance, seq, kind, body, at_ms, prev_hash, hash)
-             SELECT l.instance, l.seq, l.kind, l.body, l.at_ms, l.prev_hash, l.hash
-             FROM journal_log l
-             WHERE l.seq > coalesce(
-               (SELECT h.base_seq FROM chain_heads h WHERE h.instance = l.instance), 0)
-             ORDER BY l.instance, l.seq;
-             DROP TABLE journal_log;",
-        );
+    for part in 0..crate::journal::LOG_PARTS {
+        if from == 4 {
+            ddl.push_str(&move_old_log(&format!("journal_log_{part}")));
+        }
+        ddl.push_str(&format!(
+            "CREATE TABLE IF NOT EXISTS {} (n INTEGER NOT NULL, data BLOB NOT NULL);",
+            crate::journal::LOG_TABLES[part]
+        ));
     }
     ddl
 }
@@ -225,7 +233,7 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
         None => {
             let ddl = format!(
                 "BEGIN IMMEDIATE; {DDL_V1} {DDL_V2} {} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;",
-                ddl_v4(false)
+                ddl_v5(0)
             );
             conn.execute_batch(&ddl).map_err(|e| {
                 let _ = conn.execute_batch("ROLLBACK");
@@ -236,11 +244,10 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
             found: v,
             supported: SCHEMA_VERSION,
         }),
-        Some(v @ (1..=3)) => {
+        Some(v @ (1..=4)) => {
             let steps = match v {
-                1 => format!("{DDL_V2} {}", ddl_v4(false)),
-                2 => ddl_v4(false),
-                _ => ddl_v4(true),
+                1 => format!("{DDL_V2} {}", ddl_v5(v)),
+                _ => ddl_v5(v),
             };
             let ddl = format!(
                 "BEGIN IMMEDIATE; {steps} UPDATE weft_meta SET value = {SCHEMA_VERSION} WHERE key = 'schema_version'; COMMIT;"

@@ -80,7 +80,9 @@ async fn altered_body_in_the_log_is_detected() {
         .unwrap()
         .execute(
             &format!(
-                "UPDATE journal_log_{} SET body = X'7b7d' WHERE instance = 'i' AND seq = 2",
+                // Record 2's body (`{"n":2}`, see `five`) becomes `{"n":9}`.
+                "UPDATE journal_log_batch_{} SET data = CAST(replace(data, '{{\"n\":2}}', '{{\"n\":9}}') AS BLOB)
+                 WHERE instr(data, CAST('{{\"n\":2}}' AS BLOB)) > 0",
                 weft_store_sqlite::log_partition("i")
             ),
             [],
@@ -302,12 +304,13 @@ async fn version_1_store_is_migrated() {
     assert_eq!(v, weft_store_sqlite::SCHEMA_VERSION);
 }
 
-/// A version-3 store (one unpartitioned `journal_log`) is migrated on open: the log's live
-/// rows move into the journal, its dead ones (behind the chain base) are dropped, the old
-/// table goes, and the chain verifies.
-#[tokio::test]
-async fn version_3_store_is_migrated() {
-    let path = five_records("v3").await;
+/// A store whose records 4 and 5 of `i` are in an old log table and 3 is in `journal`
+/// (1 and 2 truncated behind a snapshot), the log holding a dead copy of record 1 too: the
+/// layout `old_log` (SQL run on the file, given the table the log rows go to) turns the
+/// current log tables into, at schema `version`. Opening it must migrate: the log's live rows
+/// move into the journal, the dead one is dropped, the old tables go, and the chain verifies.
+async fn old_log_is_migrated(name: &str, version: i64, old_tables: &[String], log: &str) {
+    let path = five_records(name).await;
     {
         let store = SqliteStore::open(&path).await.unwrap();
         let r2 = store.read("i", 2, 1).await.unwrap().remove(0);
@@ -333,23 +336,26 @@ async fn version_3_store_is_migrated() {
         [3, 4, 5]
     );
     {
-        // The version-3 layout: records 4 and 5 still in the log, with a dead copy of
-        // record 1 (truncated while in the log).
         let c = Connection::open(&path).unwrap();
-        let mut ddl = String::from(
-            "CREATE TABLE journal_log (
-               instance TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
-               body BLOB NOT NULL, at_ms INTEGER NOT NULL, prev_hash BLOB NOT NULL,
-               hash BLOB NOT NULL);
-             INSERT INTO journal_log SELECT 'i', 1, kind, body, at_ms, prev_hash, hash
+        let mut ddl = String::new();
+        for t in old_tables {
+            ddl.push_str(&format!(
+                "CREATE TABLE {t} (
+                   instance TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
+                   body BLOB NOT NULL, at_ms INTEGER NOT NULL, prev_hash BLOB NOT NULL,
+                   hash BLOB NOT NULL);"
+            ));
+        }
+        ddl.push_str(&format!(
+            "INSERT INTO {log} SELECT 'i', 1, kind, body, at_ms, prev_hash, hash
                FROM journal WHERE instance = 'i' AND seq = 3;
-             INSERT INTO journal_log SELECT * FROM journal WHERE instance = 'i' AND seq >= 4
+             INSERT INTO {log} SELECT * FROM journal WHERE instance = 'i' AND seq >= 4
                ORDER BY seq;
              DELETE FROM journal WHERE instance = 'i' AND seq >= 4;
-             UPDATE weft_meta SET value = 3 WHERE key = 'schema_version';",
-        );
+             UPDATE weft_meta SET value = {version} WHERE key = 'schema_version';"
+        ));
         for k in 0..weft_store_sqlite::LOG_PARTS {
-            ddl.push_str(&format!("DROP TABLE journal_log_{k};"));
+            ddl.push_str(&format!("DROP TABLE journal_log_batch_{k};"));
         }
         c.execute_batch(&ddl).unwrap();
     }
@@ -359,18 +365,43 @@ async fn version_3_store_is_migrated() {
     assert_eq!(store.append("i", five()).await.unwrap().first_seq, 6);
     drop(store);
     let c = Connection::open(&path).unwrap();
-    let (version, old_log, journal): (i64, i64, i64) = c
+    let (version, journal): (i64, i64) = c
         .query_row(
             "SELECT (SELECT value FROM weft_meta WHERE key = 'schema_version'),
-                    (SELECT count(*) FROM sqlite_master WHERE name = 'journal_log'),
                     (SELECT count(*) FROM journal WHERE instance = 'i')",
             [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
-    assert_eq!((version, old_log), (weft_store_sqlite::SCHEMA_VERSION, 0));
+    assert_eq!(version, weft_store_sqlite::SCHEMA_VERSION);
+    for t in old_tables {
+        let n: i64 = c
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = ?1",
+                [t],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 0, "{t} is left");
+    }
     // Records 3 to 5 (the five appended after the migration are still in the log).
     assert_eq!(journal, 3);
+}
+
+/// Version 3: one unpartitioned `journal_log`, a row per record.
+#[tokio::test]
+async fn version_3_store_is_migrated() {
+    old_log_is_migrated("v3", 3, &["journal_log".into()], "journal_log").await;
+}
+
+/// Version 4: `journal_log_{k}` per partition, a row per record.
+#[tokio::test]
+async fn version_4_store_is_migrated() {
+    let tables: Vec<String> = (0..weft_store_sqlite::LOG_PARTS)
+        .map(|k| format!("journal_log_{k}"))
+        .collect();
+    let log = format!("journal_log_{}", weft_store_sqlite::log_partition("i"));
+    old_log_is_migrated("v4", 4, &tables, &log).await;
 }
 
 #[tokio::test]
