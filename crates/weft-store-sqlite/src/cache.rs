@@ -34,9 +34,17 @@ pub const MAX_ENTRIES: usize = 100_000;
 /// A chain-head row: (head_seq, head_hash, base_seq, base_hash).
 pub type Head = (u64, Hash, u64, Hash);
 
+/// Newest (seq, hash) per instance among one log partition's records.
+pub type LogHeads = HashMap<String, (u64, Hash), foldhash::fast::RandomState>;
+
 #[derive(Default)]
 struct Memory {
     heads: HashMap<String, Head, foldhash::fast::RandomState>,
+    /// Per log partition, once read: the newest record of each instance in it. Appends
+    /// write chain heads to `chain_heads` only when the log is merged (see `journal`), so
+    /// an instance's head is the newer of its `chain_heads` row and this. Kept up to date
+    /// by every append and merge, so it survives [`MAX_ENTRIES`]; bounded by the log's size.
+    log_heads: [Option<LogHeads>; crate::journal::LOG_PARTS],
     /// Lease owner and epoch.
     fences: HashMap<String, (String, u64), foldhash::fast::RandomState>,
     /// `PRAGMA data_version` when the last batch began.
@@ -72,6 +80,7 @@ pub fn begin_batch(conn: &Connection) {
         if version.is_none() || m.data_version != version {
             m.heads.clear();
             m.fences.clear();
+            m.log_heads = Default::default();
         }
         m.data_version = version;
     });
@@ -82,6 +91,56 @@ pub fn forget_all() {
     with(|m| {
         m.heads.clear();
         m.fences.clear();
+        m.log_heads = Default::default();
+    });
+}
+
+/// Whether the memory is on (this is the writer thread).
+pub fn enabled() -> bool {
+    with(|_| ()).is_some()
+}
+
+/// `Some(newest)` when log partition `part`'s heads are remembered (`newest`: `instance`'s
+/// newest record in it, if any); `None` when they are not (or the memory is off).
+pub fn log_head(part: usize, instance: &str) -> Option<Option<(u64, Hash)>> {
+    with(|m| {
+        m.log_heads
+            .get(part)?
+            .as_ref()
+            .map(|h| h.get(instance).copied())
+    })
+    .flatten()
+}
+
+/// Remembers log partition `part`'s heads, as just read.
+pub fn set_log_heads(part: usize, heads: LogHeads) {
+    with(|m| {
+        if let Some(slot) = m.log_heads.get_mut(part) {
+            *slot = Some(heads);
+        }
+    });
+}
+
+/// An append put `instance`'s records up to `seq` (hashed `hash`) into partition `part`.
+pub fn note_log_head(part: usize, instance: &str, seq: u64, hash: Hash) {
+    with(|m| {
+        if let Some(Some(h)) = m.log_heads.get_mut(part) {
+            match h.get_mut(instance) {
+                Some(v) => *v = (seq, hash),
+                None => {
+                    h.insert(instance.to_string(), (seq, hash));
+                }
+            }
+        }
+    });
+}
+
+/// Log partition `part` was merged: it is empty, its heads are in `chain_heads`.
+pub fn log_merged(part: usize) {
+    with(|m| {
+        if let Some(slot) = m.log_heads.get_mut(part) {
+            *slot = Some(LogHeads::default());
+        }
     });
 }
 
@@ -230,6 +289,47 @@ mod tests {
             }
         });
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn log_heads_are_kept_by_appends_and_merges_and_forgotten_with_the_rest() {
+        on_thread(true, || {
+            assert_eq!(log_head(1, "a"), None, "not read yet");
+            note_log_head(1, "a", 3, Hash([3; 32]));
+            assert_eq!(
+                log_head(1, "a"),
+                None,
+                "an append does not make a partial read"
+            );
+            set_log_heads(
+                1,
+                LogHeads::from_iter([("a".to_string(), (2, Hash([2; 32])))]),
+            );
+            assert_eq!(log_head(1, "a"), Some(Some((2, Hash([2; 32])))));
+            assert_eq!(log_head(1, "b"), Some(None));
+            note_log_head(1, "a", 4, Hash([4; 32]));
+            note_log_head(1, "b", 1, Hash([1; 32]));
+            assert_eq!(log_head(1, "a"), Some(Some((4, Hash([4; 32])))));
+            assert_eq!(log_head(1, "b"), Some(Some((1, Hash([1; 32])))));
+            assert_eq!(log_head(2, "a"), None, "partitions are apart");
+            // The bound on remembered heads leaves the log's heads alone.
+            for i in 0..=MAX_ENTRIES {
+                set_head(&i.to_string(), head_at(1));
+            }
+            assert_eq!(log_head(1, "a"), Some(Some((4, Hash([4; 32])))));
+            log_merged(1);
+            assert_eq!(log_head(1, "a"), Some(None));
+            set_log_heads(3, LogHeads::default());
+            forget_all();
+            assert_eq!(log_head(1, "a"), None);
+            assert_eq!(log_head(3, "a"), None);
+            assert_eq!(log_head(99, "a"), None);
+        });
+        on_thread(false, || {
+            set_log_heads(1, LogHeads::default());
+            assert_eq!(log_head(1, "a"), None);
+            assert!(!enabled());
+        });
     }
 
     #[test]

@@ -22,6 +22,17 @@
 //! blob that is mostly copied into overflow pages. Reads and merges decode the batches in
 //! Rust; a merge sorts the decoded records and inserts them into `journal` 32 per statement.
 //!
+//! ## Chain heads are written by the merge
+//! Every append used to upsert its instance's `chain_heads` row: a b-tree write per append
+//! and, with thousands of instances in flight, most of that table's pages dirtied in every
+//! group commit (under W4-concurrent about a fifth of the writer thread). Now the merge
+//! writes each merged instance's newest record there, once per merge, and an instance's head
+//! is the newer of its `chain_heads` row and its newest record in the log ([`head_row`]:
+//! one read transaction; the writer thread keeps each partition's newest records in its
+//! memory once read, [`crate::cache`]). The base still lives only in `chain_heads`, moved by
+//! truncation, which writes the whole head with it: the records it makes dead may be the
+//! instance's newest, and the merge drops dead records without moving the head.
+//!
 //! ## The log is partitioned
 //! The log is [`LOG_PARTS`] tables (`journal_log_batch_0`, …), an instance's records always in the
 //! same one ([`partition`], a stable hash of its id), each merged on its own. A merge
@@ -99,11 +110,30 @@ fn hash_from_sql(bytes: &[u8], what: &str) -> Result<Hash> {
 type HeadRow = cache::Head;
 
 /// Reads an instance's chain head row (on the writer thread, from its memory when it has
-/// the row: [`crate::cache`]).
+/// the row: [`crate::cache`]): its `chain_heads` row, with the head moved on to its newest
+/// record in the log when that is newer (appends leave `chain_heads` to the merge: see the
+/// module docs). One read transaction, so a merge cannot move the records in between.
 pub fn head_row(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
     if let Some(head) = cache::head(instance) {
         return Ok(Some(head));
     }
+    let head = in_read_tx(conn, |c| {
+        let stored = stored_head(c, instance)?;
+        let newest = newest_in_log(c, instance)?;
+        Ok(match (stored, newest) {
+            (Some((hs, _, bs, bh)), Some((ls, lh))) if ls > hs => Some((ls, lh, bs, bh)),
+            (None, Some((ls, lh))) => Some((ls, lh, 0, GENESIS)),
+            (stored, _) => stored,
+        })
+    })?;
+    if let Some(h) = head {
+        cache::set_head(instance, h);
+    }
+    Ok(head)
+}
+
+/// An instance's `chain_heads` row (its head as of the last merge or truncation; its base).
+pub fn stored_head(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
     let row = conn
         .prepare_cached(
             "SELECT head_seq, head_hash, base_seq, base_hash FROM chain_heads WHERE instance = ?1",
@@ -120,19 +150,48 @@ pub fn head_row(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
             .optional()
         })
         .map_err(map_err)?;
-    match row {
-        None => Ok(None),
-        Some((hs, hh, bs, bh)) => {
-            let head = (
-                seq_from_sql(hs)?,
-                hash_from_sql(&hh, "a chain head hash")?,
-                seq_from_sql(bs)?,
-                hash_from_sql(&bh, "a chain base hash")?,
-            );
-            cache::set_head(instance, head);
-            Ok(Some(head))
-        }
+    row.map(|(hs, hh, bs, bh)| {
+        Ok((
+            seq_from_sql(hs)?,
+            hash_from_sql(&hh, "a chain head hash")?,
+            seq_from_sql(bs)?,
+            hash_from_sql(&bh, "a chain base hash")?,
+        ))
+    })
+    .transpose()
+}
+
+/// An instance's newest record in the log: on the writer thread from its memory of the
+/// partition's heads (read once, then kept up to date), elsewhere by a scan. Dead records
+/// (at or below the chain base) never win against `chain_heads`, which truncation brings
+/// up to the head.
+fn newest_in_log(conn: &Connection, instance: &str) -> Result<Option<(u64, Hash)>> {
+    let part = partition(instance);
+    if let Some(known) = cache::log_head(part, instance) {
+        return Ok(known);
     }
+    let whole = cache::enabled();
+    let mut heads = cache::LogHeads::default();
+    let mut newest: Option<(u64, Hash)> = None;
+    scan_log(conn, part, false, |r| {
+        if r.instance == instance && newest.is_none_or(|(s, _)| r.seq > s) {
+            newest = Some((r.seq, r.hash));
+        }
+        if whole {
+            match heads.get_mut(r.instance) {
+                Some(h) if r.seq > h.0 => *h = (r.seq, r.hash),
+                Some(_) => {}
+                None => {
+                    heads.insert(r.instance.to_string(), (r.seq, r.hash));
+                }
+            }
+        }
+        Ok(true)
+    })?;
+    if whole {
+        cache::set_log_heads(part, heads);
+    }
+    Ok(newest)
 }
 
 /// Appends inside the current transaction, chaining from the stored head.
@@ -206,9 +265,16 @@ fn in_read_tx<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) ->
 }
 
 /// An instance's chain base (0 when it has no chain yet): its log records at or below it
-/// are dead.
-fn base_seq(conn: &Connection, instance: &str) -> Result<u64> {
-    Ok(head_row(conn, instance)?.map_or(0, |h| h.2))
+/// are dead. Truncation is the only thing that moves it, always in `chain_heads`.
+pub fn base_seq(conn: &Connection, instance: &str) -> Result<u64> {
+    if let Some(head) = cache::head(instance) {
+        return Ok(head.2);
+    }
+    let base: Option<i64> = conn
+        .prepare_cached("SELECT base_seq FROM chain_heads WHERE instance = ?1")
+        .and_then(|mut s| s.query_row([instance], |r| r.get(0)).optional())
+        .map_err(map_err)?;
+    base.map_or(Ok(0), seq_from_sql)
 }
 
 /// Calls `f` on every record of log partition `part`, batch by batch in append order
@@ -405,9 +471,39 @@ pub fn merge_log(conn: &Connection, part: usize, after_restart: bool) -> Result<
                 _ => map_err(e),
             })?;
     }
+    // The chain heads the appends left to the merge: each instance's newest record (the
+    // last of its run in sorted order).
+    let newest: Vec<&LogRecord<'_>> = recs
+        .chunk_by(|a, b| a.instance == b.instance)
+        .filter_map(|run| run.last())
+        .collect();
+    for chunk in newest.chunks(ROWS_PER_INSERT) {
+        let sql = values_sql(
+            "INSERT OR FAIL INTO chain_heads (instance, head_seq, head_hash, base_seq, base_hash) VALUES ",
+            "(?,?,?,0,?)",
+            chunk.len(),
+            " ON CONFLICT (instance) DO UPDATE SET head_seq = excluded.head_seq,
+               head_hash = excluded.head_hash WHERE excluded.head_seq > head_seq",
+        );
+        let seqs = chunk
+            .iter()
+            .map(|r| seq_to_sql(r.seq))
+            .collect::<Result<Vec<i64>>>()?;
+        let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 4);
+        for (r, seq) in chunk.iter().zip(&seqs) {
+            args.push(&r.instance);
+            args.push(seq);
+            args.push(&r.hash.0);
+            args.push(&GENESIS.0);
+        }
+        conn.prepare_cached(&sql)
+            .and_then(|mut st| st.execute(rusqlite::params_from_iter(args)))
+            .map_err(map_err)?;
+    }
     conn.prepare_cached(&format!("DELETE FROM {table}"))
         .and_then(|mut s| s.execute([]))
         .map_err(map_err)?;
+    cache::log_merged(part);
     conn.prepare_cached("DELETE FROM temp.truncated_since_merge WHERE part = ?1")
         .and_then(|mut s| s.execute([part_sql]))
         .map_err(map_err)?;
@@ -537,7 +633,7 @@ pub fn latest_snapshot(conn: &Connection, instance: &str) -> Result<Option<Snaps
 /// `before - 1` and deletes the records below it from `journal`; those still in the log
 /// are dead from now on (see the module docs). Returns how many records were dropped.
 pub fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result<u64> {
-    let Some((_, _, base_seq, _)) = head_row(conn, instance)? else {
+    let Some((head_seq, head_hash, base_seq, _)) = head_row(conn, instance)? else {
         return Ok(0);
     };
     if before <= base_seq + 1 {
@@ -580,9 +676,26 @@ pub fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result
         .and_then(|mut s| s.execute(params![instance, before_sql]))
         .map_err(map_err)?;
     cache::forget_head(instance);
-    conn.prepare_cached("UPDATE chain_heads SET base_seq = ?2, base_hash = ?3 WHERE instance = ?1")
-        .and_then(|mut s| s.execute(params![instance, base_sql, &base_hash.0[..]]))
-        .map_err(map_err)?;
+    // The whole head too: the instance's newest records may be in the log only, and once
+    // they are dead the merge drops them instead of moving the head on.
+    let head_sql = seq_to_sql(head_seq)?;
+    conn.prepare_cached(
+        "INSERT INTO chain_heads (instance, head_seq, head_hash, base_seq, base_hash)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (instance) DO UPDATE SET head_seq = excluded.head_seq,
+           head_hash = excluded.head_hash, base_seq = excluded.base_seq,
+           base_hash = excluded.base_hash",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            instance,
+            head_sql,
+            &head_hash.0[..],
+            base_sql,
+            &base_hash.0[..]
+        ])
+    })
+    .map_err(map_err)?;
     conn.prepare_cached("INSERT OR IGNORE INTO temp.truncated_since_merge VALUES (?1, ?2)")
         .and_then(|mut s| s.execute(params![partition(instance) as i64, instance]))
         .map_err(map_err)?;
@@ -628,22 +741,16 @@ fn values_sql(head: &str, tuple: &str, rows: usize, tail: &str) -> String {
     sql
 }
 
-/// Appends to many instances (each at most once) inside the current transaction, with
-/// multi-row statements: one `INSERT` per 32 journal rows and one chain-head upsert per 32
-/// instances, instead of one statement per row (the per-statement cost dominates the
-/// writer thread under group commit). Chains and results are exactly [`append`]'s; an
-/// empty record list only reports the head.
-///
-/// The statements are `INSERT OR FAIL`: with the default `ABORT`, a multi-row statement
-/// must be undoable alone, so SQLite copies every page it touches to a statement journal
-/// first. A failure here fails the whole job, which the writer rolls back anyway.
+/// Appends to many instances (each at most once) inside the current transaction: one log
+/// batch per partition touched (cut at [`MAX_BATCH_BYTES`]), no chain-head write (the
+/// merge's: see the module docs). Chains continue from [`head_row`]; an empty record list
+/// only reports the head. The writer's memory learns the new heads.
 pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<Vec<Appended>> {
     let mut out = Vec::with_capacity(items.len());
     // Each partition's records of this append, encoded as one batch (see the module docs),
     // and how many there are.
     let mut batches: [(Vec<u8>, i64); LOG_PARTS] = Default::default();
-    // (instance, head seq, head hash, base): the base is kept by the upsert, remembered
-    // with the new head.
+    // (instance, head seq, head hash, base), remembered once all batches are written.
     let mut heads: Vec<(&str, i64, Hash, (u64, Hash))> = Vec::with_capacity(items.len());
     for (instance, records) in items {
         let (mut seq, mut prev, base) = match head_row(conn, instance)? {
@@ -676,28 +783,10 @@ pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<
     for (part, b) in batches.iter_mut().enumerate() {
         insert_batch(conn, part, b)?;
     }
-    for chunk in heads.chunks(ROWS_PER_INSERT) {
-        let sql = values_sql(
-            "INSERT OR FAIL INTO chain_heads (instance, head_seq, head_hash, base_seq, base_hash) VALUES ",
-            "(?,?,?,0,?)",
-            chunk.len(),
-            " ON CONFLICT (instance) DO UPDATE SET head_seq = excluded.head_seq,
-               head_hash = excluded.head_hash",
-        );
-        let mut st = conn.prepare_cached(&sql).map_err(map_err)?;
-        let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 4);
-        for (instance, seq, hash, _) in chunk {
-            args.push(instance);
-            args.push(seq);
-            args.push(&hash.0);
-            args.push(&GENESIS.0);
-        }
-        st.execute(rusqlite::params_from_iter(args))
-            .map_err(map_err)?;
-    }
     for (instance, seq, hash, (base_seq, base_hash)) in &heads {
         // `seq` came from a u64 (`seq_to_sql`), so it is not negative.
         cache::set_head(instance, (*seq as u64, *hash, *base_seq, *base_hash));
+        cache::note_log_head(partition(instance), instance, *seq as u64, *hash);
     }
     Ok(out)
 }

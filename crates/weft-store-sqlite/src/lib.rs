@@ -435,8 +435,9 @@ impl Store for SqliteStore {
         let instance = instance.to_string();
         let row = self
             .readers
-            .run(move |c| journal::head_row(c, &instance))
+            .run(move |c| journal::stored_head(c, &instance))
             .await?;
+        // Truncation is the only thing that moves the base, always in `chain_heads`.
         Ok(row.map_or((0, GENESIS), |(_, _, s, h)| (s, h)))
     }
 

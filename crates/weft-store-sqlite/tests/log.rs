@@ -358,3 +358,81 @@ async fn a_running_merge_drops_rows_truncated_since_the_last_one() {
     assert_eq!(rows(&p), (15, 0));
     assert_eq!(s.verify("a").await.unwrap().records, 15);
 }
+
+/// (head_seq, base_seq) of `instance` in `chain_heads`, read through a separate connection.
+fn stored_head(p: &std::path::Path, instance: &str) -> Option<(i64, i64)> {
+    use rusqlite::OptionalExtension;
+    Connection::open(p)
+        .unwrap()
+        .query_row(
+            "SELECT head_seq, base_seq FROM chain_heads WHERE instance = ?1",
+            [instance],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .unwrap()
+}
+
+/// Appends leave `chain_heads` to the merge: a head is read from the log alone, from
+/// `chain_heads` alone and from both, by readers and by the writer after it forgot what it
+/// remembered (a reopened store).
+#[tokio::test]
+async fn heads_are_written_by_the_merge_and_read_from_either_table() {
+    let (p, s) = open_merging_every("heads", 1_000).await;
+    let a = s.append("a", (1..=3).map(rec).collect()).await.unwrap();
+    settle(&s).await;
+    assert_eq!(
+        stored_head(&p, "a"),
+        None,
+        "appends do not write chain_heads"
+    );
+    assert_eq!(s.head("a").await.unwrap(), Some((3, a.head)));
+    drop(s);
+    // Reopening merges: the head is in chain_heads.
+    let s = SqliteStore::open(&p).await.unwrap();
+    s.set_log_merge_rows(1_000);
+    assert_eq!(stored_head(&p, "a"), Some((3, 0)));
+    assert_eq!(s.head("a").await.unwrap(), Some((3, a.head)));
+    // Newer records in the log win over the stored head.
+    let b = s.append("a", (4..=5).map(rec).collect()).await.unwrap();
+    settle(&s).await;
+    assert_eq!(stored_head(&p, "a"), Some((3, 0)));
+    assert_eq!(s.head("a").await.unwrap(), Some((5, b.head)));
+    assert_eq!(s.verify("a").await.unwrap().records, 5);
+    drop(s);
+    // A reopened store (its writer remembers nothing; the open merged) chains on.
+    let s = SqliteStore::open(&p).await.unwrap();
+    let c = s.append("a", vec![rec(6)]).await.unwrap();
+    assert_eq!(c.first_seq, 6);
+    assert_eq!(s.verify("a").await.unwrap().records, 6);
+}
+
+/// Truncating behind the newest record while every record is still in the log: the merge
+/// drops them all as dead, and the head truncation wrote to `chain_heads` is still where
+/// the chain goes on.
+#[tokio::test]
+async fn truncating_everything_in_the_log_keeps_the_head() {
+    let (p, s) = open_merging_every("trunc-all", 1_000).await;
+    let a = s.append("a", (1..=4).map(rec).collect()).await.unwrap();
+    s.put_snapshot("a", snapshot(4, a.head, 4)).await.unwrap();
+    assert_eq!(s.truncate_before("a", 5).await.unwrap(), 4);
+    settle(&s).await;
+    assert_eq!(stored_head(&p, "a"), Some((4, 4)));
+    assert_eq!(s.head("a").await.unwrap(), Some((4, a.head)));
+    drop(s);
+    let s = SqliteStore::open(&p).await.unwrap();
+    assert_eq!(rows(&p), (0, 0), "the merge dropped the dead records");
+    assert_eq!(s.head("a").await.unwrap(), Some((4, a.head)));
+    let next = s.append("a", vec![rec(5)]).await.unwrap();
+    assert_eq!(next.first_seq, 5);
+    assert_eq!(s.verify("a").await.unwrap().records, 1);
+    assert_eq!(
+        s.read("a", 1, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.seq)
+            .collect::<Vec<_>>(),
+        [5]
+    );
+}
