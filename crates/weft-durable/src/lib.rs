@@ -235,6 +235,26 @@
 //! in six alternating pairs the build that ran second was slower each time (base first:
 //! 2,043–2,106 steps/s new against 2,134–2,156 base; new first: 2,271–2,488 against
 //! 2,168–2,408; the goal is 318).
+//!
+//! Session 12 (a sixth machine, between the fourth and the fifth: the session's starting
+//! build gave 3.84M W1 steps/s, 179k W2 workflows/s and 79,002 W4-concurrent steps/s at
+//! first) took the writer thread's SQLite work down in two steps (`weft-store-sqlite`'s
+//! `journal.rs` docs; schema version 5): a journal log row is one group commit's records of
+//! a partition as one blob instead of a row per record, and chain heads are written by the
+//! log merge instead of by every append. Writer CPU per step (the `perf` method above, two
+//! runs each, alternating): 10.21 / 9.20 µs before, 9.26 / 8.74 with the batches, 8.41 /
+//! 8.36 with both. Throughput moved less than that: over 13 runs of the new build and 11 of
+//! the old one, alternated and in both orders, medians 82.5k against 80.1k steps/s
+//! (73–89k against 70–87k). What the timeline shows (`perf script`, 20 ms buckets): the
+//! 10,000 runs move in lockstep, so for stretches of 60–100 ms only the writer thread runs
+//! (every instance waits for the batch it is in) and at other times the workers have
+//! nothing to hand it. Smaller or more concurrent batches (1,024 or 512 lanes, three or four
+//! committers) were slower (63–80k), and so were merges at 2, 3, 6 or 8 records per live
+//! instance instead of 4. `synchronous=NORMAL` on the writer (no fsync at all) was not
+//! faster either (66–79k), so the fsync is off the critical path. The first repetition is
+//! ~30% faster than the rest because the merges of its records run in the next one: the
+//! steady state writes ~200 MB per repetition (`/proc/PID/io`), 2x the first, in WAL frames
+//! of merged journal pages and their checkpoints.
 
 pub mod bench;
 mod durable;
