@@ -441,65 +441,57 @@ pub fn merge_log(conn: &Connection, part: usize, after_restart: bool) -> Result<
     // Sorted, so each instance's leaf pages are written once (stable: ties keep log order,
     // and a tie is a repeated record, which the insert reports).
     recs.sort_by(|a, b| (a.instance, a.seq).cmp(&(b.instance, b.seq)));
-    for chunk in recs.chunks(ROWS_PER_INSERT) {
-        let sql = values_sql(
+    insert_records(
+        conn,
+        (
             "INSERT OR FAIL INTO journal (instance, seq, kind, body, at_ms, prev_hash, hash) VALUES ",
             "(?,?,?,?,?,?,?)",
-            chunk.len(),
             "",
-        );
-        let seqs = chunk
-            .iter()
-            .map(|r| seq_to_sql(r.seq))
-            .collect::<Result<Vec<i64>>>()?;
-        let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 7);
-        for (r, seq) in chunk.iter().zip(&seqs) {
-            args.push(&r.instance);
-            args.push(seq);
-            args.push(&r.kind);
-            args.push(&r.body);
-            args.push(&r.at_ms);
-            args.push(&r.prev.0);
-            args.push(&r.hash.0);
-        }
-        conn.prepare_cached(&sql)
-            .and_then(|mut st| st.execute(rusqlite::params_from_iter(args)))
-            .map_err(|e| match e.sqlite_error_code() {
-                Some(rusqlite::ErrorCode::ConstraintViolation) => Error::Corrupt {
-                    message: format!("the journal log repeats a journal record: {e}"),
-                },
-                _ => map_err(e),
-            })?;
-    }
+        ),
+        &recs,
+        |r, seq, args| {
+            args.extend([
+                &r.instance as &dyn rusqlite::ToSql,
+                seq,
+                &r.kind,
+                &r.body,
+                &r.at_ms,
+                &r.prev.0,
+                &r.hash.0,
+            ]);
+        },
+        |e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::ConstraintViolation) => Error::Corrupt {
+                message: format!("the journal log repeats a journal record: {e}"),
+            },
+            _ => map_err(e),
+        },
+    )?;
     // The chain heads the appends left to the merge: each instance's newest record (the
     // last of its run in sorted order).
-    let newest: Vec<&LogRecord<'_>> = recs
+    let newest: Vec<LogRecord<'_>> = recs
         .chunk_by(|a, b| a.instance == b.instance)
-        .filter_map(|run| run.last())
+        .filter_map(|run| run.last().copied())
         .collect();
-    for chunk in newest.chunks(ROWS_PER_INSERT) {
-        let sql = values_sql(
+    insert_records(
+        conn,
+        (
             "INSERT OR FAIL INTO chain_heads (instance, head_seq, head_hash, base_seq, base_hash) VALUES ",
             "(?,?,?,0,?)",
-            chunk.len(),
             " ON CONFLICT (instance) DO UPDATE SET head_seq = excluded.head_seq,
                head_hash = excluded.head_hash WHERE excluded.head_seq > head_seq",
-        );
-        let seqs = chunk
-            .iter()
-            .map(|r| seq_to_sql(r.seq))
-            .collect::<Result<Vec<i64>>>()?;
-        let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 4);
-        for (r, seq) in chunk.iter().zip(&seqs) {
-            args.push(&r.instance);
-            args.push(seq);
-            args.push(&r.hash.0);
-            args.push(&GENESIS.0);
-        }
-        conn.prepare_cached(&sql)
-            .and_then(|mut st| st.execute(rusqlite::params_from_iter(args)))
-            .map_err(map_err)?;
-    }
+        ),
+        &newest,
+        |r, seq, args| {
+            args.extend([
+                &r.instance as &dyn rusqlite::ToSql,
+                seq,
+                &r.hash.0,
+                &GENESIS.0,
+            ]);
+        },
+        map_err,
+    )?;
     conn.prepare_cached(&format!("DELETE FROM {table}"))
         .and_then(|mut s| s.execute([]))
         .map_err(map_err)?;
@@ -707,6 +699,33 @@ pub fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result
 
 /// Rows per multi-row `INSERT` of [`append_many`]'s chain heads and of [`merge_log`].
 const ROWS_PER_INSERT: usize = 32;
+
+/// Runs `head` `tuple`,`tuple`,… `tail` over `rows`, [`ROWS_PER_INSERT`] rows per
+/// statement, each row's values given by `bind` (with the row's seq as SQL); a failure is
+/// mapped by `on_err`.
+fn insert_records<'r>(
+    conn: &Connection,
+    (head, tuple, tail): (&str, &str, &str),
+    rows: &'r [LogRecord<'r>],
+    bind: for<'b> fn(&'b LogRecord<'r>, &'b i64, &mut Vec<&'b dyn rusqlite::ToSql>),
+    on_err: fn(rusqlite::Error) -> Error,
+) -> Result<()> {
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
+        let sql = values_sql(head, tuple, chunk.len(), tail);
+        let seqs = chunk
+            .iter()
+            .map(|r| seq_to_sql(r.seq))
+            .collect::<Result<Vec<i64>>>()?;
+        let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 7);
+        for (r, seq) in chunk.iter().zip(&seqs) {
+            bind(r, seq, &mut args);
+        }
+        conn.prepare_cached(&sql)
+            .and_then(|mut st| st.execute(rusqlite::params_from_iter(args)))
+            .map_err(on_err)?;
+    }
+    Ok(())
+}
 
 /// A log batch is cut at this size (a group commit of large records writes several).
 const MAX_BATCH_BYTES: usize = 4 << 20;
