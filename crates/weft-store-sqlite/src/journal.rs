@@ -277,6 +277,16 @@ pub fn base_seq(conn: &Connection, instance: &str) -> Result<u64> {
     base.map_or(Ok(0), seq_from_sql)
 }
 
+/// The bytes of a log row's batch (column 0): anything but a blob is damage.
+fn batch_bytes<'r>(row: &'r rusqlite::Row<'_>, table: &str) -> Result<&'r [u8]> {
+    row.get_ref(0)
+        .map_err(map_err)?
+        .as_blob()
+        .map_err(|_| Error::Corrupt {
+            message: format!("{table} holds a batch that is not a blob"),
+        })
+}
+
 /// Calls `f` on every record of log partition `part`, batch by batch in append order
 /// (`newest_first`: newest batch first), until it returns `false`.
 fn scan_log(
@@ -294,11 +304,7 @@ fn scan_log(
         .map_err(map_err)?;
     let mut rows = st.query([]).map_err(map_err)?;
     while let Some(row) = rows.next().map_err(map_err)? {
-        let data = row.get_ref(0).map_err(map_err)?;
-        let bytes = data.as_blob().map_err(|_| Error::Corrupt {
-            message: format!("{table} holds a batch that is not a blob"),
-        })?;
-        for r in batch::decode(bytes) {
+        for r in batch::decode(batch_bytes(row, table)?) {
             if !f(r?)? {
                 return Ok(());
             }
@@ -412,13 +418,16 @@ pub fn merge_log(conn: &Connection, part: usize, after_restart: bool) -> Result<
             )
             .and_then(|mut s| s.query_row([part_sql], |r| r.get::<_, bool>(0)))
             .map_err(map_err)?;
-    let batches: Vec<Vec<u8>> = conn
-        .prepare_cached(&format!("SELECT data FROM {table} ORDER BY rowid"))
-        .and_then(|mut s| {
-            s.query_map([], |r| r.get::<_, Vec<u8>>(0))?
-                .collect::<rusqlite::Result<_>>()
-        })
-        .map_err(map_err)?;
+    let mut batches: Vec<Vec<u8>> = Vec::new();
+    {
+        let mut st = conn
+            .prepare_cached(&format!("SELECT data FROM {table} ORDER BY rowid"))
+            .map_err(map_err)?;
+        let mut rows = st.query([]).map_err(map_err)?;
+        while let Some(row) = rows.next().map_err(map_err)? {
+            batches.push(batch_bytes(row, table)?.to_vec());
+        }
+    }
     let mut recs: Vec<LogRecord<'_>> = Vec::new();
     let mut bases: std::collections::HashMap<&str, u64> = Default::default();
     for b in &batches {

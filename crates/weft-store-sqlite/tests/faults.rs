@@ -95,6 +95,38 @@ async fn altered_body_in_the_log_is_detected() {
     }
 }
 
+/// A log batch cut short (or not a blob at all) is damage: reads, batched loads and the
+/// merge of a reopened store report `store_corrupt`, and the process goes on.
+#[tokio::test]
+async fn a_damaged_log_batch_is_reported_as_damage() {
+    for (name, damage) in [
+        ("batch-cut", "data = substr(data, 1, 40)"),
+        ("batch-text", "data = 'not a batch'"),
+    ] {
+        let path = temp(name);
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.append("i", five()).await.unwrap();
+        let n = Connection::open(&path)
+            .unwrap()
+            .execute(
+                &format!(
+                    "UPDATE journal_log_batch_{} SET {damage}",
+                    weft_store_sqlite::log_partition("i")
+                ),
+                [],
+            )
+            .unwrap();
+        assert_eq!(n, 1, "{name}: the records were expected in one batch");
+        let e = store.read("i", 1, 100).await.unwrap_err();
+        assert_eq!(e.code(), "store_corrupt", "{name}: {e}");
+        let e = store.load_many(&["i".into()]).await.unwrap_err();
+        assert_eq!(e.code(), "store_corrupt", "{name}: {e}");
+        drop(store);
+        let e = SqliteStore::open(&path).await.unwrap_err();
+        assert_eq!(e.code(), "store_corrupt", "{name}: {e}");
+    }
+}
+
 #[tokio::test]
 async fn altered_and_rehashed_record_breaks_the_next_link() {
     let path = five_records("rehashed").await;
