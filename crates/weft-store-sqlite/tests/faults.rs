@@ -70,25 +70,39 @@ async fn altered_body_is_detected() {
     assert!(e.to_string().contains("seq 3"), "{e}");
 }
 
-/// Records still in the journal log (not yet merged) are verified the same way.
-#[tokio::test]
-async fn altered_body_in_the_log_is_detected() {
-    let path = temp("altered-log");
+/// A store with instance `i`'s 5 records still in the journal log (one batch).
+async fn five_in_the_log(name: &str) -> (PathBuf, SqliteStore) {
+    let path = temp(name);
     let store = SqliteStore::open(&path).await.unwrap();
     store.append("i", five()).await.unwrap();
-    let n = Connection::open(&path)
+    (path, store)
+}
+
+/// Runs `UPDATE <i's log partition> SET <set>` on the file; exactly one batch must change.
+fn alter_log_batch(path: &std::path::Path, set: &str) {
+    let n = Connection::open(path)
         .unwrap()
         .execute(
             &format!(
-                // Record 2's body (`{"n":2}`, see `five`) becomes `{"n":9}`.
-                "UPDATE journal_log_batch_{} SET data = CAST(replace(data, '{{\"n\":2}}', '{{\"n\":9}}') AS BLOB)
-                 WHERE instr(data, CAST('{{\"n\":2}}' AS BLOB)) > 0",
+                "UPDATE journal_log_batch_{} SET {set}",
                 weft_store_sqlite::log_partition("i")
             ),
             [],
         )
         .unwrap();
-    assert_eq!(n, 1, "the records were expected in the log");
+    assert_eq!(n, 1, "the records were expected in one batch of the log");
+}
+
+/// Records still in the journal log (not yet merged) are verified the same way.
+#[tokio::test]
+async fn altered_body_in_the_log_is_detected() {
+    let (path, store) = five_in_the_log("altered-log").await;
+    // Record 2's body (`{"n":2}`, see `five`) becomes `{"n":9}`.
+    alter_log_batch(
+        &path,
+        r#"data = CAST(replace(data, '{"n":2}', '{"n":9}') AS BLOB)
+           WHERE instr(data, CAST('{"n":2}' AS BLOB)) > 0"#,
+    );
     match store.verify("i").await.unwrap_err() {
         Error::Chain(e) => assert_eq!((e.seq, e.reason), (2, ChainFault::Altered)),
         other => panic!("expected a chain error, got {other}"),
@@ -103,20 +117,8 @@ async fn a_damaged_log_batch_is_reported_as_damage() {
         ("batch-cut", "data = substr(data, 1, 40)"),
         ("batch-text", "data = 'not a batch'"),
     ] {
-        let path = temp(name);
-        let store = SqliteStore::open(&path).await.unwrap();
-        store.append("i", five()).await.unwrap();
-        let n = Connection::open(&path)
-            .unwrap()
-            .execute(
-                &format!(
-                    "UPDATE journal_log_batch_{} SET {damage}",
-                    weft_store_sqlite::log_partition("i")
-                ),
-                [],
-            )
-            .unwrap();
-        assert_eq!(n, 1, "{name}: the records were expected in one batch");
+        let (path, store) = five_in_the_log(name).await;
+        alter_log_batch(&path, damage);
         let e = store.read("i", 1, 100).await.unwrap_err();
         assert_eq!(e.code(), "store_corrupt", "{name}: {e}");
         let e = store.load_many(&["i".into()]).await.unwrap_err();
