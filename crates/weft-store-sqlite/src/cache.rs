@@ -95,11 +95,6 @@ pub fn forget_all() {
     });
 }
 
-/// Whether the memory is on (this is the writer thread).
-pub fn enabled() -> bool {
-    with(|_| ()).is_some()
-}
-
 /// `Some(newest)` when log partition `part`'s heads are remembered (`newest`: `instance`'s
 /// newest record in it, if any); `None` when they are not (or the memory is off).
 pub fn log_head(part: usize, instance: &str) -> Option<Option<(u64, Hash)>> {
@@ -125,14 +120,20 @@ pub fn set_log_heads(part: usize, heads: LogHeads) {
 pub fn note_log_head(part: usize, instance: &str, seq: u64, hash: Hash) {
     with(|m| {
         if let Some(Some(h)) = m.log_heads.get_mut(part) {
-            match h.get_mut(instance) {
-                Some(v) => *v = (seq, hash),
-                None => {
-                    h.insert(instance.to_string(), (seq, hash));
-                }
-            }
+            keep_newest(h, instance, seq, hash);
         }
     });
+}
+
+/// Records `(seq, hash)` as `instance`'s head in `heads` unless it has a newer one.
+pub fn keep_newest(heads: &mut LogHeads, instance: &str, seq: u64, hash: Hash) {
+    match heads.get_mut(instance) {
+        Some(v) if seq > v.0 => *v = (seq, hash),
+        Some(_) => {}
+        None => {
+            heads.insert(instance.to_string(), (seq, hash));
+        }
+    }
 }
 
 /// Log partition `part` was merged: it is empty, its heads are in `chain_heads`.
@@ -328,7 +329,6 @@ mod tests {
         on_thread(false, || {
             set_log_heads(1, LogHeads::default());
             assert_eq!(log_head(1, "a"), None);
-            assert!(!enabled());
         });
     }
 

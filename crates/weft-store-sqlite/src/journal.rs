@@ -170,27 +170,14 @@ fn newest_in_log(conn: &Connection, instance: &str) -> Result<Option<(u64, Hash)
     if let Some(known) = cache::log_head(part, instance) {
         return Ok(known);
     }
-    let whole = cache::enabled();
+    // The whole partition's heads (at most a partition's records), which the writer keeps.
     let mut heads = cache::LogHeads::default();
-    let mut newest: Option<(u64, Hash)> = None;
     scan_log(conn, part, false, |r| {
-        if r.instance == instance && newest.is_none_or(|(s, _)| r.seq > s) {
-            newest = Some((r.seq, r.hash));
-        }
-        if whole {
-            match heads.get_mut(r.instance) {
-                Some(h) if r.seq > h.0 => *h = (r.seq, r.hash),
-                Some(_) => {}
-                None => {
-                    heads.insert(r.instance.to_string(), (r.seq, r.hash));
-                }
-            }
-        }
+        cache::keep_newest(&mut heads, r.instance, r.seq, r.hash);
         Ok(true)
     })?;
-    if whole {
-        cache::set_log_heads(part, heads);
-    }
+    let newest = heads.get(instance).copied();
+    cache::set_log_heads(part, heads);
     Ok(newest)
 }
 
@@ -237,16 +224,8 @@ pub fn read(conn: &Connection, instance: &str, from: u64, limit: u32) -> Result<
         if out.len() >= limit as usize {
             return Ok(out);
         }
-        let base = base_seq(c, instance)?;
-        let mut log = Vec::new();
-        scan_log(c, partition(instance), false, |r| {
-            if r.instance == instance && r.seq >= from && r.seq > base {
-                log.push(r.to_record());
-            }
-            Ok(true)
-        })?;
-        log.sort_by_key(|r| r.seq);
-        out.extend(log);
+        let mut log = read_log_many(c, &[(instance.to_string(), from)])?;
+        out.extend(log.remove(instance).unwrap_or_default());
         out.truncate(limit as usize);
         Ok(out)
     })
@@ -267,14 +246,11 @@ fn in_read_tx<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) ->
 /// An instance's chain base (0 when it has no chain yet): its log records at or below it
 /// are dead. Truncation is the only thing that moves it, always in `chain_heads`.
 pub fn base_seq(conn: &Connection, instance: &str) -> Result<u64> {
-    if let Some(head) = cache::head(instance) {
-        return Ok(head.2);
-    }
-    let base: Option<i64> = conn
-        .prepare_cached("SELECT base_seq FROM chain_heads WHERE instance = ?1")
-        .and_then(|mut s| s.query_row([instance], |r| r.get(0)).optional())
-        .map_err(map_err)?;
-    base.map_or(Ok(0), seq_from_sql)
+    let head = match cache::head(instance) {
+        Some(h) => Some(h),
+        None => stored_head(conn, instance)?,
+    };
+    Ok(head.map_or(0, |h| h.2))
 }
 
 /// The bytes of a log row's batch (column 0): anything but a blob is damage.
@@ -428,17 +404,16 @@ pub fn merge_log(conn: &Connection, part: usize, after_restart: bool) -> Result<
             batches.push(batch_bytes(row, table)?.to_vec());
         }
     }
+    use std::collections::hash_map::Entry;
     let mut recs: Vec<LogRecord<'_>> = Vec::new();
     let mut bases: std::collections::HashMap<&str, u64> = Default::default();
     for b in &batches {
         for r in batch::decode(b) {
             let r = r?;
             if dead_possible {
-                let base = match bases.get(r.instance) {
-                    Some(b) => *b,
-                    None => *bases
-                        .entry(r.instance)
-                        .or_insert(base_seq(conn, r.instance)?),
+                let base = match bases.entry(r.instance) {
+                    Entry::Occupied(e) => *e.get(),
+                    Entry::Vacant(e) => *e.insert(base_seq(conn, r.instance)?),
                 };
                 if r.seq <= base {
                     continue;
@@ -792,6 +767,7 @@ pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<
                 insert_batch(conn, part, &mut batches[part])?;
             }
             seq += 1;
+            // Fails before anything is written for a seq SQLite cannot hold.
             seq_to_sql(seq)?;
             let hash = Hash::of_record(&prev, seq, &r.kind, &r.body, r.at_ms);
             let (bytes, n) = &mut batches[part];
