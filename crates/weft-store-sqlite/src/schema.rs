@@ -8,7 +8,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use weft_store::Error;
 
 /// The schema version this build writes. Bump it with a migration in [`migrate`].
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 const DDL_V1: &str = "
 CREATE TABLE weft_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
@@ -80,6 +80,43 @@ fn ddl_v5(from: i64) -> String {
         ));
     }
     ddl
+}
+
+/// Version 6: `journal` is keyed by (part, instance, seq), `part` being the instance's log
+/// partition, so a merge of one partition writes into one contiguous range of the table
+/// instead of into leaf pages spread over all of it (see `journal`'s module docs). The rows
+/// move over in key order; `weft_part` is [`crate::journal::part_sql`] ([`migrate`]
+/// registers it).
+const DDL_V6: &str = "
+CREATE TABLE journal_v6 (
+  part INTEGER NOT NULL, instance TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
+  body BLOB NOT NULL, at_ms INTEGER NOT NULL, prev_hash BLOB NOT NULL, hash BLOB NOT NULL,
+  PRIMARY KEY (part, instance, seq)) WITHOUT ROWID;
+INSERT INTO journal_v6 (part, instance, seq, kind, body, at_ms, prev_hash, hash)
+  SELECT weft_part(instance), instance, seq, kind, body, at_ms, prev_hash, hash FROM journal
+  ORDER BY 1, 2, 3;
+DROP TABLE journal;
+ALTER TABLE journal_v6 RENAME TO journal;
+";
+
+/// Registers `weft_part(instance)`, the SQL form of [`crate::journal::part_sql`] (used by
+/// the version-6 migration). A non-text instance (a damaged row) fails the statement.
+fn register_part_function(conn: &Connection) -> Result<(), Error> {
+    use rusqlite::functions::FunctionFlags;
+    conn.create_scalar_function(
+        "weft_part",
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            let instance = ctx.get_raw(0).as_str().map_err(|e| {
+                rusqlite::Error::UserFunctionError(
+                    format!("a journal row's instance is not text: {e}").into(),
+                )
+            })?;
+            Ok(crate::journal::part_sql(instance))
+        },
+    )
+    .map_err(map_err)
 }
 
 /// Maps a SQLite failure to the store error, keeping damage distinct from other failures.
@@ -229,10 +266,11 @@ fn stored_version(conn: &Connection) -> Result<Option<i64>, Error> {
 
 /// Creates the schema in an empty database, or checks that a stored one is not newer.
 fn migrate(conn: &Connection) -> Result<(), Error> {
+    register_part_function(conn)?;
     match stored_version(conn)? {
         None => {
             let ddl = format!(
-                "BEGIN IMMEDIATE; {DDL_V1} {DDL_V2} {} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;",
+                "BEGIN IMMEDIATE; {DDL_V1} {DDL_V2} {} {DDL_V6} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;",
                 ddl_v5(0)
             );
             conn.execute_batch(&ddl).map_err(|e| {
@@ -244,10 +282,25 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
             found: v,
             supported: SCHEMA_VERSION,
         }),
-        Some(v @ (1..=4)) => {
+        Some(v @ (1..=5)) => {
+            // The move to version 6 keys rows by their instance's hash: a row whose instance
+            // is not text is damage, reported as such before anything changes.
+            let damaged: i64 = conn
+                .query_row(
+                    "SELECT count(*) FROM journal WHERE typeof(instance) != 'text'",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(map_err)?;
+            if damaged > 0 {
+                return Err(Error::Corrupt {
+                    message: format!("{damaged} journal row(s) have an instance that is not text"),
+                });
+            }
             let steps = match v {
-                1 => format!("{DDL_V2} {}", ddl_v5(v)),
-                _ => ddl_v5(v),
+                1 => format!("{DDL_V2} {} {DDL_V6}", ddl_v5(v)),
+                5 => DDL_V6.to_string(),
+                _ => format!("{} {DDL_V6}", ddl_v5(v)),
             };
             let ddl = format!(
                 "BEGIN IMMEDIATE; {steps} UPDATE weft_meta SET value = {SCHEMA_VERSION} WHERE key = 'schema_version'; COMMIT;"

@@ -338,6 +338,109 @@ async fn version_1_store_is_migrated() {
     assert_eq!(v, weft_store_sqlite::SCHEMA_VERSION);
 }
 
+/// Turns the `journal` table back into its layout before schema version 6 (keyed by
+/// instance and seq, no partition column).
+const V5_JOURNAL: &str = "
+    CREATE TABLE journal_v5 (
+      instance TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL,
+      at_ms INTEGER NOT NULL, prev_hash BLOB NOT NULL, hash BLOB NOT NULL,
+      PRIMARY KEY (instance, seq)) WITHOUT ROWID;
+    INSERT INTO journal_v5 SELECT instance, seq, kind, body, at_ms, prev_hash, hash FROM journal;
+    DROP TABLE journal;
+    ALTER TABLE journal_v5 RENAME TO journal;";
+
+/// Version 5: `journal` without the partition column. Opening moves every row into the
+/// partitioned table (a few instances, merged and still in the log); reads, chains and
+/// appends are as before, and each row's partition is its instance's log partition.
+#[tokio::test]
+async fn version_5_store_is_migrated() {
+    let path = five_records("v5").await;
+    let ids: Vec<String> = (0..20).map(|k| format!("w{k}")).collect();
+    let expected = {
+        let store = SqliteStore::open(&path).await.unwrap();
+        for id in &ids {
+            store.append(id, five()).await.unwrap();
+        }
+        drop(store);
+        // Reopening merged the log: every record is in `journal` now.
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.append("w0", five()).await.unwrap();
+        let mut all = vec![store.read("i", 1, 100).await.unwrap()];
+        for id in &ids {
+            all.push(store.read(id, 1, 100).await.unwrap());
+        }
+        all
+    };
+    let rows_before: i64 = {
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(&format!(
+            "{V5_JOURNAL} UPDATE weft_meta SET value = 5 WHERE key = 'schema_version';"
+        ))
+        .unwrap();
+        c.query_row("SELECT count(*) FROM journal", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(
+        rows_before, 105,
+        "21 instances of five records in the journal"
+    );
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.read("i", 1, 100).await.unwrap(), expected[0]);
+    for (id, want) in ids.iter().zip(&expected[1..]) {
+        assert_eq!(&store.read(id, 1, 100).await.unwrap(), want, "{id}");
+        assert_eq!(store.verify(id).await.unwrap().records, want.len() as u64);
+    }
+    assert_eq!(store.append("w1", five()).await.unwrap().first_seq, 6);
+    drop(store);
+    let c = Connection::open(&path).unwrap();
+    let version: i64 = c
+        .query_row(
+            "SELECT value FROM weft_meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, weft_store_sqlite::SCHEMA_VERSION);
+    let mut st = c
+        .prepare("SELECT DISTINCT instance, part FROM journal")
+        .unwrap();
+    let parts: Vec<(String, i64)> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(parts.len(), 21);
+    for (id, part) in parts {
+        assert_eq!(part, weft_store_sqlite::log_partition(&id) as i64, "{id}");
+    }
+}
+
+/// A version-5 store with a journal row whose instance is not text cannot be migrated:
+/// opening it is `store_corrupt`, and the file is left as it was.
+#[tokio::test]
+async fn a_damaged_version_5_journal_is_reported_before_migrating() {
+    let path = five_records("v5-damaged").await;
+    let c = Connection::open(&path).unwrap();
+    c.execute_batch(&format!(
+        "{V5_JOURNAL} UPDATE journal SET instance = X'69' WHERE seq = 2;
+         UPDATE weft_meta SET value = 5 WHERE key = 'schema_version';"
+    ))
+    .unwrap();
+    drop(c);
+    let err = SqliteStore::open(&path).await.unwrap_err();
+    assert_eq!(err.code(), "store_corrupt", "{err}");
+    assert!(err.to_string().contains("not text"), "{err}");
+    let c = Connection::open(&path).unwrap();
+    let version: i64 = c
+        .query_row(
+            "SELECT value FROM weft_meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, 5);
+}
+
 /// A store whose records 4 and 5 of `i` are in an old log table and 3 is in `journal`
 /// (1 and 2 truncated behind a snapshot), the log holding a dead copy of record 1 too: the
 /// layout `old_log` (SQL run on the file, given the table the log rows go to) turns the
@@ -371,7 +474,7 @@ async fn old_log_is_migrated(name: &str, version: i64, old_tables: &[String], lo
     );
     {
         let c = Connection::open(&path).unwrap();
-        let mut ddl = String::new();
+        let mut ddl = V5_JOURNAL.to_string();
         for t in old_tables {
             ddl.push_str(&format!(
                 "CREATE TABLE {t} (
