@@ -49,7 +49,8 @@
 //! page per instance it moved: with W4-concurrent's 10,000 runs in flight, ~1,250 pages of
 //! 4 KiB for ~5,000 records, each page written again by the next merge. With the partition
 //! first, a partition's instances are one contiguous range of the table and its merge
-//! rewrites the leaves of that range only. Measured on W4-concurrent (the WAL of two
+//! rewrites the leaves of that range only. `chain_heads`, which the merge upserts for
+//! every instance it moves, is keyed by `(part, instance)` for the same reason. Measured on W4-concurrent (the WAL of two
 //! repetitions with checkpoints switched off, frames counted by the table owning each
 //! page): 25,723 journal frames before, 8,504 after, the WAL 139 MB against 68 MB; a
 //! whole run writes ~300 MB instead of ~660. Every statement on `journal` names the
@@ -154,10 +155,11 @@ pub fn head_row(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
 pub fn stored_head(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
     let row = conn
         .prepare_cached(
-            "SELECT head_seq, head_hash, base_seq, base_hash FROM chain_heads WHERE instance = ?1",
+            "SELECT head_seq, head_hash, base_seq, base_hash FROM chain_heads
+             WHERE part = ?1 AND instance = ?2",
         )
         .and_then(|mut s| {
-            s.query_row([instance], |r| {
+            s.query_row(params![part_sql(instance), instance], |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
                     r.get::<_, Vec<u8>>(1)?,
@@ -472,15 +474,16 @@ pub fn merge_log(conn: &Connection, part: usize, after_restart: bool) -> Result<
     insert_records(
         conn,
         (
-            "INSERT OR FAIL INTO chain_heads (instance, head_seq, head_hash, base_seq, base_hash) VALUES ",
-            "(?,?,?,0,?)",
-            " ON CONFLICT (instance) DO UPDATE SET head_seq = excluded.head_seq,
+            "INSERT OR FAIL INTO chain_heads (part, instance, head_seq, head_hash, base_seq, base_hash) VALUES ",
+            "(?,?,?,?,0,?)",
+            " ON CONFLICT (part, instance) DO UPDATE SET head_seq = excluded.head_seq,
                head_hash = excluded.head_hash WHERE excluded.head_seq > head_seq",
         ),
         &newest,
         |r, key, args| {
             args.extend([
-                &r.instance as &dyn rusqlite::ToSql,
+                &key.part as &dyn rusqlite::ToSql,
+                &r.instance,
                 &key.seq,
                 &r.hash.0,
                 &GENESIS.0,
@@ -668,14 +671,15 @@ pub fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result
     // they are dead the merge drops them instead of moving the head on.
     let head_sql = seq_to_sql(head_seq)?;
     conn.prepare_cached(
-        "INSERT INTO chain_heads (instance, head_seq, head_hash, base_seq, base_hash)
-         VALUES (?1, ?2, ?3, ?4, ?5)
-         ON CONFLICT (instance) DO UPDATE SET head_seq = excluded.head_seq,
+        "INSERT INTO chain_heads (part, instance, head_seq, head_hash, base_seq, base_hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (part, instance) DO UPDATE SET head_seq = excluded.head_seq,
            head_hash = excluded.head_hash, base_seq = excluded.base_seq,
            base_hash = excluded.base_hash",
     )
     .and_then(|mut s| {
         s.execute(params![
+            part_sql(instance),
             instance,
             head_sql,
             &head_hash.0[..],

@@ -82,9 +82,10 @@ fn ddl_v5(from: i64) -> String {
     ddl
 }
 
-/// Version 6: `journal` is keyed by (part, instance, seq), `part` being the instance's log
-/// partition, so a merge of one partition writes into one contiguous range of the table
-/// instead of into leaf pages spread over all of it (see `journal`'s module docs). The rows
+/// Version 6: `journal` is keyed by (part, instance, seq) and `chain_heads` by (part,
+/// instance), `part` being the instance's log partition, so a merge of one partition writes
+/// into one contiguous range of each table instead of into leaf pages spread over all of
+/// it (see `journal`'s module docs). The rows
 /// move over in key order; `weft_part` is [`crate::journal::part_sql`] ([`migrate`]
 /// registers it).
 const DDL_V6: &str = "
@@ -97,6 +98,15 @@ INSERT INTO journal_v6 (part, instance, seq, kind, body, at_ms, prev_hash, hash)
   ORDER BY 1, 2, 3;
 DROP TABLE journal;
 ALTER TABLE journal_v6 RENAME TO journal;
+CREATE TABLE chain_heads_v6 (
+  part INTEGER NOT NULL, instance TEXT NOT NULL, head_seq INTEGER NOT NULL,
+  head_hash BLOB NOT NULL, base_seq INTEGER NOT NULL, base_hash BLOB NOT NULL,
+  PRIMARY KEY (part, instance)) WITHOUT ROWID;
+INSERT INTO chain_heads_v6 (part, instance, head_seq, head_hash, base_seq, base_hash)
+  SELECT weft_part(instance), instance, head_seq, head_hash, base_seq, base_hash
+  FROM chain_heads ORDER BY 1, 2;
+DROP TABLE chain_heads;
+ALTER TABLE chain_heads_v6 RENAME TO chain_heads;
 ";
 
 /// Registers `weft_part(instance)`, the SQL form of [`crate::journal::part_sql`] (used by
@@ -287,7 +297,8 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
             // is not text is damage, reported as such before anything changes.
             let damaged: i64 = conn
                 .query_row(
-                    "SELECT count(*) FROM journal WHERE typeof(instance) != 'text'",
+                    "SELECT (SELECT count(*) FROM journal WHERE typeof(instance) != 'text')
+                          + (SELECT count(*) FROM chain_heads WHERE typeof(instance) != 'text')",
                     [],
                     |r| r.get(0),
                 )

@@ -338,8 +338,8 @@ async fn version_1_store_is_migrated() {
     assert_eq!(v, weft_store_sqlite::SCHEMA_VERSION);
 }
 
-/// Turns the `journal` table back into its layout before schema version 6 (keyed by
-/// instance and seq, no partition column).
+/// Turns `journal` and `chain_heads` back into their layout before schema version 6
+/// (keyed by instance, no partition column).
 const V5_JOURNAL: &str = "
     CREATE TABLE journal_v5 (
       instance TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL,
@@ -347,11 +347,19 @@ const V5_JOURNAL: &str = "
       PRIMARY KEY (instance, seq)) WITHOUT ROWID;
     INSERT INTO journal_v5 SELECT instance, seq, kind, body, at_ms, prev_hash, hash FROM journal;
     DROP TABLE journal;
-    ALTER TABLE journal_v5 RENAME TO journal;";
+    ALTER TABLE journal_v5 RENAME TO journal;
+    CREATE TABLE chain_heads_v5 (
+      instance TEXT PRIMARY KEY, head_seq INTEGER NOT NULL, head_hash BLOB NOT NULL,
+      base_seq INTEGER NOT NULL, base_hash BLOB NOT NULL) WITHOUT ROWID;
+    INSERT INTO chain_heads_v5
+      SELECT instance, head_seq, head_hash, base_seq, base_hash FROM chain_heads;
+    DROP TABLE chain_heads;
+    ALTER TABLE chain_heads_v5 RENAME TO chain_heads;";
 
-/// Version 5: `journal` without the partition column. Opening moves every row into the
-/// partitioned table (a few instances, merged and still in the log); reads, chains and
-/// appends are as before, and each row's partition is its instance's log partition.
+/// Version 5: `journal` and `chain_heads` without the partition column. Opening moves every
+/// row into the partitioned tables (a few instances, merged and still in the log); reads,
+/// chains and appends are as before, and each row's partition is its instance's log
+/// partition.
 #[tokio::test]
 async fn version_5_store_is_migrated() {
     let path = five_records("v5").await;
@@ -401,17 +409,23 @@ async fn version_5_store_is_migrated() {
         )
         .unwrap();
     assert_eq!(version, weft_store_sqlite::SCHEMA_VERSION);
-    let mut st = c
-        .prepare("SELECT DISTINCT instance, part FROM journal")
-        .unwrap();
-    let parts: Vec<(String, i64)> = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert_eq!(parts.len(), 21);
-    for (id, part) in parts {
-        assert_eq!(part, weft_store_sqlite::log_partition(&id) as i64, "{id}");
+    for table in ["journal", "chain_heads"] {
+        let mut st = c
+            .prepare(&format!("SELECT DISTINCT instance, part FROM {table}"))
+            .unwrap();
+        let parts: Vec<(String, i64)> = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(parts.len(), 21, "{table}");
+        for (id, part) in parts {
+            assert_eq!(
+                part,
+                weft_store_sqlite::log_partition(&id) as i64,
+                "{table}: {id}"
+            );
+        }
     }
 }
 
