@@ -255,6 +255,28 @@
 //! ~30% faster than the rest because the merges of its records run in the next one: the
 //! steady state writes ~200 MB per repetition (`/proc/PID/io`), 2x the first, in WAL frames
 //! of merged journal pages and their checkpoints.
+//!
+//! Session 13 (a seventh machine of the kind) found what bounds it by counting: the writer
+//! thread spent ~40% of its wall time in `COMMIT` (timed around the statement), of which
+//! the fsync is ~6 points (the same build with `synchronous=NORMAL`: ~35%); the rest is
+//! writing WAL frames, one 4 KiB page each. Keeping the WAL of two repetitions (checkpoints
+//! switched off, an experiment) and attributing each frame to the b-tree that owns its page
+//! (`dbstat`): 78% were `journal` pages, written by the log merges, and 6% `chain_heads`.
+//! `journal` was keyed by `(instance, seq)`, so the ~1,250 instances of one log partition
+//! were spread over the whole table and a merge of ~5,000 records rewrote ~1,250 leaf pages.
+//! Schema version 6 (`weft-store-sqlite`'s `journal.rs` docs) puts the partition first in
+//! the keys of `journal` and `chain_heads`: journal frames 25,723 → 8,504, WAL 139 → 68 MB,
+//! a whole run writing ~260–340 MB instead of ~630–740 (`/usr/bin/time -f %O`). W4-concurrent
+//! (`weft bench durable_concurrent`), each run alternated with the session's starting build:
+//! with `journal` rekeyed, 77,009–90,866 steps/s in four runs during a slow phase of the
+//! machine (the old build 59,890–67,147 there) and 96,802–110,569 in six later runs (old
+//! build 63,761–82,166); with `chain_heads` rekeyed as well, 102,853–110,987 in four runs
+//! (old build 71,059–81,722). Also measured and
+//! left out: a separate thread syncing the WAL after `COMMIT` (the writer on
+//! `synchronous=NORMAL`, callers answered after the sync) was +3.5% on average over five
+//! pairs, inside the noise; the background checkpoint every 50, 100 or 1,000 ms instead of
+//! 200 was no better; on tmpfs the old layout gave 94–104k, so the disk's write bandwidth
+//! (~470 MB/s here) was much of the gap.
 
 pub mod bench;
 mod durable;
