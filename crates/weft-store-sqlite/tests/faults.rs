@@ -400,15 +400,8 @@ async fn version_5_store_is_migrated() {
     }
     assert_eq!(store.append("w1", five()).await.unwrap().first_seq, 6);
     drop(store);
+    assert_eq!(schema_version(&path), weft_store_sqlite::SCHEMA_VERSION);
     let c = Connection::open(&path).unwrap();
-    let version: i64 = c
-        .query_row(
-            "SELECT value FROM weft_meta WHERE key = 'schema_version'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(version, weft_store_sqlite::SCHEMA_VERSION);
     for table in ["journal", "chain_heads"] {
         let mut st = c
             .prepare(&format!("SELECT DISTINCT instance, part FROM {table}"))
@@ -444,15 +437,19 @@ async fn a_damaged_version_5_journal_is_reported_before_migrating() {
     let err = SqliteStore::open(&path).await.unwrap_err();
     assert_eq!(err.code(), "store_corrupt", "{err}");
     assert!(err.to_string().contains("not text"), "{err}");
-    let c = Connection::open(&path).unwrap();
-    let version: i64 = c
+    assert_eq!(schema_version(&path), 5);
+}
+
+/// The schema version the file records.
+fn schema_version(path: &PathBuf) -> i64 {
+    Connection::open(path)
+        .unwrap()
         .query_row(
             "SELECT value FROM weft_meta WHERE key = 'schema_version'",
             [],
             |r| r.get(0),
         )
-        .unwrap();
-    assert_eq!(version, 5);
+        .unwrap()
 }
 
 /// A store whose records 4 and 5 of `i` are in an old log table and 3 is in `journal`
