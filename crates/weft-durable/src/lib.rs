@@ -270,8 +270,9 @@
 //! (`weft bench durable_concurrent`), each run alternated with the session's starting build:
 //! with `journal` rekeyed, 77,009–90,866 steps/s in four runs during a slow phase of the
 //! machine (the old build 59,890–67,147 there) and 96,802–110,569 in six later runs (old
-//! build 63,761–82,166); with `chain_heads` rekeyed as well, 102,853–110,987 in four runs
-//! (old build 71,059–81,722). Also measured and
+//! build 63,761–82,166); with `chain_heads` rekeyed as well, 88,458–110,987 in seven runs,
+//! median 102,853, five of them at or above 100,000 (old build 69,694–81,722 in the same
+//! pairs; the two runs under 100,000 came when the old build fell to ~70k). Also measured and
 //! left out: a separate thread syncing the WAL after `COMMIT` (the writer on
 //! `synchronous=NORMAL`, callers answered after the sync) was +3.5% on average over five
 //! pairs, inside the noise; the background checkpoint every 50, 100 or 1,000 ms instead of
