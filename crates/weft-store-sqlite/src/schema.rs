@@ -85,9 +85,8 @@ fn ddl_v5(from: i64) -> String {
 /// Version 6: `journal` is keyed by (part, instance, seq) and `chain_heads` by (part,
 /// instance), `part` being the instance's log partition, so a merge of one partition writes
 /// into one contiguous range of each table instead of into leaf pages spread over all of
-/// it (see `journal`'s module docs). The rows
-/// move over in key order; `weft_part` is [`crate::journal::part_sql`] ([`migrate`]
-/// registers it).
+/// it (see `journal`'s module docs). The rows move over in key order; `weft_part` is
+/// [`crate::journal::part_sql`] ([`migrate`] registers it).
 const DDL_V6: &str = "
 CREATE TABLE journal_v6 (
   part INTEGER NOT NULL, instance TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
@@ -109,6 +108,9 @@ DROP TABLE chain_heads;
 ALTER TABLE chain_heads_v6 RENAME TO chain_heads;
 ";
 
+/// What `weft_part` says about a row whose instance is not text.
+const NOT_TEXT: &str = "a journal row's instance is not text";
+
 /// Registers `weft_part(instance)`, the SQL form of [`crate::journal::part_sql`] (used by
 /// the version-6 migration). A non-text instance (a damaged row) fails the statement.
 fn register_part_function(conn: &Connection) -> Result<(), Error> {
@@ -119,9 +121,7 @@ fn register_part_function(conn: &Connection) -> Result<(), Error> {
         FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
         |ctx| {
             let instance = ctx.get_raw(0).as_str().map_err(|e| {
-                rusqlite::Error::UserFunctionError(
-                    format!("a journal row's instance is not text: {e}").into(),
-                )
+                rusqlite::Error::UserFunctionError(format!("{NOT_TEXT}: {e}").into())
             })?;
             Ok(crate::journal::part_sql(instance))
         },
@@ -305,7 +305,9 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
                 .map_err(map_err)?;
             if damaged > 0 {
                 return Err(Error::Corrupt {
-                    message: format!("{damaged} journal row(s) have an instance that is not text"),
+                    message: format!(
+                        "{damaged} journal or chain-head row(s) have an instance that is not text"
+                    ),
                 });
             }
             let steps = match v {
@@ -318,6 +320,12 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
             );
             conn.execute_batch(&ddl).map_err(|e| {
                 let _ = conn.execute_batch("ROLLBACK");
+                // `weft_part` refusing a row (one an old log moved in) is damage too.
+                if e.to_string().contains(NOT_TEXT) {
+                    return Error::Corrupt {
+                        message: format!("cannot migrate the journal: {e}"),
+                    };
+                }
                 map_err(e)
             })
         }

@@ -422,22 +422,52 @@ async fn version_5_store_is_migrated() {
     }
 }
 
-/// A version-5 store with a journal row whose instance is not text cannot be migrated:
-/// opening it is `store_corrupt`, and the file is left as it was.
+/// A store with a journal row whose instance is not text cannot be migrated to version
+/// 6: opening it is `store_corrupt`, and the file is left at its version. The row is in
+/// `journal` of a version-5 store, or in the old log of a version-4 store (moved into
+/// `journal` by the migration itself).
 #[tokio::test]
-async fn a_damaged_version_5_journal_is_reported_before_migrating() {
-    let path = five_records("v5-damaged").await;
-    let c = Connection::open(&path).unwrap();
-    c.execute_batch(&format!(
-        "{V5_JOURNAL} UPDATE journal SET instance = X'69' WHERE seq = 2;
-         UPDATE weft_meta SET value = 5 WHERE key = 'schema_version';"
-    ))
-    .unwrap();
-    drop(c);
-    let err = SqliteStore::open(&path).await.unwrap_err();
-    assert_eq!(err.code(), "store_corrupt", "{err}");
-    assert!(err.to_string().contains("not text"), "{err}");
-    assert_eq!(schema_version(&path), 5);
+async fn a_damaged_journal_is_reported_instead_of_migrated() {
+    let log_tables: String = (0..weft_store_sqlite::LOG_PARTS)
+        .map(|k| {
+            format!(
+                "DROP TABLE journal_log_batch_{k};
+                 CREATE TABLE journal_log_{k} (
+                   instance, seq INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL,
+                   at_ms INTEGER NOT NULL, prev_hash BLOB NOT NULL, hash BLOB NOT NULL);"
+            )
+        })
+        .collect();
+    let cases = [
+        (
+            5,
+            "UPDATE journal SET instance = X'69' WHERE seq = 2;".to_string(),
+        ),
+        (
+            4,
+            format!(
+                "{log_tables} INSERT INTO journal_log_0
+                   SELECT X'77', seq, kind, body, at_ms, prev_hash, hash FROM journal;"
+            ),
+        ),
+    ];
+    for (version, damage) in cases {
+        let path = five_records(&format!("v{version}-damaged")).await;
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(&format!(
+            "{V5_JOURNAL} {damage}
+             UPDATE weft_meta SET value = {version} WHERE key = 'schema_version';"
+        ))
+        .unwrap();
+        drop(c);
+        let err = SqliteStore::open(&path).await.unwrap_err();
+        assert_eq!(err.code(), "store_corrupt", "version {version}: {err}");
+        assert!(
+            err.to_string().contains("not text"),
+            "version {version}: {err}"
+        );
+        assert_eq!(schema_version(&path), version);
+    }
 }
 
 /// The schema version the file records.
