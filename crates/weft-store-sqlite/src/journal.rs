@@ -440,6 +440,7 @@ pub fn merge_log(conn: &Connection, part: usize, after_restart: bool) -> Result<
     recs.sort_by(|a, b| (a.instance, a.seq).cmp(&(b.instance, b.seq)));
     insert_records(
         conn,
+        part_key,
         (
             "INSERT OR FAIL INTO journal (part, instance, seq, kind, body, at_ms, prev_hash, hash) VALUES ",
             "(?,?,?,?,?,?,?,?)",
@@ -473,6 +474,7 @@ pub fn merge_log(conn: &Connection, part: usize, after_restart: bool) -> Result<
         .collect();
     insert_records(
         conn,
+        part_key,
         (
             "INSERT OR FAIL INTO chain_heads (part, instance, head_seq, head_hash, base_seq, base_hash) VALUES ",
             "(?,?,?,?,0,?)",
@@ -703,14 +705,15 @@ struct SqlKey {
     seq: i64,
 }
 
-/// Rows per multi-row `INSERT` of [`append_many`]'s chain heads and of [`merge_log`].
+/// Rows per multi-row `INSERT` of [`merge_log`] (its journal rows and chain heads).
 const ROWS_PER_INSERT: usize = 32;
 
-/// Runs `head` `tuple`,`tuple`,… `tail` over `rows`, [`ROWS_PER_INSERT`] rows per
-/// statement, each row's values given by `bind` (with the row's partition and seq as SQL,
-/// [`SqlKey`]); a failure is mapped by `on_err`.
+/// Runs `head` `tuple`,`tuple`,… `tail` over `rows` (records of log partition `part`),
+/// [`ROWS_PER_INSERT`] rows per statement, each row's values given by `bind` (with the
+/// row's partition and seq as SQL, [`SqlKey`]); a failure is mapped by `on_err`.
 fn insert_records<'r>(
     conn: &Connection,
+    part: i64,
     (head, tuple, tail): (&str, &str, &str),
     rows: &'r [LogRecord<'r>],
     bind: for<'b> fn(&'b LogRecord<'r>, &'b SqlKey, &mut Vec<&'b dyn rusqlite::ToSql>),
@@ -722,7 +725,7 @@ fn insert_records<'r>(
             .iter()
             .map(|r| {
                 Ok(SqlKey {
-                    part: part_sql(r.instance),
+                    part,
                     seq: seq_to_sql(r.seq)?,
                 })
             })
