@@ -245,6 +245,30 @@ impl ActionError {
     }
 }
 
+/// A firing from [`Instance::take`]: consumed and numbered, but not recorded as in flight;
+/// its action is the caller's to run before anything else looks at the instance.
+#[derive(Debug)]
+pub struct Taken {
+    /// Firing number.
+    pub firing: FiringId,
+    /// The step that fired.
+    pub step: StepId,
+    /// The consumed binding, in binding order (give the emptied vector back with
+    /// [`Instance::recycle`]).
+    pub tokens: Vec<Token>,
+    /// As [`Fired::args`].
+    pub args: Result<Option<Args>, String>,
+}
+
+/// What [`Instance::next_taking`] fired.
+#[derive(Debug)]
+pub enum Next {
+    /// Recorded as in flight, as [`Instance::next`] fires.
+    Fired(Fired),
+    /// Handed over ([`Instance::take`]).
+    Taken(Taken),
+}
+
 /// What completing a firing did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Completion {
@@ -670,7 +694,54 @@ impl Instance {
     /// Fires `step` with `binding` (from [`Instance::bind`]): consumes the tokens, renders the
     /// args and records the firing as in flight.
     pub fn fire(&mut self, net: &Net, step: StepId, binding: &[(SlotId, usize)]) -> Fired {
-        let s = net.step(step);
+        let (firing, tokens, args) = self.consume(net, step, binding);
+        let kept_args = match (&net.step(step).retry, &args) {
+            (Some(_), Ok(Some(a))) => a.as_value().clone(),
+            _ => Value::Null,
+        };
+        if self.in_flight.is_empty() {
+            // Room for a whole fan-out at once (a no-op once it has it).
+            self.in_flight.reserve(net.width());
+        }
+        self.in_flight.insert(
+            firing,
+            InFlight {
+                step,
+                tokens,
+                attempt: 1,
+                args: kept_args,
+                correlation: None,
+            },
+        );
+        Fired { firing, step, args }
+    }
+
+    /// Fires `step` with `binding` as [`Instance::fire`] does, but hands the consumed tokens
+    /// to the caller instead of recording the firing as in flight: the caller runs the
+    /// action at once and, before anything else looks at the instance, either puts its
+    /// result with [`Instance::emit_taken`] or records the firing with
+    /// [`Instance::keep_in_flight`] and completes it as usual. Only for steps whose
+    /// completion never reads the inputs (`!`[`Net::keeps_inputs`]), so the two ways reach
+    /// the same marking, ids and counters.
+    fn take(&mut self, net: &Net, step: StepId, binding: &[(SlotId, usize)]) -> Taken {
+        let (firing, tokens, args) = self.consume(net, step, binding);
+        Taken {
+            firing,
+            step,
+            tokens,
+            args,
+        }
+    }
+
+    /// The part of a firing that [`Instance::fire`] and [`Instance::take`] share: consumes
+    /// the binding's tokens, numbers the firing and renders its args.
+    #[allow(clippy::type_complexity)]
+    fn consume(
+        &mut self,
+        net: &Net,
+        step: StepId,
+        binding: &[(SlotId, usize)],
+    ) -> (FiringId, Vec<Token>, Result<Option<Args>, String>) {
         let mut tokens = self.spare.take();
         if let [(slot, pos)] = *binding {
             self.marking.take_into(net, slot, pos, &mut tokens);
@@ -704,27 +775,52 @@ impl Instance {
         } else {
             self.render_args(net, step, firing, &tokens).map(Some)
         };
-        let kept_args = match (&s.retry, &args) {
-            (Some(_), Ok(Some(a))) => a.as_value().clone(),
-            _ => Value::Null,
-        };
-        if self.in_flight.is_empty() {
-            // Room for a whole fan-out at once (a no-op once it has it).
-            self.in_flight.reserve(net.width());
-        }
+        // More bindings may exist for the same step.
+        self.mark_dirty(step);
+        (firing, tokens, args)
+    }
+
+    /// Records a firing from [`Instance::take`] as in flight, exactly as
+    /// [`Instance::fire`] would have (with `correlation` once its tokens went to the action,
+    /// as [`Instance::detach_inputs`] leaves it), so that its outcome can be completed with
+    /// [`Instance::complete`] (an error, say).
+    pub fn keep_in_flight(
+        &mut self,
+        firing: FiringId,
+        step: StepId,
+        tokens: Vec<Token>,
+        correlation: Option<Arc<str>>,
+    ) {
         self.in_flight.insert(
             firing,
             InFlight {
                 step,
                 tokens,
                 attempt: 1,
-                args: kept_args,
-                correlation: None,
+                args: Value::Null,
+                correlation,
             },
         );
-        // More bindings may exist for the same step.
-        self.mark_dirty(step);
-        Fired { firing, step, args }
+    }
+
+    /// Puts the result of a firing from [`Instance::take`] on the step's emits, as
+    /// [`Instance::complete`] does for a successful outcome: `correlation` is the binding's
+    /// (its first token's, see [`Taken::correlation`]).
+    pub fn emit_taken(
+        &mut self,
+        net: &Net,
+        firing: FiringId,
+        step: StepId,
+        correlation: Arc<str>,
+        result: Arc<Value>,
+        now: i64,
+    ) -> std::ops::Range<TokenId> {
+        self.emit_plain(net, firing, step, correlation, result, now)
+    }
+
+    /// Gives the emptied token vector of a [`Taken`] back for reuse by later firings.
+    pub fn recycle(&mut self, tokens: Vec<Token>) {
+        self.spare.keep(tokens);
     }
 
     /// The args of an in-flight firing (for a retry or a re-dispatch after recovery): the
@@ -806,6 +902,29 @@ impl Instance {
     /// The next firing, if any step is enabled: searches dirty steps for a binding and fires
     /// the first one found.
     pub fn next(&mut self, net: &Net) -> Option<Fired> {
+        self.next_with(net, |i, step, binding| i.fire(net, step, binding))
+    }
+
+    /// [`Instance::next`], except that a step marked in `take` (indexed by step id) whose
+    /// completion never reads its inputs is fired with [`Instance::take`]: the same
+    /// firing, in the same order, handed to the caller instead of recorded as in flight.
+    pub fn next_taking(&mut self, net: &Net, take: &[bool]) -> Option<Next> {
+        self.next_with(net, |i, step, binding| {
+            if take.get(step as usize).copied().unwrap_or(false) && !net.keeps_inputs(step) {
+                Next::Taken(i.take(net, step, binding))
+            } else {
+                Next::Fired(i.fire(net, step, binding))
+            }
+        })
+    }
+
+    /// Searches dirty steps for a binding and fires the first one found with `fire`.
+    #[inline]
+    fn next_with<R>(
+        &mut self,
+        net: &Net,
+        mut fire: impl FnMut(&mut Self, StepId, &[(SlotId, usize)]) -> R,
+    ) -> Option<R> {
         if !matches!(self.status, Status::Running | Status::Stuck) {
             return None;
         }
@@ -816,12 +935,12 @@ impl Instance {
                 && net.step(step).guard.is_none()
             {
                 if self.marking.len(slot) > 0 {
-                    return Some(self.fire(net, step, &[(slot, 0)]));
+                    return Some(fire(self, step, &[(slot, 0)]));
                 }
                 continue;
             }
             if let Some(b) = self.bind(net, step) {
-                return Some(self.fire(net, step, &b));
+                return Some(fire(self, step, &b));
             }
         }
         None
@@ -880,7 +999,7 @@ impl Instance {
     ) -> Result<std::ops::Range<TokenId>, ActionError> {
         let s = net.step(step);
         // Fast path: plain emits need no expression scope and no staging.
-        if s.emits.iter().all(|e| e.when.is_none() && e.data.is_none()) {
+        if net.plain_emits(step) {
             let Some(mut inf) = self.in_flight.remove(&firing) else {
                 return Ok(self.next_token..self.next_token);
             };
@@ -890,32 +1009,7 @@ impl Instance {
                 None => Self::correlation_of(&inf, &self.root),
             };
             self.spare.keep(inf.tokens);
-            let first = self.next_token;
-            match &s.emits[..] {
-                [e] => {
-                    self.put(
-                        net,
-                        e.event,
-                        result,
-                        correlation,
-                        Origin::Step { step, firing },
-                        now,
-                    );
-                }
-                emits => {
-                    for e in emits {
-                        self.put(
-                            net,
-                            e.event,
-                            Arc::clone(&result),
-                            Arc::clone(&correlation),
-                            Origin::Step { step, firing },
-                            now,
-                        );
-                    }
-                }
-            }
-            return Ok(first..self.next_token);
+            return Ok(self.emit_plain(net, firing, step, correlation, result, now));
         }
         let Some(inf) = self.in_flight.get(&firing) else {
             return Ok(self.next_token..self.next_token);
@@ -973,6 +1067,44 @@ impl Instance {
             );
         }
         Ok(first..self.next_token)
+    }
+
+    /// Puts `result` on every emit of `step` (plain emits: no `when`, no `data`).
+    fn emit_plain(
+        &mut self,
+        net: &Net,
+        firing: FiringId,
+        step: StepId,
+        correlation: Arc<str>,
+        result: Arc<Value>,
+        now: i64,
+    ) -> std::ops::Range<TokenId> {
+        let first = self.next_token;
+        match &net.step(step).emits[..] {
+            [e] => {
+                self.put(
+                    net,
+                    e.event,
+                    result,
+                    correlation,
+                    Origin::Step { step, firing },
+                    now,
+                );
+            }
+            emits => {
+                for e in emits {
+                    self.put(
+                        net,
+                        e.event,
+                        Arc::clone(&result),
+                        Arc::clone(&correlation),
+                        Origin::Step { step, firing },
+                        now,
+                    );
+                }
+            }
+        }
+        first..self.next_token
     }
 
     /// The correlation the outputs of an in-flight firing get: its binding's.

@@ -19,7 +19,9 @@ pub mod validate;
 
 pub use catalog::{Effect, StaticCatalog, ToolCatalog, ToolSpec};
 pub use finding::{Code, Finding, Severity};
-pub use instance::{ActionError, Args, Completion, Detached, Fired, Instance, RebaseError, Status};
+pub use instance::{
+    ActionError, Args, Completion, Detached, Fired, Instance, Next, RebaseError, Status, Taken,
+};
 pub use load::{Limits, LoadError, parse_plan};
 pub use net::{EventId, Net, StepId};
 pub use plan::{Consume, Emit, EventDef, EventKind, GraphType, OnFail, Plan, Step};

@@ -151,6 +151,9 @@ pub struct Net {
     /// Per step: whether anything reads the consumed tokens after the action ran
     /// (conditional or shaped emits, an error-token target, a retry policy).
     keeps_inputs: Vec<bool>,
+    /// Per step: whether every emit is plain (no `when`, no `data`): a result goes to all
+    /// of them as it is.
+    plain_emits: Vec<bool>,
     /// The most steps one token can enable at once (its event's consumers), at least 1.
     width: usize,
 }
@@ -205,6 +208,15 @@ impl Net {
             .get(step as usize)
             .copied()
             .unwrap_or(true)
+    }
+
+    /// Are all of the step's emits plain (no `when`, no `data`), so a result is put on each
+    /// as it is?
+    pub fn plain_emits(&self, step: StepId) -> bool {
+        self.plain_emits
+            .get(step as usize)
+            .copied()
+            .unwrap_or(false)
     }
 
     /// Builds the net. Callers must only pass plans that validated without errors; names that
@@ -286,6 +298,10 @@ impl Net {
                 _ => None,
             })
             .collect();
+        let plain_emits = steps
+            .iter()
+            .map(|s| s.emits.iter().all(|e| e.when.is_none() && e.data.is_none()))
+            .collect();
         let keeps_inputs = steps
             .iter()
             .map(|s| {
@@ -307,6 +323,7 @@ impl Net {
             args_fresh,
             literal_args,
             keeps_inputs,
+            plain_emits,
             slots,
             input_slots,
             event_slots,

@@ -19,7 +19,7 @@ use futures::stream::FuturesUnordered;
 use serde_json::Value;
 use tokio::sync::oneshot;
 use weft_core::token::FiringId;
-use weft_core::{ActionError, GraphType, Instance, Status};
+use weft_core::{ActionError, GraphType, Instance, Next, Status, StepId};
 
 use crate::engine::Shared;
 use crate::journal::Input;
@@ -27,12 +27,27 @@ use crate::outcome::{InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEn
 use crate::plans::CompiledPlan;
 use crate::repair::stuck_failure;
 
-/// An action outcome waiting to be applied.
-/// An action's outcome, ready to apply: the result is wrapped in its `Arc` where the tool
-/// returns it, so it moves as one pointer until the emitted tokens share it.
-pub(crate) type Ready = (FiringId, Result<Arc<Value>, ActionError>);
+/// An action's outcome: the result is wrapped in its `Arc` where the tool returns it, so it
+/// moves as one pointer until the emitted tokens share it.
+pub(crate) type Done = (FiringId, Result<Arc<Value>, ActionError>);
 /// A pending action.
-pub(crate) type PendingFut = Pin<Box<dyn Future<Output = Ready> + Send>>;
+pub(crate) type PendingFut = Pin<Box<dyn Future<Output = Done> + Send>>;
+
+/// An outcome waiting in the loop to be applied, oldest first.
+pub(crate) enum Ready {
+    /// The outcome of a firing recorded as in flight: applied with
+    /// [`weft_core::Instance::complete`].
+    Outcome(FiringId, Result<Arc<Value>, ActionError>),
+    /// The result of a firing the loop took ([`weft_core::Instance::next_taking`]) and
+    /// whose immediate tool succeeded: put on the step's emits with
+    /// [`weft_core::Instance::emit_taken`], which is what completing it would do.
+    Emit {
+        firing: FiringId,
+        step: StepId,
+        correlation: Arc<str>,
+        result: Arc<Value>,
+    },
+}
 
 /// Locks a mutex, ignoring poisoning (tool panics are caught before they can poison).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -266,21 +281,51 @@ impl Cell {
         } else {
             self.engine.clock.now_ms()
         };
-        while let Some((firing, result)) = ready.pop_front() {
+        while let Some(r) = ready.pop_front() {
             self.check_rate(core);
             if !Arc::ptr_eq(&plan, &core.plan) {
                 plan = Arc::clone(&core.plan);
             }
-            self.apply_on(
-                core,
-                &plan,
-                Input::Outcome {
+            match r {
+                Ready::Outcome(firing, result) => {
+                    if self.engine.journal.is_none() {
+                        // Nothing to record: applied without building its `Input`.
+                        self.complete(core, &plan, firing, result, now, &mut ready);
+                        self.drain(core, &plan, &mut ready);
+                        continue;
+                    }
+                    self.apply_on(
+                        core,
+                        &plan,
+                        Input::Outcome {
+                            firing,
+                            result,
+                            now,
+                        },
+                        &mut ready,
+                    );
+                }
+                Ready::Emit {
                     firing,
+                    step,
+                    correlation,
                     result,
-                    now,
-                },
-                &mut ready,
-            );
+                } => {
+                    if let Some(j) = &self.engine.journal {
+                        // Journaled as the outcome it is: replay completes the firing.
+                        let input = Input::Outcome {
+                            firing,
+                            result: Ok(Arc::clone(&result)),
+                            now,
+                        };
+                        j.record(&self.tenant, &self.name, &input);
+                    }
+                    if let Some(i) = core.inst.as_mut() {
+                        i.emit_taken(&plan.net, firing, step, correlation, result, now);
+                    }
+                    self.drain(core, &plan, &mut ready);
+                }
+            }
         }
         self.after(core);
     }
@@ -406,11 +451,25 @@ impl Cell {
         plan: &Arc<CompiledPlan>,
         ready: &mut VecDeque<Ready>,
     ) {
+        // Immediate actions are taken, not recorded as in flight, unless something reads
+        // the firing between its dispatch and its outcome: a trace, a bus subscriber.
+        let take: &[bool] = if core.trace.is_none() && !self.engine.bus.wants() {
+            &plan.takes
+        } else {
+            &[]
+        };
         loop {
-            let Some(fired) = core.inst.as_mut().and_then(|i| i.next(&plan.net)) else {
+            let Some(next) = core
+                .inst
+                .as_mut()
+                .and_then(|i| i.next_taking(&plan.net, take))
+            else {
                 return;
             };
-            self.dispatch(core, plan, fired, ready);
+            match next {
+                Next::Fired(fired) => self.dispatch(core, plan, fired, ready),
+                Next::Taken(taken) => self.call_taken(core, plan, taken, ready),
+            }
         }
     }
 

@@ -21,7 +21,7 @@ use futures::future::Either;
 use serde_json::Value;
 use weft_core::instance::{Completion, idempotency_key};
 use weft_core::token::FiringId;
-use weft_core::{ActionError, EventId, Fired, Net};
+use weft_core::{ActionError, Args, EventId, Fired, Net, StepId, Taken, Token};
 use weft_tools::{
     BoxFuture, InlineArgs, InlineContext, InputName, Tool, ToolContext, ToolError, ToolServices,
 };
@@ -229,47 +229,13 @@ impl Cell {
             "plan.step.started",
             || serde_json::json!({"step": &*srt.name, "firing": f.firing, "action": srt.action}),
         );
-        let args = match f.args {
-            Ok(Some(a)) => InlineArgs::Owned(a.into_value()),
-            // A literal: lent from the plan to the tool (no copy, no count per firing).
-            Ok(None) => match plan.net.literal_args(f.step) {
-                Some(v) => InlineArgs::Literal(v),
-                None => InlineArgs::Owned(Value::Null),
-            },
-            Err(m) => {
-                ready.push_back((
-                    f.firing,
-                    Err(ActionError::fatal(
-                        "args_invalid",
-                        format!("the args of step `{}` could not be rendered: {m}", srt.name),
-                    )),
-                ));
+        let (tool, args) = match Self::prepare(plan, srt, f.step, f.args) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                ready.push_back(Ready::Outcome(f.firing, Err(e)));
                 return;
             }
         };
-        // Borrowed: an immediate call needs no reference of its own (cloning the `Arc`
-        // cost two atomic operations per step); a deferred call clones it below.
-        let Some(tool) = srt.tool.as_ref() else {
-            ready.push_back((f.firing, Err(unknown_tool(srt))));
-            return;
-        };
-        if let Some(v) = &srt.validator
-            && let Err(e) = v.validate(args.as_value())
-        {
-            ready.push_back((
-                f.firing,
-                Err(ActionError::fatal(
-                    "args_invalid",
-                    format!(
-                        "the args of step `{}` do not match the schema of `{}`: {e} (at `{}`)",
-                        srt.name,
-                        srt.action,
-                        e.instance_path()
-                    ),
-                )),
-            ));
-            return;
-        }
         if srt.immediate {
             if srt.gated
                 && let Some(j) = &self.engine.journal
@@ -300,6 +266,180 @@ impl Cell {
             return;
         }
         self.call_first(core, plan, srt, tool, f.firing, args.into_value(), ready);
+    }
+
+    /// The tool of a firing of `step` and its args, checked: rendered, lent from the plan
+    /// when literal (no copy, no count per firing), and valid for the tool's schema. The
+    /// tool is borrowed: an immediate call needs no reference of its own (cloning the `Arc`
+    /// cost two atomic operations per step); a deferred call clones it.
+    fn prepare<'p>(
+        plan: &'p CompiledPlan,
+        srt: &'p StepRt,
+        step: StepId,
+        args: Result<Option<Args>, String>,
+    ) -> Result<(&'p Arc<dyn Tool>, InlineArgs<'p>), ActionError> {
+        let args = match args {
+            Ok(Some(a)) => InlineArgs::Owned(a.into_value()),
+            Ok(None) => match plan.net.literal_args(step) {
+                Some(v) => InlineArgs::Literal(v),
+                None => InlineArgs::Owned(Value::Null),
+            },
+            Err(m) => {
+                return Err(ActionError::fatal(
+                    "args_invalid",
+                    format!("the args of step `{}` could not be rendered: {m}", srt.name),
+                ));
+            }
+        };
+        let Some(tool) = srt.tool.as_ref() else {
+            return Err(unknown_tool(srt));
+        };
+        if let Some(v) = &srt.validator
+            && let Err(e) = v.validate(args.as_value())
+        {
+            return Err(ActionError::fatal(
+                "args_invalid",
+                format!(
+                    "the args of step `{}` do not match the schema of `{}`: {e} (at `{}`)",
+                    srt.name,
+                    srt.action,
+                    e.instance_path()
+                ),
+            ));
+        }
+        Ok((tool, args))
+    }
+
+    /// Runs a firing the loop took instead of recording it as in flight
+    /// ([`weft_core::Instance::next_taking`]: an immediate tool, and nothing reads the
+    /// consumed tokens once the tool has them): calls the tool with the tokens' payloads at
+    /// once and queues its result to be put on the step's emits. Anything else (args that
+    /// do not render or validate, a tool error or panic) records the firing as in flight,
+    /// just as [`Cell::dispatch`] and [`Cell::call_immediate`] would have left it, and
+    /// queues the error as that firing's outcome.
+    pub(crate) fn call_taken(
+        self: &Arc<Self>,
+        core: &mut Core,
+        plan: &Arc<CompiledPlan>,
+        taken: Taken,
+        ready: &mut VecDeque<Ready>,
+    ) {
+        let Taken {
+            firing,
+            step,
+            mut tokens,
+            args,
+        } = taken;
+        let net = &*plan.net;
+        let srt = &plan.steps[step as usize];
+        let Some(inst) = core.inst.as_mut() else {
+            return;
+        };
+        let (tool, args) = match Self::prepare(plan, srt, step, args) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                // Not dispatched: the record keeps its tokens, as `fire` leaves it.
+                inst.keep_in_flight(firing, step, tokens, None);
+                ready.push_back(Ready::Outcome(firing, Err(e)));
+                return;
+            }
+        };
+        let build = |inputs| {
+            let key = Arc::from(idempotency_key(&self.name, &srt.name, firing));
+            self.context(&plan.name, srt, key, 1, inputs)
+        };
+        // The payloads go to the tool; the binding's correlation (its first token's) moves
+        // to the result.
+        let mut drained = tokens.drain(..);
+        let (correlation, ctx) = match drained.next() {
+            Some(Token {
+                event,
+                payload,
+                correlation,
+                ..
+            }) if drained.len() == 0 => (
+                correlation,
+                InlineContext::one(Self::input_name(net, srt, 0, event), payload, &build),
+            ),
+            Some(Token {
+                event,
+                payload,
+                correlation,
+                ..
+            }) => {
+                let mut v = Vec::with_capacity(drained.len() + 1);
+                v.push((Self::input_name(net, srt, 0, event), payload));
+                for (k, t) in drained.by_ref().enumerate() {
+                    v.push((Self::input_name(net, srt, k + 1, t.event), t.payload));
+                }
+                (correlation, InlineContext::named(v, &build))
+            }
+            None => (
+                Arc::clone(inst.root_correlation()),
+                InlineContext::named(Vec::new(), &build),
+            ),
+        };
+        drop(drained);
+        inst.recycle(tokens);
+        match self.call_inline(srt, tool, firing, ctx, args) {
+            Ok(result) => ready.push_back(Ready::Emit {
+                firing,
+                step,
+                correlation,
+                result,
+            }),
+            Err(e) => {
+                if let Some(inst) = core.inst.as_mut() {
+                    // As `detach_inputs` leaves the record: no tokens, the correlation.
+                    inst.keep_in_flight(firing, step, Vec::new(), Some(correlation));
+                }
+                ready.push_back(Ready::Outcome(firing, Err(e)));
+            }
+        }
+    }
+
+    /// Calls an immediate tool in the loop, in its `weft.step` span when a subscriber wants
+    /// one: a panic becomes a `tool_panic` error. The result is wrapped in its `Arc` inside
+    /// the unwind guard, so what moves out of the call is a pointer, not the 80-byte value
+    /// (each move of it through the `Result` combinators was a stack copy perf showed
+    /// stalling).
+    fn call_inline(
+        &self,
+        srt: &StepRt,
+        tool: &Arc<dyn Tool>,
+        firing: FiringId,
+        ctx: InlineContext<'_>,
+        args: InlineArgs<'_>,
+    ) -> Result<Arc<Value>, ActionError> {
+        let call = || {
+            catch_unwind(AssertUnwindSafe(|| {
+                tool.call_inline(ctx, args).map(Arc::new)
+            }))
+        };
+        if step_spans_enabled() {
+            let key = idempotency_key(&self.name, &srt.name, firing);
+            let span = step_span_of(
+                &self.tenant,
+                &self.name,
+                &srt.name,
+                &srt.action,
+                firing,
+                1,
+                &key,
+            );
+            let r = match span.in_scope(call) {
+                Ok(r) => r.map_err(ActionError::from),
+                Err(p) => Err(panic_error(p)),
+            };
+            step_outcome(&span, &r);
+            r
+        } else {
+            // No span wanted: nothing to enter or record.
+            match call() {
+                Ok(r) => r.map_err(ActionError::from),
+                Err(p) => Err(panic_error(p)),
+            }
+        }
     }
 
     /// The first attempt of a tool that is not called inline: with a context, through
@@ -377,39 +517,8 @@ impl Cell {
             // Names stay borrowed (no second vector of `Arc` names).
             None => InlineContext::named(Self::inputs_with(srt, core, firing, |n| n), &build),
         };
-        // The result is wrapped in its `Arc` inside the unwind guard, so what moves out
-        // of the call is a pointer, not the 80-byte value (each move of it through the
-        // `Result` combinators was a stack copy perf showed stalling).
-        let call = || {
-            catch_unwind(AssertUnwindSafe(|| {
-                tool.call_inline(ctx, args).map(Arc::new)
-            }))
-        };
-        let r = if step_spans_enabled() {
-            let key = idempotency_key(&self.name, &srt.name, firing);
-            let span = step_span_of(
-                &self.tenant,
-                &self.name,
-                &srt.name,
-                &srt.action,
-                firing,
-                1,
-                &key,
-            );
-            let r = match span.in_scope(call) {
-                Ok(r) => r.map_err(ActionError::from),
-                Err(p) => Err(panic_error(p)),
-            };
-            step_outcome(&span, &r);
-            r
-        } else {
-            // No span wanted: nothing to enter or record.
-            match call() {
-                Ok(r) => r.map_err(ActionError::from),
-                Err(p) => Err(panic_error(p)),
-            }
-        };
-        ready.push_back((firing, r));
+        let r = self.call_inline(srt, tool, firing, ctx, args);
+        ready.push_back(Ready::Outcome(firing, r));
     }
 
     /// Calls the gated immediate actions whose journal mark is durable, in dispatch order
@@ -432,7 +541,7 @@ impl Cell {
                 break;
             };
             if let Err(why) = res {
-                ready.push_back((
+                ready.push_back(Ready::Outcome(
                     firing,
                     Err(ActionError::fatal(
                         "journal_unavailable",
@@ -471,7 +580,7 @@ impl Cell {
                     args.into_value(),
                     &mut ready,
                 ),
-                None => ready.push_back((firing, Err(unknown_tool(srt)))),
+                None => ready.push_back(Ready::Outcome(firing, Err(unknown_tool(srt)))),
             }
         }
         if ready.is_empty() {
@@ -498,7 +607,7 @@ impl Cell {
         let mut fut = match catch_unwind(AssertUnwindSafe(|| tool.call(ctx, args))) {
             Ok(f) => f,
             Err(p) => {
-                ready.push_back((firing, Err(panic_error(p))));
+                ready.push_back(Ready::Outcome(firing, Err(panic_error(p))));
                 return;
             }
         };
@@ -521,7 +630,7 @@ impl Cell {
             Err(p) => Err(panic_error(p)),
         };
         step_outcome(&span, &r);
-        ready.push_back((firing, r.map(Arc::new)));
+        ready.push_back(Ready::Outcome(firing, r.map(Arc::new)));
     }
 
     fn push_pending(
@@ -641,7 +750,7 @@ impl Cell {
         let args = match args {
             Ok(a) => a,
             Err(m) => {
-                ready.push_back((
+                ready.push_back(Ready::Outcome(
                     firing,
                     Err(ActionError::fatal(
                         "args_invalid",

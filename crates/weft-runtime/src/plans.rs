@@ -41,6 +41,10 @@ pub struct CompiledPlan {
     /// The compiled net.
     pub net: Arc<Net>,
     pub(crate) steps: Vec<StepRt>,
+    /// Per step: fired by taking its tokens rather than recording it as in flight, when
+    /// nothing reads the firing in between ([`weft_core::Instance::next_taking`]): its tool
+    /// is immediate and does not wait for the journal.
+    pub(crate) takes: Vec<bool>,
 }
 
 impl std::fmt::Debug for CompiledPlan {
@@ -113,12 +117,17 @@ impl CompiledPlan {
                     spawn,
                 }
             })
+            .collect::<Vec<StepRt>>();
+        let takes = steps
+            .iter()
+            .map(|s| s.tool.is_some() && s.immediate && !s.gated)
             .collect();
         Ok(CompiledPlan {
             name: Arc::from(plan.plan_name.as_str()),
             plan: Arc::new(plan),
             net: Arc::new(net),
             steps,
+            takes,
         })
     }
 

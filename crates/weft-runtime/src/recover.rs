@@ -19,7 +19,7 @@ use weft_core::{ActionError, Instance};
 use crate::Error;
 use crate::cell::{Cell, Ready, lock};
 use crate::engine::{Engine, InstanceHandle};
-use crate::journal::{Extras, Input};
+use crate::journal::Extras;
 use crate::plans::CompiledPlan;
 
 /// What [`Engine::restore`] did with an in-flight action.
@@ -138,7 +138,7 @@ impl Engine {
                     cell.retry(&mut g, firing, attempt, 0, &mut ready);
                     actions.push(Redispatch::Again { firing, step });
                 } else {
-                    ready.push_back((
+                    ready.push_back(Ready::Outcome(
                         firing,
                         Err(ActionError::fatal(
                             "outcome_unknown",
@@ -150,19 +150,8 @@ impl Engine {
                     actions.push(Redispatch::Unknown { firing, step });
                 }
             }
-            while let Some((firing, result)) = ready.pop_front() {
-                let now = shared.clock.now_ms();
-                cell.apply(
-                    &mut g,
-                    Input::Outcome {
-                        firing,
-                        result,
-                        now,
-                    },
-                    &mut ready,
-                );
-            }
-            cell.after(&mut g);
+            // Applies the outcomes (and what they enable), then settles.
+            cell.run_ready(&mut g, ready);
             cell.release(g);
         }
         Ok((InstanceHandle { cell }, actions))

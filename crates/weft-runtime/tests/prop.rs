@@ -2,6 +2,9 @@
 //! equals the pure core's token game (a `weft_core::Instance` driven directly, one firing
 //! at a time, as the oracle), and equals the replay of the runtime's own journal.
 //!
+//! Each case runs with immediate firings taken (the default) and recorded as in flight (a
+//! trace on), which must give the same instance and journal.
+//!
 //! Nets are generated so the result does not depend on scheduling (each event has at most
 //! one producer, outside events only land on source events), which lets the oracle use a
 //! different firing order from the runtime and still be an exact reference.
@@ -100,19 +103,30 @@ proptest! {
     fn runtime_marking_equals_the_core_token_game(c in case()) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
         rt.block_on(async {
-            let h = common::harness_with(|o| o.max_firings_per_sec = None);
-            let name = h.plan(plan(&c));
-            let i = h.engine.start("t", &name, json!({})).expect("starts");
-            for &(src, corr, v) in &c.events {
-                h.engine
-                    .ingest("t", &format!("e{src}"), json!({"v": v}), Some(&format!("c{corr}")), None)
-                    .expect("routed");
+            // Taken immediate firings (the default), then recorded ones (a trace on): the
+            // same instance and journal either way (`tests/taken.rs`).
+            let mut runs = Vec::new();
+            for recorded in [false, true] {
+                let h = common::harness_with(|o| {
+                    o.max_firings_per_sec = None;
+                    o.trace = recorded;
+                });
+                let name = h.plan(plan(&c));
+                let i = h.engine.start("t", &name, json!({})).expect("starts");
+                for &(src, corr, v) in &c.events {
+                    h.engine
+                        .ingest("t", &format!("e{src}"), json!({"v": v}), Some(&format!("c{corr}")), None)
+                        .expect("routed");
+                }
+                let live = i.core_instance().expect("core");
+                let expect = oracle(&i.plan().net, i.id(), &c);
+                prop_assert_eq!(colours(&live), colours(&expect));
+                prop_assert_eq!(live.fired, expect.fired);
+                h.check_replay(&i);
+                runs.push((live, h.journal.inputs(i.id())));
             }
-            let live = i.core_instance().expect("core");
-            let expect = oracle(&i.plan().net, i.id(), &c);
-            prop_assert_eq!(colours(&live), colours(&expect));
-            prop_assert_eq!(live.fired, expect.fired);
-            h.check_replay(&i);
+            common::assert_same(&runs[0].0, &runs[1].0);
+            prop_assert_eq!(&runs[0].1, &runs[1].1);
             Ok(())
         })?;
     }

@@ -10,7 +10,7 @@ use weft_runtime::{Delivery, Filter};
 
 #[tokio::test]
 async fn chain_completes_and_replays() {
-    let h = harness();
+    let h = harness_with(|o| o.trace = true);
     let p = h.plan(json!({"plan_name":"c","graph_type":"acyclic","events":{"start":{},"a":{},"done":{"kind":"output"}},
         "steps":{"s1":{"on":["start"],"action":"echo","args":{"x":"${start.n + 1}"},"emits":["a"]},
                  "s2":{"on":["a"],"action":"echo","args":{"y":"${a.x * 10}"},"emits":["done"]}}}));

@@ -125,7 +125,9 @@ pub fn harness_with(f: impl FnOnce(&mut EngineOptions)) -> Harness {
         registry: Arc::new(registry()),
         clock: Arc::new(clock.clone()),
         journal: Some(journal.clone()),
-        trace: true,
+        // Off, so immediate tools run as the engine runs them by default (taken, not
+        // recorded as in flight); `tests/taken.rs` compares both ways.
+        trace: false,
         ..EngineOptions::default()
     };
     f(&mut opts);
