@@ -257,15 +257,23 @@ impl Cell {
         }
         // The plan is taken once per batch (not per input) and taken again only if an input
         // changed it (a repair).
+        // Outcomes ready at once share the input's clock reading (no second one).
+        let now = match &input {
+            Input::Start { now, .. }
+            | Input::Token { now, .. }
+            | Input::Timer { now, .. }
+            | Input::Outcome { now, .. } => Some(*now),
+            _ => None,
+        };
         let plan = Arc::clone(&core.plan);
         self.apply_on(core, &plan, input, &mut ready);
-        self.finish(core, plan, ready);
+        self.finish(core, plan, ready, now);
     }
 
     /// Applies the outcomes in `ready` (and those they make ready at once), then settles.
     pub(crate) fn run_ready(self: &Arc<Self>, core: &mut Core, ready: VecDeque<Ready>) {
         let plan = Arc::clone(&core.plan);
-        self.finish(core, plan, ready);
+        self.finish(core, plan, ready, None);
     }
 
     /// The rest of [`Cell::run`]: every outcome ready at once, then [`Cell::after`].
@@ -274,12 +282,13 @@ impl Cell {
         core: &mut Core,
         mut plan: Arc<CompiledPlan>,
         mut ready: VecDeque<Ready>,
+        now: Option<i64>,
     ) {
         // One clock reading per batch: outcomes that were ready at once share it.
-        let now = if ready.is_empty() {
-            0
-        } else {
-            self.engine.clock.now_ms()
+        let now = match now {
+            _ if ready.is_empty() => 0,
+            Some(now) => now,
+            None => self.engine.clock.now_ms(),
         };
         while let Some(r) = ready.pop_front() {
             self.check_rate(core);

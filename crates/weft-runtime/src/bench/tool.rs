@@ -154,11 +154,11 @@ fn extend(m: &mut Map<String, Value>, o: Map<String, Value>) {
 /// ignores both).
 fn identical(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => match (x.as_f64(), y.as_f64()) {
-            _ if x.is_f64() != y.is_f64() => false,
-            (Some(p), Some(q)) if x.is_f64() => p.to_bits() == q.to_bits(),
-            _ => x == y,
-        },
+        // Integers compare as they are; floats by their bits, and never equal an integer.
+        (Value::Number(x), Value::Number(y)) if !x.is_f64() && !y.is_f64() => x == y,
+        (Value::Number(x), Value::Number(y)) => {
+            x.is_f64() && y.is_f64() && x.as_f64().map(f64::to_bits) == y.as_f64().map(f64::to_bits)
+        }
         (Value::Array(x), Value::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(p, q)| identical(p, q))
         }
