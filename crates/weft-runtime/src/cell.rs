@@ -290,6 +290,7 @@ impl Cell {
             Some(now) => now,
             None => self.engine.clock.now_ms(),
         };
+        let taking = self.taking(core);
         while let Some(r) = ready.pop_front() {
             self.check_rate(core);
             if !Arc::ptr_eq(&plan, &core.plan) {
@@ -300,7 +301,7 @@ impl Cell {
                     if self.engine.journal.is_none() {
                         // Nothing to record: applied without building its `Input`.
                         self.complete(core, &plan, firing, result, now, &mut ready);
-                        self.drain(core, &plan, &mut ready);
+                        self.drain_taking(core, &plan, &mut ready, taking);
                         continue;
                     }
                     self.apply_on(
@@ -332,7 +333,7 @@ impl Cell {
                     if let Some(i) = core.inst.as_mut() {
                         i.emit_taken(&plan.net, firing, step, correlation, result, now);
                     }
-                    self.drain(core, &plan, &mut ready);
+                    self.drain_taking(core, &plan, &mut ready, taking);
                 }
             }
         }
@@ -460,13 +461,27 @@ impl Cell {
         plan: &Arc<CompiledPlan>,
         ready: &mut VecDeque<Ready>,
     ) {
-        // Immediate actions are taken, not recorded as in flight, unless something reads
-        // the firing between its dispatch and its outcome: a trace, a bus subscriber.
-        let take: &[bool] = if core.trace.is_none() && !self.engine.bus.wants() {
-            &plan.takes
-        } else {
-            &[]
-        };
+        let taking = self.taking(core);
+        self.drain_taking(core, plan, ready, taking);
+    }
+
+    /// Whether immediate actions are taken ([`Cell::call_taken`]) rather than recorded as
+    /// in flight: unless something reads the firing between its dispatch and its outcome
+    /// (a trace, a bus subscriber).
+    fn taking(&self, core: &Core) -> bool {
+        core.trace.is_none() && !self.engine.bus.wants()
+    }
+
+    /// [`Cell::drain`] with [`Cell::taking`] decided by the caller (once for the outcomes of
+    /// a turn: a subscriber that arrives meanwhile sees the firings of the next one).
+    fn drain_taking(
+        self: &Arc<Self>,
+        core: &mut Core,
+        plan: &Arc<CompiledPlan>,
+        ready: &mut VecDeque<Ready>,
+        taking: bool,
+    ) {
+        let take: &[bool] = if taking { &plan.takes } else { &[] };
         loop {
             let Some(next) = core
                 .inst
