@@ -4,6 +4,9 @@
 //! so only through [`Cell::apply`], one [`Input`] at a time, each followed by "fire everything
 //! enabled". Inputs that arrive while another thread holds the loop go to a mailbox that the
 //! holder drains before letting go, so there is never a second loop and never a lost input.
+//! An immediate firing's result waits in the loop's ready queue as [`Ready::Emit`] (the
+//! firing was taken, not recorded as in flight) and is applied and journaled as the
+//! `Input::Outcome` it is, in its turn, like any other outcome.
 //! There is no task per instance: the loop runs in whichever caller delivers an input
 //! (start, ingest, a timer) and, only while actions are pending, in one tokio task that polls
 //! them. Idle instances are plain data (passivated) until the routing index wakes them.

@@ -82,6 +82,21 @@
 //! into the tool and the core into the runtime: W2 177,834–205,280 → 188,249–214,137
 //! workflows/s in eleven alternating pairs, medians 185,985 → 199,015 (+7%); W1 and W3
 //! unchanged within the noise.
+//!
+//! Session 14 (callgrind on `examples/prof.rs`, differenced over fanout 1,000/3,000, chain
+//! 100/300 and many 2,000/6,000 runs): an immediate firing is *taken* instead of recorded
+//! as in flight (`weft_core::Instance::next_taking`, `Cell::call_taken`; ARCHITECTURE.md):
+//! no in-flight record inserted, looked up three times and removed, no `Input::Outcome`
+//! built and matched, no `Cell::complete` bookkeeping per step, and a fan-out's branches
+//! reuse one token vector instead of allocating one each. Instructions: W2 55,090 →
+//! 46,376 per workflow (−16%), W1 2,536 → 1,977 per step (−22%), W3 3,419 → 2,818 per
+//! step (−18%). Of a W2 workflow, `bench.add` is now 21.6k (the join's nine map merges
+//! 9.2k, the nine copies of the shared `started` map 4.6k, SipHash of every inserted key
+//! ~3.5k), the engine the rest; per-instance work (cell, marking of 22 slots built and
+//! dropped, outcome) is ~4–5k of it. Tried and not kept: a per-step hint of the input a
+//! join last found empty (the scan it saves costs what the hint costs), and a boxed spill
+//! queue per slot so a marking is cheaper to build and drop (the indirection cost more on
+//! every token put and length check: W2 +880 instructions).
 
 mod reactive;
 pub mod sys;
