@@ -245,7 +245,7 @@ impl ActionError {
     }
 }
 
-/// A firing from [`Instance::take`]: consumed and numbered, but not recorded as in flight;
+/// A firing from [`Instance::next_taking`]: consumed and numbered, but not recorded as in flight;
 /// its action is the caller's to run before anything else looks at the instance.
 #[derive(Debug)]
 pub struct Taken {
@@ -265,7 +265,7 @@ pub struct Taken {
 pub enum Next {
     /// Recorded as in flight, as [`Instance::next`] fires.
     Fired(Fired),
-    /// Handed over ([`Instance::take`]).
+    /// Handed over: its action is the caller's to run.
     Taken(Taken),
 }
 
@@ -780,7 +780,7 @@ impl Instance {
         (firing, tokens, args)
     }
 
-    /// Records a firing from [`Instance::take`] as in flight, exactly as
+    /// Records a [`Taken`] firing as in flight, exactly as
     /// [`Instance::fire`] would have (with `correlation` once its tokens went to the action,
     /// as [`Instance::detach_inputs`] leaves it), so that its outcome can be completed with
     /// [`Instance::complete`] (an error, say).
@@ -803,9 +803,10 @@ impl Instance {
         );
     }
 
-    /// Puts the result of a firing from [`Instance::take`] on the step's emits, as
+    /// Puts the result of a [`Taken`] firing on the step's emits, as
     /// [`Instance::complete`] does for a successful outcome: `correlation` is the binding's
-    /// (its first token's, see [`Taken::correlation`]).
+    /// (its first token's). Only steps [`Instance::next_taking`] takes have plain emits, so
+    /// the result goes to each as it is.
     pub fn emit_taken(
         &mut self,
         net: &Net,
@@ -815,6 +816,7 @@ impl Instance {
         result: Arc<Value>,
         now: i64,
     ) -> std::ops::Range<TokenId> {
+        debug_assert!(net.plain_emits(step), "a taken step has plain emits");
         self.emit_plain(net, firing, step, correlation, result, now)
     }
 
@@ -906,8 +908,8 @@ impl Instance {
     }
 
     /// [`Instance::next`], except that a step marked in `take` (indexed by step id) whose
-    /// completion never reads its inputs is fired with [`Instance::take`]: the same
-    /// firing, in the same order, handed to the caller instead of recorded as in flight.
+    /// completion never reads its inputs is *taken*: the same firing, in the same order,
+    /// handed to the caller as [`Next::Taken`] instead of recorded as in flight.
     pub fn next_taking(&mut self, net: &Net, take: &[bool]) -> Option<Next> {
         self.next_with(net, |i, step, binding| {
             if take.get(step as usize).copied().unwrap_or(false) && !net.keeps_inputs(step) {
