@@ -330,15 +330,25 @@ impl Durable {
         })
     }
 
-    /// Graceful shutdown: makes everything recorded so far durable, stops driving this
-    /// engine's instances (each is paused here with `shut_down: …`; they stay as they are
-    /// in the store) and releases their leases, so another process's
-    /// [`Durable::recover`] takes them over at once instead of waiting for the lease
-    /// expiry. Instances started afterwards are not journaled. Returns how many leases
-    /// were released. (Without it, a stopped process's instances wait for expiry, or for
-    /// a restart on the same host, which sees the old process is dead.)
+    /// Graceful shutdown: makes everything recorded so far durable and writes the queued
+    /// instance statuses (as [`Durable::flush`]), stops driving this engine's instances
+    /// (each is paused here with `shut_down: …`; they stay as they are in the store) and
+    /// releases their leases, so another process's [`Durable::recover`] takes them over
+    /// at once instead of waiting for the lease expiry. Instances started afterwards are
+    /// not journaled. Returns how many leases were released. (Without it, a stopped
+    /// process's instances wait for expiry, or for a restart on the same host, which sees
+    /// the old process is dead.)
     pub async fn shutdown(&self) -> Result<usize, DurableError> {
         self.journal.shut_down().await
+    }
+
+    /// Waits until everything recorded so far is durable and every instance status that
+    /// [`Durable::wait`] queued so far is written to the instance records: what a process
+    /// calls before it exits when the store's statuses must be current (the journal is
+    /// durable without it, and the next recovery sets the statuses from it).
+    /// [`Durable::shutdown`] does it too.
+    pub async fn flush(&self) -> Result<(), DurableError> {
+        self.journal.flush().await
     }
 
     /// The engine (for ingest, subscribe, state, …).
@@ -473,7 +483,7 @@ impl Durable {
 
     /// Waits until the instance settles, then until its journal is durable, and returns
     /// its outcome; the instance record's status goes with the journal's next batch
-    /// (recovery repairs it if the process dies first).
+    /// (recovery repairs it if the process dies first; [`Durable::flush`] waits for it).
     pub async fn wait(&self, h: &InstanceHandle) -> Result<Outcome, DurableError> {
         let o = h.wait().await;
         self.journal.barrier(h.id()).await?;

@@ -44,7 +44,15 @@ struct Queue {
     lanes: Vec<(Arc<str>, Arc<Lane>)>,
     statuses: Vec<Status>,
     committers: usize,
+    /// Status updates queued and not written yet: waiting here, in a batch being written,
+    /// or waiting for a retry after a failed write ([`StoreJournal::flush_statuses`]).
+    unwritten_statuses: usize,
+    /// Woken when `unwritten_statuses` drops to zero.
+    status_wakers: Vec<Waker>,
 }
+
+/// How long a graceful shutdown waits for queued instance statuses to be written.
+const SHUTDOWN_STATUS_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -335,7 +343,8 @@ impl StoreJournal {
         true
     }
 
-    /// Graceful shutdown: waits until everything recorded so far is durable, stops driving
+    /// Graceful shutdown: waits until everything recorded so far is durable and every
+    /// queued status update is written ([`Self::flush_statuses`]), stops driving
     /// every instance this engine holds (nothing of them is written any more; each is
     /// paused here with `shut_down: …`) and releases their leases in bulk
     /// ([`Store::release_leases`], 1,000 per write), so another process recovers them at
@@ -358,10 +367,29 @@ impl StoreJournal {
         let flushes = lanes
             .iter()
             .map(|(n, l)| self.wait_lane(Arc::clone(n), Arc::clone(l)));
+        let mut all_durable = true;
         for (r, (name, _)) in futures::future::join_all(flushes).await.iter().zip(&lanes) {
             if let Err(e) = r {
+                all_durable = false;
                 tracing::warn!(weft.instance = %name, error = %e, message = "Not all records were durable at shutdown");
             }
+        }
+        // So are the status updates queued so far (`Durable::wait` queues them after the
+        // records): without this, a process that exits after its shutdown leaves finished
+        // instances `running` in the store until the next recovery sets them. Bounded, and
+        // skipped when the store refused records: a store that is down must not hold the
+        // shutdown forever (the next recovery sets the statuses from the journal).
+        if !all_durable {
+            tracing::warn!(
+                message = "Instance statuses not flushed at shutdown: the store refused records"
+            );
+        } else if tokio::time::timeout(SHUTDOWN_STATUS_WAIT, self.flush_statuses())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                message = "Instance statuses not all written at shutdown (timed out); the next recovery sets them"
+            );
         }
         let mut held = Vec::new();
         for (name, lane) in &lanes {
@@ -798,7 +826,67 @@ impl StoreJournal {
         let mut q = lock(&self.queue);
         q.statuses
             .push((instance.to_string(), status, reason, now_ms()));
+        q.unwritten_statuses += 1;
         self.kick(&mut q);
+    }
+
+    /// Resolves once no status update is left unwritten: every one queued before the call
+    /// (and any queued meanwhile) is in the store. `Durable::wait` queues an instance's
+    /// status after its records are durable, to go with the next batch; a process that
+    /// exits right after it may leave the instance record `running` (the journal, which
+    /// says it finished, is the truth, and the next recovery sets the status from it).
+    /// Waits as long as the store refuses the writes (they are retried).
+    pub async fn flush_statuses(&self) {
+        std::future::poll_fn(|cx| {
+            let mut q = lock(&self.queue);
+            if q.unwritten_statuses == 0 {
+                return Poll::Ready(());
+            }
+            if !q.status_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                q.status_wakers.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await;
+    }
+
+    /// Resolves once everything recorded so far is durable (an error if some instance's
+    /// records cannot become so, after waiting for all of them) and every status update
+    /// queued so far is written ([`StoreJournal::flush_statuses`]).
+    pub async fn flush(self: &Arc<Self>) -> Result<(), DurableError> {
+        let lanes: Vec<(Arc<str>, Arc<Lane>)> = self
+            .lanes
+            .iter()
+            .flat_map(|shard| {
+                lock(shard)
+                    .iter()
+                    .map(|(n, l)| (Arc::clone(n), Arc::clone(l)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let flushes = lanes.into_iter().map(|(n, l)| self.wait_lane(n, l));
+        let lanes = futures::future::join_all(flushes).await;
+        self.flush_statuses().await;
+        lanes.into_iter().collect()
+    }
+
+    /// `n` status updates were written: wakes [`StoreJournal::flush_statuses`] once none
+    /// is left.
+    fn statuses_written(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let wakers = {
+            let mut q = lock(&self.queue);
+            q.unwritten_statuses = q.unwritten_statuses.saturating_sub(n);
+            if q.unwritten_statuses > 0 {
+                return;
+            }
+            std::mem::take(&mut q.status_wakers)
+        };
+        for w in wakers {
+            w.wake();
+        }
     }
 
     /// Takes everything queued, writes it as one batch (`Store::write_batch`: one job, one
@@ -860,6 +948,7 @@ impl StoreJournal {
             }
             self.counters.appends.fetch_add(1, Ordering::Relaxed);
             let statuses_backup = statuses.clone();
+            let status_count = statuses.len();
             let terms = LeaseTerms {
                 owner: self.owner.clone(),
                 ttl_ms: self.lease_ttl_ms,
@@ -958,6 +1047,8 @@ impl StoreJournal {
                             });
                         }
                     }
+                    // (A failed batch's statuses are queued again: they stay unwritten.)
+                    self.statuses_written(status_count);
                 }
                 Err(e) => self.write_failed(&e, lanes, backup, statuses_backup),
             }

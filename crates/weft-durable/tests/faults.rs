@@ -372,3 +372,63 @@ async fn pure_actions_run_before_the_journal_is_durable_postgres() {
         pure_actions_run_before_the_journal_is_durable(s).await;
     }
 }
+
+/// The instance record's status lags the journal: `Durable::wait` returns once the records
+/// are durable and queues the status for a later batch. When that batch is slow (here it
+/// waits 1 s), a process that only sleeps a little before it exits (as `weft-crashtest`
+/// did, 100 ms) leaves the finished instance `running` in the store; `Durable::flush` waits
+/// until the status is written, and so does `Durable::shutdown`.
+async fn statuses_are_written_by_flush_and_shutdown(inner: Arc<dyn Store>) {
+    let fs = FaultStore::new(Arc::clone(&inner));
+    let d = durable(fs.clone(), false, DurableConfig::default()).await;
+    d.register("t", two_step("two", "once")).await.unwrap();
+    fs.delay_statuses(1_000);
+    let status = |id: String| {
+        let inner = Arc::clone(&inner);
+        async move { inner.get_instance(&id).await.unwrap().unwrap().status }
+    };
+    let h = d.start("t", "two", json!({"x": 1})).unwrap();
+    assert!(matches!(
+        d.wait(&h).await.unwrap().status,
+        Status::Completed
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        status(h.id().to_string()).await,
+        weft_store::InstanceStatus::Running,
+        "the status batch is still being written"
+    );
+    d.flush().await.unwrap();
+    assert_eq!(
+        status(h.id().to_string()).await,
+        weft_store::InstanceStatus::Completed
+    );
+    // Nothing queued: flush returns at once.
+    tokio::time::timeout(Duration::from_millis(100), d.flush())
+        .await
+        .expect("nothing to wait for")
+        .unwrap();
+    // A graceful shutdown writes the statuses queued before it.
+    let h2 = d.start("t", "two", json!({"x": 2})).unwrap();
+    assert!(matches!(
+        d.wait(&h2).await.unwrap().status,
+        Status::Completed
+    ));
+    d.shutdown().await.unwrap();
+    assert_eq!(
+        status(h2.id().to_string()).await,
+        weft_store::InstanceStatus::Completed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statuses_are_written_by_flush_and_shutdown_sqlite() {
+    statuses_are_written_by_flush_and_shutdown(sqlite("status").await.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statuses_are_written_by_flush_and_shutdown_postgres() {
+    if let Some(s) = postgres("status").await {
+        statuses_are_written_by_flush_and_shutdown(s).await;
+    }
+}

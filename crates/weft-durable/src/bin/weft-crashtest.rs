@@ -229,8 +229,10 @@ async fn run(db: &str, effects: &str, n: u64) -> Result<(), String> {
     for o in outs {
         o.map_err(|e| e.to_string())?;
     }
-    // Let the background status updates land.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The instance records' statuses go with the journal's next batch after each wait:
+    // write them before reporting (a fixed sleep here lost them when that batch took
+    // longer, and the test then found finished runs still `running`).
+    d.flush().await.map_err(|e| e.to_string())?;
     println!("DONE");
     Ok(())
 }

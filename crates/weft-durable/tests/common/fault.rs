@@ -1,6 +1,7 @@
 //! A [`Store`] wrapper for fault tests: journal writes (`append`, `write_batch`) can be
-//! held until released, or made to fail a given number of times; everything else passes
-//! straight to the real store underneath.
+//! held until released, or made to fail a given number of times, and batches that update
+//! instance statuses can be slowed down; everything else passes straight to the real store
+//! underneath.
 #![allow(dead_code)]
 
 use std::sync::Arc;
@@ -18,6 +19,8 @@ pub struct FaultStore {
     inner: Arc<dyn Store>,
     open: tokio::sync::watch::Sender<bool>,
     fail_next: AtomicU32,
+    /// Milliseconds a batch carrying status updates waits before it is written.
+    status_delay_ms: AtomicU64,
     /// Journal writes refused so far.
     pub failed: AtomicU64,
     /// Journal writes that went through.
@@ -30,6 +33,7 @@ impl FaultStore {
             inner,
             open: tokio::sync::watch::channel(true).0,
             fail_next: AtomicU32::new(0),
+            status_delay_ms: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             passed: AtomicU64::new(0),
         })
@@ -42,6 +46,19 @@ impl FaultStore {
 
     pub fn release(&self) {
         self.open.send_replace(true);
+    }
+
+    /// Batches that update instance statuses wait `ms` before they are written (a slow
+    /// commit).
+    pub fn delay_statuses(&self, ms: u64) {
+        self.status_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    async fn status_delay(&self, statuses: usize) {
+        let ms = self.status_delay_ms.load(Ordering::SeqCst);
+        if statuses > 0 && ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
     }
 
     /// The next `n` journal writes fail with `store_unavailable`.
@@ -108,6 +125,7 @@ impl Store for FaultStore {
         statuses: Vec<(String, InstanceStatus, Option<String>, i64)>,
     ) -> Result<Vec<Appended>> {
         self.gate().await?;
+        self.status_delay(statuses.len()).await;
         self.inner.write_batch(creates, appends, statuses).await
     }
     async fn write_batch_fenced(
@@ -118,6 +136,7 @@ impl Store for FaultStore {
         statuses: Vec<StatusChange>,
     ) -> Result<Vec<Result<Appended>>> {
         self.gate().await?;
+        self.status_delay(statuses.len()).await;
         self.inner
             .write_batch_fenced(terms, creates, appends, statuses)
             .await
