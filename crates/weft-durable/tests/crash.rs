@@ -200,4 +200,6 @@ fn kill_9_at_random_moments_loses_and_duplicates_nothing() {
             assert_eq!(ids.len(), 1, "run {k} started twice: {ids:?}");
         }
     });
+    // Kept only when the test fails (a panic above skips this), for inspection.
+    let _ = std::fs::remove_dir_all(&dir);
 }
