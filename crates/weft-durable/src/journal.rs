@@ -417,7 +417,7 @@ impl StoreJournal {
     }
 
     /// Renews the leases of every instance this engine drives (one bulk write per 1,000);
-    /// those it no longer holds are [lost](Self::lose). Returns how many were renewed.
+    /// those it no longer holds are lost (`lose`). Returns how many were renewed.
     pub async fn renew_leases(&self) -> usize {
         let mut held: Vec<(Arc<str>, Arc<Lane>)> = Vec::new();
         for shard in &self.lanes {
@@ -1379,7 +1379,7 @@ impl Journal for StoreJournal {
         .1
     }
 
-    /// [`StoreJournal::wait_lane`] as a poll, for a gated call the runtime makes inline.
+    /// `StoreJournal::wait_lane` as a poll, for a gated call the runtime makes inline.
     fn poll_durable(
         &self,
         instance: &str,

@@ -7,7 +7,7 @@
 //!   `planner.*` telemetry and a [`TranscriptSink`] recording every exchange (in memory, a
 //!   JSONL file, or a weft store: [`StoreTranscript`], with [`StorePlanCache`]).
 //! - Roles on top: [`plan`] (instruction → verified plan through the critic loop),
-//!   [`repair`] (failure + marking → revised plan with the marking mapped), [`explain`] and
+//!   [`repair()`] (failure + marking → revised plan with the marking mapped), [`explain()`] and
 //!   [`summarize`], the seed-004 ReAct loop ([`run_react`]), the seed-001 planner
 //!   [`Lifecycle`], and the tools `llm.complete` / `agent.react`.
 //!

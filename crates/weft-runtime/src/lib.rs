@@ -1,8 +1,8 @@
 //! weft-runtime: the execution engine.
 //!
 //! It runs plan instances on top of the pure firing rule in `weft_core::Instance`: each
-//! instance has one sequential loop that owns its marking ([`cell`]), tools are called
-//! through the `weft_tools::Tool` trait ([`dispatch`]), events come in through [`Engine::ingest`]
+//! instance has one sequential loop that owns its marking (`cell`), tools are called
+//! through the `weft_tools::Tool` trait (`dispatch`), events come in through [`Engine::ingest`]
 //! and lifecycle events go out on a [`bus::Bus`]. Storage, bus and tools are reached only
 //! through traits; every instance input passes a [`journal::Journal`] hook so the durability
 //! layer can persist and replay it.

@@ -37,8 +37,7 @@ async fn every_example_runs_to_its_expected_outcome() {
     let cases: &[(&str, Value, &str)] = &[
         ("sample.json", json!({}), "completed"),
         ("join.json", json!({"customer_id": 7}), "completed"),
-        // Known bug in the example (reported): `merge` renders `${start.dataset}` but `start`
-        // is not one of its inputs, so its args cannot be rendered and the run fails cleanly.
+        // `merge` reads the dataset from a branch's token (`start` is not one of its inputs).
         ("fanout.json", json!({"dataset": "d"}), "completed"),
         (
             "guard-branching.json",

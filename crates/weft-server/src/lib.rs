@@ -9,7 +9,7 @@
 //! Contract: `/work/api-contract.md` (kept in the repository as the OpenAPI document at
 //! `/openapi.json`). Every error is `application/problem+json` with a stable `code`
 //! ([`error::ApiError`]); every request has an `X-Request-Id` ([`request_id`]); everything
-//! under `/v1` and `/plan` is scoped to the caller's tenant ([`auth`]): another tenant's
+//! under `/v1` and `/plan` is scoped to the caller's tenant (`auth`): another tenant's
 //! plan, instance or stream is `404`, and events route only within the tenant.
 //!
 //! Durability: `201` of a start and `202` of an event mean the instance's journal records

@@ -1,6 +1,6 @@
 //! `/metrics`: Prometheus/OpenMetrics text from `prometheus-client`. Counters are bumped by
 //! the handlers (events ingested and routed, instances started, HTTP responses, LLM tokens,
-//! lifecycle events an SSE stream missed) and by [`Metered`], the wrapper the engine's tools
+//! lifecycle events an SSE stream missed) and by `Metered`, the wrapper the engine's tools
 //! run in (steps fired, action latency); gauges (live instances, journal work) are read at
 //! scrape time.
 //!
@@ -216,7 +216,7 @@ impl Metrics {
         }
     }
 
-    /// `registry` with every tool wrapped in [`Metered`] (the tools the engine runs).
+    /// `registry` with every tool wrapped in `Metered` (the tools the engine runs).
     pub fn metered(&self, registry: &weft_tools::Registry) -> weft_tools::Registry {
         let mut out = weft_tools::Registry::new();
         for t in registry.iter() {

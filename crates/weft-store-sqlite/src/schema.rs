@@ -7,7 +7,7 @@ use std::path::Path;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use weft_store::Error;
 
-/// The schema version this build writes. Bump it with a migration in [`migrate`].
+/// The schema version this build writes. Bump it with a migration in `migrate`.
 pub const SCHEMA_VERSION: i64 = 6;
 
 const DDL_V1: &str = "

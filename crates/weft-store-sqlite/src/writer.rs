@@ -6,7 +6,7 @@
 //! its own savepoint; the first needs none), then the batch commits once, and only then is each job's caller answered.
 //! Concurrent instances therefore share one fsync, and no caller learns of a write before it
 //! is durable. The thread remembers the chain heads and lease rows it read or wrote
-//! ([`crate::cache`]); every rollback forgets them.
+//! (`crate::cache`); every rollback forgets them.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -272,7 +272,7 @@ mod tests {
     type ThreeJobs = (Result<()>, Vec<i64>, Vec<Result<()>>, Vec<i64>);
 
     /// Runs a batch of three jobs, each inserting its number and remembering a chain head
-    /// `j{k}` ([`crate::cache`]), but job `failing` inserts `100 + failing` and then runs
+    /// `j{k}` (`crate::cache`), but job `failing` inserts `100 + failing` and then runs
     /// `fail`.
     fn three_jobs(failing: i64, fail: fn(&Connection) -> Result<()>) -> ThreeJobs {
         cache::enable();

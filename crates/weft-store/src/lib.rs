@@ -9,7 +9,7 @@
 //! process owns an instance).
 //!
 //! Backends (`weft-store-sqlite`, the embedded default, and `weft-store-postgres`) implement
-//! [`Store`] and run the same [`conformance`] suite (feature `conformance`). A store location
+//! [`Store`] and run the same `conformance` suite (feature `conformance`). A store location
 //! is a string parsed by [`Location::parse`]; the binary, which links every backend, matches
 //! on it and calls the backend's `open`.
 //!
