@@ -272,7 +272,7 @@ mod tests {
     type ThreeJobs = (Result<()>, Vec<i64>, Vec<Result<()>>, Vec<i64>);
 
     /// Runs a batch of three jobs, each inserting its number and remembering a chain head
-    /// `j{k}` (`crate::cache`), but job `failing` inserts `100 + failing` and then runs
+    /// `j{k}` ([`crate::cache`]), but job `failing` inserts `100 + failing` and then runs
     /// `fail`.
     fn three_jobs(failing: i64, fail: fn(&Connection) -> Result<()>) -> ThreeJobs {
         cache::enable();
