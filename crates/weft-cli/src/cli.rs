@@ -4,11 +4,10 @@
 //! is one variant here plus one module under `cmd/`.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use weft_core::Limits;
 
 use crate::cmd::{
-    analyze, bench, explain, graph, journal, plan, repair, run, schema, serve, summarize, tools,
-    validate,
+    analyze, bench, config, explain, graph, history, plan, repair, run, schema, serve, summarize,
+    tools, validate,
 };
 
 /// weft: check, analyse and export AI plans (colored Petri nets) before they run.
@@ -54,16 +53,16 @@ pub enum Command {
     /// Explain a plan in plain language (template by default, the model with --llm).
     Explain(explain::Args),
     /// Show an instance's marking, waiting steps and in-flight actions at any point of its journal.
-    Inspect(journal::InspectArgs),
+    Inspect(history::InspectArgs),
     /// Re-fold an instance's journal and check that it reproduces the recorded state.
-    Replay(journal::ReplayArgs),
+    Replay(history::ReplayArgs),
     /// Journal maintenance.
     #[command(subcommand)]
-    Journal(journal::JournalCommand),
+    Journal(history::JournalCommand),
     /// Name an instance's current journal head as a checkpoint `cp-<sha256>`.
-    Checkpoint(journal::CheckpointArgs),
+    Checkpoint(history::CheckpointArgs),
     /// Continue an instance from its journal (or fork it from a checkpoint) until it settles.
-    Resume(journal::ResumeArgs),
+    Resume(history::ResumeArgs),
     /// Serve the HTTP API and web UI (embedded SQLite store and one local tenant by default).
     Serve(serve::Args),
     /// Repair a paused, stuck or running instance with the model (a revised plan, its
@@ -72,6 +71,9 @@ pub enum Command {
     /// Summarize a run from its journal: what happened, problems, suggestions (template by
     /// default, the model with --llm).
     Summarize(summarize::Args),
+    /// Print the effective configuration (weft.toml, WEFT_… variables, flags) with where
+    /// each value came from; --check validates it.
+    Config(config::Args),
 }
 
 /// When to colour human output.
@@ -85,42 +87,32 @@ pub enum ColorChoice {
     Never,
 }
 
-/// Global flags: the plan loading limits and colour.
+/// Global flags: the configuration file, the plan loading limits and colour. A limit given
+/// here wins over `[limits]` in the configuration and its `WEFT_LIMITS_…` variable.
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Largest accepted plan document, in bytes.
-    #[arg(long, global = true, value_name = "BYTES", default_value_t = Limits::default().max_bytes, help_heading = "Limits")]
-    pub max_plan_bytes: usize,
-    /// Most steps a plan may have.
-    #[arg(long, global = true, value_name = "N", default_value_t = Limits::default().max_steps, help_heading = "Limits")]
-    pub max_steps: usize,
-    /// Most events a plan may have.
-    #[arg(long, global = true, value_name = "N", default_value_t = Limits::default().max_events, help_heading = "Limits")]
-    pub max_events: usize,
-    /// Deepest JSON nesting anywhere in the plan.
-    #[arg(long, global = true, value_name = "N", default_value_t = Limits::default().max_depth, help_heading = "Limits")]
-    pub max_depth: usize,
-    /// Longest event or step name, in characters.
-    #[arg(long, global = true, value_name = "N", default_value_t = Limits::default().max_name_len, help_heading = "Limits")]
-    pub max_name_len: usize,
-    /// Longest CEL expression, in bytes.
-    #[arg(long, global = true, value_name = "BYTES", default_value_t = Limits::default().max_expr_len, help_heading = "Limits")]
-    pub max_expr_len: usize,
+    /// The configuration file (default: `weft.toml` in the working directory, if any).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Largest accepted plan document, in bytes [default: 8 MiB].
+    #[arg(long, global = true, value_name = "BYTES", help_heading = "Limits")]
+    pub max_plan_bytes: Option<usize>,
+    /// Most steps a plan may have [default: 50,000].
+    #[arg(long, global = true, value_name = "N", help_heading = "Limits")]
+    pub max_steps: Option<usize>,
+    /// Most events a plan may have [default: 50,000].
+    #[arg(long, global = true, value_name = "N", help_heading = "Limits")]
+    pub max_events: Option<usize>,
+    /// Deepest JSON nesting anywhere in the plan [default: 64].
+    #[arg(long, global = true, value_name = "N", help_heading = "Limits")]
+    pub max_depth: Option<usize>,
+    /// Longest event or step name, in characters [default: 256].
+    #[arg(long, global = true, value_name = "N", help_heading = "Limits")]
+    pub max_name_len: Option<usize>,
+    /// Longest CEL expression, in bytes [default: 4,096].
+    #[arg(long, global = true, value_name = "BYTES", help_heading = "Limits")]
+    pub max_expr_len: Option<usize>,
     /// When to use colour in human output.
     #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
-}
-
-impl GlobalArgs {
-    /// The loading and validation limits the flags describe.
-    pub fn limits(&self) -> Limits {
-        Limits {
-            max_bytes: self.max_plan_bytes,
-            max_steps: self.max_steps,
-            max_events: self.max_events,
-            max_name_len: self.max_name_len,
-            max_depth: self.max_depth,
-            max_expr_len: self.max_expr_len,
-        }
-    }
 }

@@ -15,7 +15,6 @@ pub mod cmd;
 pub mod input;
 pub mod llm;
 pub mod output;
-pub mod store;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -9,12 +9,12 @@ use serde_json::Value;
 use weft_core::Status;
 use weft_runtime::{CompiledPlan, Engine, EngineOptions, InstanceHandle, Outcome, Redispatch};
 use weft_store::{InstanceRecord, InstanceStatus, NewRecord, Page, Store, now_ms};
-use weft_tools::Registry;
+use weft_tools::{Interceptor, Stage};
 
 use crate::error::DurableError;
 use crate::history::{self, PlanCache, read_range};
-use crate::journal::{Gate, GatedBus, PlanEntry, StoreJournal};
 use crate::record::{Entry, Folded};
+use crate::store_journal::{GateLink, GatedBus, PlanEntry, StoreJournal};
 
 /// Pseudo-journal that reserves blocks of instance ids, so a restarted process never hands
 /// out an id a previous one used.
@@ -125,7 +125,7 @@ fn timer_rows(
                 .map_or("", |e| e.name.as_str());
             (
                 *id,
-                crate::journal::timer_row(
+                crate::store_journal::timer_row(
                     instance,
                     *id,
                     event,
@@ -147,6 +147,7 @@ pub struct Durable {
     store: Arc<dyn Store>,
     plans: Arc<PlanCache>,
     config: DurableConfig,
+    gate: Arc<dyn Interceptor>,
 }
 
 impl std::fmt::Debug for Durable {
@@ -228,8 +229,9 @@ fn process_alive(proc: &std::path::Path, pid: u32) -> bool {
 }
 
 impl Durable {
-    /// Builds a durable engine over `store`: every tool of `opts.registry` is wrapped in a
-    /// dispatch gate and `opts.journal` is replaced by the store journal. Reserves a block
+    /// Builds a durable engine over `store`: the journal gate is installed at the
+    /// durability stage of `opts.chain` (so every tool call waits for the journal) and
+    /// `opts.journal` is replaced by the store journal. Reserves a block
     /// of instance ids. Call inside a tokio runtime. Does not recover anything: call
     /// [`Durable::recover`] after registering plans (or at once: recovery compiles the
     /// stored plan versions itself).
@@ -267,16 +269,12 @@ impl Durable {
             }
         });
         journal.set_record_idempotent_dispatch(config.record_idempotent_dispatch);
-        let mut reg = Registry::new();
-        for t in opts.registry.iter() {
-            let ungated = !config.gate_pure_actions && !config.record_idempotent_dispatch;
-            reg.register(Arc::new(Gate::with_pure_ungated(
-                Arc::clone(t),
-                Arc::clone(&journal),
-                ungated,
-            )));
-        }
-        opts.registry = Arc::new(reg);
+        // The journal gate takes its stage in the engine's one tool-call chain.
+        let gate: Arc<dyn Interceptor> = Arc::new(GateLink {
+            journal: Arc::clone(&journal),
+            pure_ungated: !config.gate_pure_actions && !config.record_idempotent_dispatch,
+        });
+        opts.chain.set(Stage::Durability, Arc::clone(&gate));
         opts.bus = Arc::new(GatedBus::new(Arc::clone(&opts.bus), Arc::clone(&journal)));
         opts.journal = Some(journal.clone() as Arc<dyn weft_runtime::Journal>);
         let engine = Engine::new(opts);
@@ -327,6 +325,7 @@ impl Durable {
             store,
             plans: Arc::new(PlanCache::default()),
             config,
+            gate,
         })
     }
 
@@ -354,6 +353,11 @@ impl Durable {
     /// The engine (for ingest, subscribe, state, …).
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The journal gate this engine installed at the durability stage of its chain.
+    pub fn gate_link(&self) -> Arc<dyn Interceptor> {
+        Arc::clone(&self.gate)
     }
 
     /// The store.

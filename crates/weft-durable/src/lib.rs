@@ -72,7 +72,7 @@
 //! ## Timers and the instance context
 //! `timer.after` / `at` / `cron` and `context.put` are journaled by the runtime's tool
 //! services while the tool runs (`timer.set`, `context.put`), so before the step's
-//! outcome; the fold (`weft_runtime::journal::fold`, the one rule) keeps the pending
+//! outcome; the fold (`weft_runtime::journal_hook::fold`, the one rule) keeps the pending
 //! timers and the context in [`Folded::extras`]. Recovery hands them to
 //! `Engine::restore_with`: the context comes back and every pending timer is re-armed
 //! under its id at its due time; one that came due while weft was down fires at once and
@@ -279,12 +279,11 @@
 //! 200 was no better; on tmpfs the old layout gave 94–104k, so the disk's write bandwidth
 //! (~470 MB/s here) was much of the gap.
 
-pub mod bench;
 mod durable;
 mod error;
 mod history;
-mod journal;
 mod record;
+mod store_journal;
 
 pub use durable::{DEFAULT_SNAPSHOT_EVERY, Durable, DurableConfig, RecoveryReport};
 pub use error::DurableError;
@@ -292,5 +291,5 @@ pub use history::{
     InFlightAction, InspectEvent, Inspection, PlanCache, ReplayReport, checkpoint, checkpoint_seq,
     inspect, replay, verify,
 };
-pub use journal::{Gate, GatedBus, JournalStats, StoreJournal};
 pub use record::{Entry, Folded, RECORD_VERSION};
+pub use store_journal::{Gate, GatedBus, JournalStats, StoreJournal};

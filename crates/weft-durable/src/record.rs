@@ -832,7 +832,7 @@ impl Folded {
         Ok(f)
     }
 
-    /// Applies one input exactly as the runtime loop does (`weft_runtime::journal::replay`
+    /// Applies one input exactly as the runtime loop does (`weft_runtime::journal_hook::replay`
     /// for a single step): apply, then fire everything enabled.
     /// `net` is the plan the instance started with; after a repair the fold continues on
     /// the repaired plan by itself.
@@ -843,7 +843,7 @@ impl Folded {
             self.dispatched.remove(firing);
         }
         let cur = self.net.clone();
-        weft_runtime::journal::fold(
+        weft_runtime::journal_hook::fold(
             cur.as_deref().unwrap_or(net),
             id,
             &mut self.instance,

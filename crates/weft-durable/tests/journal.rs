@@ -35,7 +35,7 @@ async fn settle_status(d: &Durable, id: &str) {
 /// the live core instance, chain verification, and inspect at every seq.
 async fn live_and_replayed(store: Arc<dyn Store>) {
     let d = durable(Arc::clone(&store), false, DurableConfig::default()).await;
-    d.register("t", weft_runtime::bench::workloads::chain_plan("chain5", 5))
+    d.register("t", weft_bench::engine::workloads::chain_plan("chain5", 5))
         .await
         .unwrap();
     d.register("t", two_step("two", "once")).await.unwrap();

@@ -77,8 +77,8 @@ fn process<T>(f: impl Future<Output = T>) -> T {
 
 async fn durable_at(store: Arc<dyn Store>, clock: &ManualClock) -> Durable {
     let mut reg = registry(false);
-    weft_tools::timer::register(&mut reg);
-    weft_tools::context::register(&mut reg);
+    weft_builtins::timer::register(&mut reg);
+    weft_builtins::context::register(&mut reg);
     Durable::open(
         store,
         EngineOptions {

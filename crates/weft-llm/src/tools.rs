@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use weft_tools::builtin::builtin_spec;
+use weft_builtins::builtin::builtin_spec;
 use weft_tools::{BoxFuture, Tool, ToolContext, ToolError, ToolSpec};
 
 use crate::chat::{ChatRequest, Message, ResponseFormat};

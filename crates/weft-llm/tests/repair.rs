@@ -130,7 +130,7 @@ fn failing_doc() -> Value {
 
 fn engine_with(llm: Llm) -> (weft_runtime::Engine, Arc<weft_runtime::MemoryJournal>) {
     let mut reg = weft_tools::Registry::new();
-    weft_tools::builtin::register_pure(&mut reg);
+    weft_builtins::builtin::register_pure(&mut reg);
     let specs: Vec<ToolSpec> = reg.iter().map(|t| t.spec().clone()).collect();
     let journal = Arc::new(weft_runtime::MemoryJournal::new());
     let repairer = weft_llm::LlmRepairer::new(Arc::new(llm), specs).with_options(PlanOptions {
@@ -185,7 +185,7 @@ async fn the_engine_repairs_a_failed_step_with_the_scripted_model_and_replays_it
             .count(),
         1
     );
-    let replayed = weft_runtime::journal::replay(&original.net, h.id(), &inputs).unwrap();
+    let replayed = weft_runtime::journal_hook::replay(&original.net, h.id(), &inputs).unwrap();
     let live = h.core_instance().unwrap();
     assert_eq!(replayed.status, live.status);
     assert_eq!(

@@ -25,10 +25,10 @@ use weft_core::token::FiringId;
 use weft_core::{ActionError, GraphType, Instance, Next, Status, StepId};
 
 use crate::engine::Shared;
-use crate::journal::Input;
+use crate::journal_hook::Input;
 use crate::outcome::{InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
 use crate::plans::CompiledPlan;
-use crate::repair::stuck_failure;
+use crate::repair_loop::stuck_failure;
 
 /// An action's outcome: the result is wrapped in its `Arc` where the tool returns it, so it
 /// moves as one pointer until the emitted tokens share it.

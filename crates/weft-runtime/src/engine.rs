@@ -10,16 +10,16 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use weft_core::{EventKind, Limits, Plan};
-use weft_tools::Registry;
+use weft_tools::{Chain, Registry};
 
 use crate::Error;
 use crate::bus::{Bus, CloudEvent, Filter, InProcessBus, Subscription};
 use crate::cell::{Cell, lock};
 use crate::clock::{Clock, SystemClock, rfc3339};
-use crate::journal::{Input, Journal};
+use crate::journal_hook::{Input, Journal};
 use crate::outcome::{Outcome, StateSnapshot};
 use crate::plans::CompiledPlan;
-use crate::repair::Repairer;
+use crate::repair_loop::Repairer;
 use crate::timers::{TimerEntry, TimerKind, Timers};
 
 /// Computes the next due time (epoch ms) of a cron expression after `after_ms`.
@@ -28,8 +28,12 @@ pub type CronNext = Arc<dyn Fn(&str, i64) -> Option<i64> + Send + Sync>;
 /// How to build an engine.
 #[derive(Clone)]
 pub struct EngineOptions {
-    /// Tools steps can call (also the catalog plans are validated against).
+    /// Tools steps can call (also the catalog plans are validated against). Default:
+    /// none; the assembly point (`weft-node`) registers the built-in and configured tools.
     pub registry: Arc<Registry>,
+    /// The interceptors every call of every tool of `registry` passes, applied once when
+    /// the engine is built (`weft_tools::chain`). Default: none.
+    pub chain: Chain,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Where lifecycle events go.
@@ -46,7 +50,8 @@ pub struct EngineOptions {
     /// Reactive instances with no input for this long are stopped.
     pub idle_expiry_ms: Option<u64>,
     /// Next-occurrence function for repeating (`cron`) timers; without it they fire once.
-    /// Default: `weft_tools::timer::next_occurrence` (croner, UTC).
+    /// Default: none; the assembly point installs `weft_builtins::timer::next_occurrence`
+    /// (croner, UTC).
     pub cron: Option<CronNext>,
     /// Record a trace of firings for every instance.
     pub trace: bool,
@@ -73,10 +78,9 @@ impl std::fmt::Debug for EngineOptions {
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        let mut registry = Registry::new();
-        weft_tools::builtin::register_pure(&mut registry);
         EngineOptions {
-            registry: Arc::new(registry),
+            registry: Arc::new(Registry::new()),
+            chain: Chain::new(),
             clock: Arc::new(SystemClock),
             bus: Arc::new(InProcessBus::default()),
             journal: None,
@@ -84,7 +88,7 @@ impl Default for EngineOptions {
             check_tools: true,
             max_firings_per_sec: Some(10_000),
             idle_expiry_ms: None,
-            cron: Some(Arc::new(weft_tools::timer::next_occurrence)),
+            cron: None,
             trace: false,
             runtime: None,
             repairer: None,
@@ -263,7 +267,13 @@ impl Engine {
             .or_else(|| tokio::runtime::Handle::try_current().ok());
         Engine {
             inner: Arc::new(Shared {
-                registry: opts.registry,
+                // Every tool is wrapped once here, so every call of this engine, on every
+                // path, passes the same chain.
+                registry: if opts.chain.is_empty() {
+                    opts.registry
+                } else {
+                    Arc::new(opts.chain.apply(&opts.registry))
+                },
                 clock: opts.clock,
                 bus: opts.bus,
                 journal: opts.journal,

@@ -4,24 +4,23 @@
 //! instance has one sequential loop that owns its marking (`cell`), tools are called
 //! through the `weft_tools::Tool` trait (`dispatch`), events come in through [`Engine::ingest`]
 //! and lifecycle events go out on a [`bus::Bus`]. Storage, bus and tools are reached only
-//! through traits; every instance input passes a [`journal::Journal`] hook so the durability
+//! through traits; every instance input passes a [`journal_hook::Journal`] hook so the durability
 //! layer can persist and replay it.
 //!
 //! Architecture invariant: the runtime never changes a marking except by applying a
-//! [`journal::Input`] to a `weft_core::Instance`; all time comes from [`clock::Clock`].
+//! [`journal_hook::Input`] to a `weft_core::Instance`; all time comes from [`clock::Clock`].
 
-pub mod bench;
 pub mod bus;
 mod cell;
 pub mod clock;
 mod dispatch;
 mod engine;
 mod error;
-pub mod journal;
+pub mod journal_hook;
 mod outcome;
 mod plans;
 mod recover;
-mod repair;
+mod repair_loop;
 mod services;
 mod timers;
 
@@ -29,8 +28,8 @@ pub use bus::{Bus, CloudEvent, Delivery, Filter, InProcessBus, Subscription};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{CronNext, Engine, EngineOptions, InstanceHandle, StartOptions, WeakEngine};
 pub use error::Error;
-pub use journal::{Extras, Input, Journal, MemoryJournal, PendingTimer, Repair};
+pub use journal_hook::{Extras, Input, Journal, MemoryJournal, PendingTimer, Repair};
 pub use outcome::{InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
 pub use plans::CompiledPlan;
 pub use recover::Redispatch;
-pub use repair::{RepairContext, RepairError, Repairer};
+pub use repair_loop::{RepairContext, RepairError, Repairer};

@@ -19,7 +19,7 @@ use weft_core::{ActionError, Instance};
 use crate::Error;
 use crate::cell::{Cell, Ready, lock};
 use crate::engine::{Engine, InstanceHandle};
-use crate::journal::Extras;
+use crate::journal_hook::Extras;
 use crate::plans::CompiledPlan;
 
 /// What [`Engine::restore`] did with an in-flight action.

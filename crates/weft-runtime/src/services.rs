@@ -17,7 +17,7 @@ use weft_tools::{BoxFuture, ChildPlan, TimerRequest, ToolContext, ToolError, Too
 
 use crate::cell::{Cell, lock};
 use crate::engine::{Engine, StartOptions};
-use crate::journal::{Input, PendingTimer};
+use crate::journal_hook::{Input, PendingTimer};
 use crate::timers::{TimerEntry, TimerKind};
 
 impl ToolServices for Cell {

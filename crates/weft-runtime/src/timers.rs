@@ -164,7 +164,7 @@ fn fire(engine: &Arc<Shared>, entry: TimerEntry, due: i64, now: i64) {
             }
             // The loop counts the timer off when it applies its last firing (`Cell::apply`),
             // so the instance is never seen settled between the count and the token.
-            cell.submit(crate::journal::Input::Timer {
+            cell.submit(crate::journal_hook::Input::Timer {
                 id: entry.id,
                 event,
                 payload: data,

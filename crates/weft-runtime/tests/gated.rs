@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use weft_core::token::FiringId;
 use weft_core::{Effect, Status, ToolSpec};
-use weft_runtime::journal::replay;
+use weft_runtime::journal_hook::replay;
 use weft_runtime::{Engine, EngineOptions, Input, InstanceHandle, Journal, MemoryJournal};
 use weft_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError};
 
@@ -126,7 +126,7 @@ fn setup() -> (Engine, Arc<HeldJournal>, Arc<AtomicUsize>) {
     let journal = Arc::new(HeldJournal::default());
     let calls = Arc::new(AtomicUsize::new(0));
     let mut reg = Registry::new();
-    weft_tools::builtin::register_pure(&mut reg);
+    weft_builtins::builtin::register_pure(&mut reg);
     reg.register(Arc::new(GatedAdd {
         spec: common::spec("t.add", Effect::Pure),
         calls: Arc::clone(&calls),

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use common::{assert_same, harness_with, out};
 use serde_json::{Value, json};
 use weft_core::{Plan, Status};
-use weft_runtime::journal::replay;
+use weft_runtime::journal_hook::replay;
 use weft_runtime::{Input, RepairContext, RepairError, Repairer};
 use weft_tools::BoxFuture;
 

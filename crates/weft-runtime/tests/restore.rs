@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use weft_core::{Effect, Status, ToolSpec};
-use weft_runtime::journal::replay_with_extras;
+use weft_runtime::journal_hook::replay_with_extras;
 use weft_runtime::{Engine, EngineOptions, ManualClock, MemoryJournal};
 use weft_tools::{BoxFuture, Registry, TimerRequest, Tool, ToolContext, ToolError};
 
@@ -50,7 +50,7 @@ impl Tool for Arm {
 
 fn engine(clock: &ManualClock, journal: &Arc<MemoryJournal>, hang: bool) -> Engine {
     let mut reg = Registry::new();
-    weft_tools::builtin::register_pure(&mut reg);
+    weft_builtins::builtin::register_pure(&mut reg);
     reg.register(Arc::new(Arm {
         spec: ToolSpec {
             name: "t.arm".into(),

@@ -35,9 +35,7 @@ pub mod telemetry;
 use std::net::SocketAddr;
 
 pub use app::{app, openapi_doc};
-pub use state::{
-    AppState, ConfigError, LOCAL_TENANT, ServerConfig, parse_tokens_env, read_tokens_file,
-};
+pub use state::{AppState, ConfigError, LOCAL_TENANT, ServerConfig};
 
 /// Refuses to run without tokens on a non-loopback address.
 pub fn check_listen(config: &ServerConfig) -> Result<(), ConfigError> {

@@ -317,7 +317,7 @@ pub async fn react(
 ) -> ApiResult<Json<weft_llm::PlannerResponse>> {
     let llm = llm(&state)?;
     let exec = weft_llm::RegistryExecutor::new(
-        Arc::clone(&state.inner.registry),
+        Arc::clone(&state.inner.outside),
         weft_tools::ToolContext::detached("react"),
     );
     let r = weft_llm::run_react(&llm, &Correlation::new(tenant), &req, &exec)

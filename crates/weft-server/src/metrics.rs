@@ -216,17 +216,13 @@ impl Metrics {
         }
     }
 
-    /// `registry` with every tool wrapped in `Metered` (the tools the engine runs).
-    pub fn metered(&self, registry: &weft_tools::Registry) -> weft_tools::Registry {
-        let mut out = weft_tools::Registry::new();
-        for t in registry.iter() {
-            out.register(Arc::new(Metered {
-                inner: Arc::clone(t),
-                steps: self.steps_fired.clone(),
-                latency: self.action_latency.clone(),
-            }));
-        }
-        out
+    /// The link of the tool-call chain that feeds these metrics (its metrics stage):
+    /// every tool the engine runs is wrapped in `Metered`.
+    pub fn link(&self) -> Arc<dyn weft_tools::Interceptor> {
+        Arc::new(MeteredLink {
+            steps: self.steps_fired.clone(),
+            latency: self.action_latency.clone(),
+        })
     }
 
     /// The text exposition, after refreshing the scrape-time gauges.
@@ -249,6 +245,26 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// The metrics stage of the tool-call chain.
+struct MeteredLink {
+    steps: Counter,
+    latency: Histogram,
+}
+
+impl weft_tools::Interceptor for MeteredLink {
+    fn describe(&self) -> String {
+        "server metrics (steps fired, action latency)".into()
+    }
+
+    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
+        Arc::new(Metered {
+            inner: tool,
+            steps: self.steps.clone(),
+            latency: self.latency.clone(),
+        })
     }
 }
 

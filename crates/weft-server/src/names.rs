@@ -5,16 +5,7 @@ use axum::http::StatusCode;
 
 use crate::error::ApiError;
 
-/// `[A-Za-z0-9][A-Za-z0-9._-]{0,127}` and not containing `..`.
-pub fn valid_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 128
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
-        && !s.contains("..")
-}
+pub use weft_node::valid_name;
 
 /// `400 invalid_name` unless `s` is a valid name.
 pub fn check_name(what: &str, s: &str) -> Result<(), ApiError> {

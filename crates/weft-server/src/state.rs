@@ -5,13 +5,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use weft_durable::{Durable, DurableConfig};
-use weft_runtime::{CompiledPlan, EngineOptions, InProcessBus, TraceEntry};
+use weft_durable::Durable;
+use weft_runtime::{CompiledPlan, TraceEntry};
 use weft_store::Store;
 use weft_tools::Registry;
 
@@ -41,10 +40,6 @@ pub struct ServerConfig {
     pub keep_alive: Duration,
     /// Traces of finished instances kept in memory for `GET …/trace`.
     pub trace_retention: usize,
-    /// Records between two snapshots of a reactive instance, which then drops the journal
-    /// the snapshot covers (`None`: never compacted). Default
-    /// [`weft_durable::DEFAULT_SNAPSHOT_EVERY`].
-    pub snapshot_every: Option<u64>,
 }
 
 impl Default for ServerConfig {
@@ -58,17 +53,39 @@ impl Default for ServerConfig {
             rate_burst: 200_000.0,
             keep_alive: Duration::from_secs(15),
             trace_retention: 10_000,
-            snapshot_every: DurableConfig::default().snapshot_every,
         }
+    }
+}
+
+impl ServerConfig {
+    /// The server settings of a configuration's `[server]` section (tokens read from the
+    /// file or list it names).
+    pub fn from_section(s: &weft_node::config::ServerSection) -> Result<ServerConfig, ConfigError> {
+        let listen = s.listen.parse().map_err(|_| {
+            ConfigError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("server.listen `{}` is not an address and port", s.listen),
+            ))
+        })?;
+        Ok(ServerConfig {
+            listen,
+            tokens: weft_node::tokens::tokens(s)?,
+            body_limit: s.body_limit,
+            plan_body_limit: s.plan_body_limit,
+            rate_per_sec: s.rate_limit,
+            rate_burst: s.rate_burst,
+            trace_retention: s.trace_retention,
+            ..ServerConfig::default()
+        })
     }
 }
 
 /// Errors configuring the server.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The tokens file could not be read or parsed.
-    #[error("[invalid_tokens] {0}")]
-    Tokens(String),
+    /// The node could not be assembled (store, bus, tools, model, tokens).
+    #[error("{0}")]
+    Node(#[from] weft_node::Error),
     /// Refused to listen without auth on a non-loopback address.
     #[error(
         "[unsafe_listen] no API tokens are configured, so the server only listens on a loopback address (got {0}); set WEFT_API_TOKENS or --tokens FILE"
@@ -77,6 +94,9 @@ pub enum ConfigError {
     /// Opening the durable engine failed.
     #[error("{0}")]
     Durable(#[from] weft_durable::DurableError),
+    /// The node was built without a store (the server needs a durable one).
+    #[error("[invalid_config] the server needs a durable node (one built with a store)")]
+    NotDurable,
     /// I/O.
     #[error("[io] {0}")]
     Io(#[from] std::io::Error),
@@ -84,49 +104,6 @@ pub enum ConfigError {
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`).
     #[error("[invalid_otlp] {0}; check --otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT")]
     Telemetry(String),
-}
-
-/// Parses `WEFT_API_TOKENS` (`tokA=tenant-a,tokB=tenant-b`).
-pub fn parse_tokens_env(s: &str) -> Result<HashMap<String, String>, ConfigError> {
-    let mut out = HashMap::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (tok, tenant) = part.split_once('=').ok_or_else(|| {
-            ConfigError::Tokens(format!("`{part}` is not TOKEN=TENANT (WEFT_API_TOKENS)"))
-        })?;
-        insert_token(&mut out, tok.trim(), tenant.trim())?;
-    }
-    Ok(out)
-}
-
-/// Reads a tokens file: a JSON object `{"token": "tenant"}`.
-pub fn read_tokens_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::Tokens(format!("cannot read `{}`: {e}", path.display())))?;
-    let map: HashMap<String, String> = serde_json::from_str(&text).map_err(|e| {
-        ConfigError::Tokens(format!(
-            "`{}` is not a JSON object of token → tenant strings: {e}",
-            path.display()
-        ))
-    })?;
-    let mut out = HashMap::new();
-    for (t, ten) in map {
-        insert_token(&mut out, &t, &ten)?;
-    }
-    Ok(out)
-}
-
-fn insert_token(
-    out: &mut HashMap<String, String>,
-    tok: &str,
-    tenant: &str,
-) -> Result<(), ConfigError> {
-    if tok.is_empty() || !crate::names::valid_name(tenant) {
-        return Err(ConfigError::Tokens(format!(
-            "token `{tok}` → tenant `{tenant}`: tokens must be non-empty and tenants match [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}"
-        )));
-    }
-    out.insert(tok.to_string(), tenant.to_string());
-    Ok(())
 }
 
 /// Traces of finished instances by id, with their ids oldest first (for eviction).
@@ -147,7 +124,10 @@ impl std::fmt::Debug for AppState {
 pub(crate) struct Inner {
     pub config: ServerConfig,
     pub durable: Durable,
+    /// The tools as registered (validation, the planner's catalog).
     pub registry: Arc<Registry>,
+    /// The tools for calls outside any instance (`/plan/react`), through the chain.
+    pub outside: Arc<Registry>,
     pub llm: Option<Arc<dyn weft_llm::ChatProvider>>,
     pub limiter: RateLimiter,
     pub metrics: Metrics,
@@ -167,31 +147,22 @@ pub(crate) struct Inner {
 }
 
 impl AppState {
-    /// Opens the durable engine over `store` with the tools of `registry` (an in-process bus
-    /// with room for 65,536 events per slow subscriber), recovers every non-terminal
-    /// instance and builds the state. `llm`: the provider for `/v1/generate`, `/v1/explain`
-    /// (with a model), `/v1/instances/{id}/repair` and `/plan/react`.
+    /// Builds the node `builder` describes (over `store` when given, else the store its
+    /// configuration names) with the server's metrics at the metrics stage of its tool-call
+    /// chain (steps fired, action latency), recovers every non-terminal instance and builds
+    /// the state.
     pub async fn open(
-        store: Arc<dyn Store>,
-        registry: Arc<Registry>,
-        llm: Option<Arc<dyn weft_llm::ChatProvider>>,
+        builder: weft_node::Builder,
+        store: Option<Arc<dyn Store>>,
         config: ServerConfig,
     ) -> Result<(AppState, weft_durable::RecoveryReport), ConfigError> {
-        let bus = Arc::new(InProcessBus::new(65_536));
-        // The engine runs the tools metered (steps fired, action latency); validation and
-        // the LLM see the plain registry.
         let metrics = Metrics::new();
-        let opts = EngineOptions {
-            registry: Arc::new(metrics.metered(&registry)),
-            bus,
-            ..EngineOptions::default()
+        let builder = builder.link(weft_tools::Stage::Metrics, metrics.link());
+        let node = match store {
+            Some(store) => builder.open_on(store).await?,
+            None => builder.open().await?,
         };
-        let durable_config = DurableConfig {
-            snapshot_every: config.snapshot_every,
-            ..DurableConfig::default()
-        };
-        let durable = Durable::open(store, opts, durable_config).await?;
-        let state = AppState::with_metrics(durable, registry, llm, config, metrics);
+        let state = AppState::with_metrics(node, config, metrics)?;
         let report = state.inner.durable.recover().await?;
         for h in &report.handles {
             state.track(h.clone());
@@ -199,33 +170,21 @@ impl AppState {
         Ok((state, report))
     }
 
-    /// State over an already opened durable engine (no recovery). Its step metrics count
-    /// only if the engine's tools were wrapped with [`Metrics::metered`] of the same
-    /// metrics, as [`AppState::open`] does.
-    pub fn new(
-        durable: Durable,
-        registry: Arc<Registry>,
-        llm: Option<Arc<dyn weft_llm::ChatProvider>>,
-        config: ServerConfig,
-    ) -> AppState {
-        AppState::with_metrics(durable, registry, llm, config, Metrics::new())
-    }
-
     fn with_metrics(
-        durable: Durable,
-        registry: Arc<Registry>,
-        llm: Option<Arc<dyn weft_llm::ChatProvider>>,
+        node: weft_node::Node,
         config: ServerConfig,
         metrics: Metrics,
-    ) -> AppState {
+    ) -> Result<AppState, ConfigError> {
+        let durable = node.durable().cloned().ok_or(ConfigError::NotDurable)?;
         let limiter = RateLimiter::new(config.rate_per_sec, config.rate_burst);
         let (shutdown, _) = tokio::sync::watch::channel(false);
-        AppState {
+        Ok(AppState {
             inner: Arc::new(Inner {
                 config,
                 durable,
-                registry,
-                llm,
+                registry: Arc::clone(node.registry()),
+                outside: Arc::clone(node.outside_registry()),
+                llm: node.llm().cloned(),
                 limiter,
                 metrics,
                 plans: Mutex::new(HashMap::new()),
@@ -235,7 +194,7 @@ impl AppState {
                 handles: Mutex::new(HashMap::new()),
                 shutdown,
             }),
-        }
+        })
     }
 
     /// The durable engine.

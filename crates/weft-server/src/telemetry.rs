@@ -60,12 +60,14 @@ impl Telemetry {
     }
 }
 
-/// Installs the global subscriber: the stderr log filtered by `RUST_LOG` (default `warn`)
-/// and, with `otlp_url`, an OpenTelemetry layer that exports weft's INFO spans (requests,
+/// Installs the global subscriber: the stderr log filtered by `RUST_LOG` (else `default_filter`,
+/// `[telemetry] log`) and, with `otlp_url`, an OpenTelemetry layer that exports weft's INFO spans (requests,
 /// steps) to it. Call it before the async runtime starts (the exporter's HTTP client runs on
 /// its own thread).
-pub fn init(otlp_url: Option<&str>) -> Result<Telemetry, ConfigError> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+pub fn init(otlp_url: Option<&str>, default_filter: &str) -> Result<Telemetry, ConfigError> {
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(default_filter))
+        .unwrap_or_else(|_| EnvFilter::new("warn"));
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -22,8 +22,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde_json::Value;
 use weft_store::{
     Appended, EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
-    LeaseTerms, Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result,
-    Snapshot, StatusChange, Store, Timer, check_records,
+    LeaseTerms, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot,
+    StatusChange, Store, Timer, check_records,
 };
 
 pub use schema::SCHEMA_VERSION;
@@ -135,14 +135,15 @@ impl PgStore {
     }
 }
 
-/// Opens a store from a `postgres://…` location.
+/// Opens a store from a `postgres://…` (or `postgresql://…`) URL.
 pub async fn open(location: &str) -> Result<Arc<dyn Store>> {
-    match Location::parse(location)? {
-        Location::Postgres(url) => Ok(Arc::new(PgStore::open(&url).await?)),
-        Location::Sqlite(_) => Err(Error::InvalidUrl {
-            message: "a SQLite location needs the SQLite backend".into(),
-        }),
+    let url = location.trim();
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(Error::InvalidUrl {
+            message: format!("`{url}` is not a postgres:// URL"),
+        });
     }
+    Ok(Arc::new(PgStore::open(url).await?))
 }
 
 #[async_trait]

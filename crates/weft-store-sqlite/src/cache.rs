@@ -10,7 +10,7 @@
 //! - it exists only on the writer thread (a thread-local, [`enable`]d when the thread
 //!   starts; on any other thread every call here is a miss or does nothing);
 //! - every statement that writes a remembered row updates or forgets its entry
-//!   (`journal::append`, `journal::append_many`, `journal::truncate_before`, the lease
+//!   (`journal_log::append`, `journal_log::append_many`, `journal_log::truncate_before`, the lease
 //!   functions of `state`);
 //! - a rollback of any kind (a job's savepoint, the first job's transaction, a failed commit)
 //!   forgets everything, since the entries of the rolled-back work would be wrong
@@ -44,7 +44,7 @@ struct Memory {
     /// write chain heads to `chain_heads` only when the log is merged (see `journal`), so
     /// an instance's head is the newer of its `chain_heads` row and this. Kept up to date
     /// by every append and merge, so it survives [`MAX_ENTRIES`]; bounded by the log's size.
-    log_heads: [Option<LogHeads>; crate::journal::LOG_PARTS],
+    log_heads: [Option<LogHeads>; crate::journal_log::LOG_PARTS],
     /// Lease owner and epoch.
     fences: HashMap<String, (String, u64), foldhash::fast::RandomState>,
     /// `PRAGMA data_version` when the last batch began.

@@ -32,7 +32,7 @@
 mod batch;
 mod cache;
 mod checkpointer;
-mod journal;
+mod journal_log;
 mod readers;
 mod schema;
 mod state;
@@ -46,11 +46,11 @@ use async_trait::async_trait;
 use serde_json::Value;
 use weft_store::{
     Appended, EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
-    LeaseTerms, Location, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result,
-    Snapshot, StatusChange, Store, Timer, check_records,
+    LeaseTerms, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot,
+    StatusChange, Store, Timer, check_records,
 };
 
-pub use journal::{LOG_PARTS, partition as log_partition};
+pub use journal_log::{LOG_PARTS, partition as log_partition};
 pub use schema::SCHEMA_VERSION;
 pub use writer::WriterStats;
 
@@ -99,7 +99,7 @@ struct LogPart {
 /// When to merge the journal log's partitions.
 #[derive(Debug)]
 struct LogState {
-    parts: [LogPart; journal::LOG_PARTS],
+    parts: [LogPart; journal_log::LOG_PARTS],
     /// Merge a partition once its `rows` reach this.
     merge_at: AtomicU64,
     /// Whether merges wait for enough rows per instance (off once an interval is set).
@@ -193,7 +193,7 @@ fn merge_job(
         let log = &claim.0;
         // Everything in the partition now moves (appends run on this thread too); a batch
         // that fails to commit leaves rows behind, merged next time.
-        let r = journal::merge_log(c, part, false);
+        let r = journal_log::merge_log(c, part, false);
         if let (Ok(_), Some(p)) = (&r, log.parts.get(part)) {
             p.rows.store(0, Ordering::Relaxed);
             p.instances
@@ -214,7 +214,7 @@ fn merge_job(
 /// first: recovery loads hundreds of batches, and each would scan the log.
 const LOAD_MERGE_ROWS: u64 = 1_024;
 
-/// An instance's log hash ([`journal::instance_hash`]) and how many rows were appended to it.
+/// An instance's log hash ([`journal_log::instance_hash`]) and how many rows were appended to it.
 type Appends = (u64, usize);
 
 impl std::fmt::Debug for SqliteStore {
@@ -236,12 +236,12 @@ impl SqliteStore {
             let conn = schema::open_writer(&p)?;
             // Whatever the last process left in the log goes into the journal now, so
             // recovery's reads find everything in the indexed table.
-            let rows = journal::log_rows(&conn)?;
+            let rows = journal_log::log_rows(&conn)?;
             if rows.iter().any(|n| *n > 0) {
                 let tx = conn.unchecked_transaction().map_err(schema::map_err)?;
                 for (part, n) in rows.iter().enumerate() {
                     if *n > 0 {
-                        journal::merge_log(&tx, part, true)?;
+                        journal_log::merge_log(&tx, part, true)?;
                     }
                 }
                 tx.commit().map_err(schema::map_err)?;
@@ -275,7 +275,7 @@ impl SqliteStore {
     fn appended(&self, appends: &[Appends]) {
         let log = &self.log;
         for &(hash, n) in appends {
-            let part = (hash % journal::LOG_PARTS as u64) as usize;
+            let part = (hash % journal_log::LOG_PARTS as u64) as usize;
             if let Some(p) = log.parts.get(part) {
                 p.rows.fetch_add(n as u64, Ordering::Relaxed);
                 p.instances
@@ -329,17 +329,17 @@ impl SqliteStore {
 }
 
 /// Appends to several instances in the current transaction: multi-row statements
-/// ([`journal::append_many`]) unless an instance appears twice (then one at a time, so the
+/// ([`journal_log::append_many`]) unless an instance appears twice (then one at a time, so the
 /// second append chains from the first).
 fn append_all(c: &rusqlite::Connection, items: &[(&str, &[NewRecord])]) -> Result<Vec<Appended>> {
     let mut seen = std::collections::HashSet::with_capacity(items.len());
     if items.iter().all(|(i, _)| seen.insert(*i)) {
-        return journal::append_many(c, items);
+        return journal_log::append_many(c, items);
     }
     items
         .iter()
         .map(|(i, recs)| {
-            journal::append_many(c, &[(i, recs)])?
+            journal_log::append_many(c, &[(i, recs)])?
                 .into_iter()
                 .next()
                 .ok_or_else(|| Error::backend("an append returned no result"))
@@ -347,14 +347,28 @@ fn append_all(c: &rusqlite::Connection, items: &[(&str, &[NewRecord])]) -> Resul
         .collect()
 }
 
-/// Opens a store from a location string (`sqlite://path` or a bare path).
-pub async fn open(location: &str) -> Result<Arc<dyn Store>> {
-    match Location::parse(location)? {
-        Location::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path).await?)),
-        Location::Postgres(_) => Err(Error::InvalidUrl {
-            message: "a postgres:// location needs the PostgreSQL backend".into(),
-        }),
+/// The file a location names: `sqlite://PATH`, `sqlite:PATH` or a bare path (empty: the
+/// default `.weft/weft.db`).
+pub fn path_of(location: &str) -> Result<std::path::PathBuf> {
+    let s = location.trim();
+    if s.is_empty() {
+        return Ok(weft_store::DEFAULT_SQLITE_PATH.into());
     }
+    let path = s
+        .strip_prefix("sqlite://")
+        .or_else(|| s.strip_prefix("sqlite:"))
+        .unwrap_or(s);
+    if path.is_empty() {
+        return Err(Error::InvalidUrl {
+            message: format!("`{s}` names no file"),
+        });
+    }
+    Ok(path.into())
+}
+
+/// Opens a store from a location string (`sqlite://PATH`, `sqlite:PATH` or a bare path).
+pub async fn open(location: &str) -> Result<Arc<dyn Store>> {
+    Ok(Arc::new(SqliteStore::open(path_of(location)?).await?))
 }
 
 #[async_trait]
@@ -374,11 +388,11 @@ impl Store for SqliteStore {
                 head: hash,
             });
         }
-        let appends = [(journal::instance_hash(instance), records.len())];
+        let appends = [(journal_log::instance_hash(instance), records.len())];
         let instance = instance.to_string();
         let out = self
             .writer
-            .submit(move |c| journal::append(c, &instance, &records))
+            .submit(move |c| journal_log::append(c, &instance, &records))
             .await?;
         self.appended(&appends);
         Ok(out)
@@ -391,7 +405,7 @@ impl Store for SqliteStore {
         records: Vec<NewRecord>,
     ) -> Result<Appended> {
         check_records(&records)?;
-        let appends = [(journal::instance_hash(instance), records.len())];
+        let appends = [(journal_log::instance_hash(instance), records.len())];
         let instance = instance.to_string();
         let fence = fence.clone();
         // The writer thread is the only writer: the check and the append are one job.
@@ -401,14 +415,14 @@ impl Store for SqliteStore {
                 state::check_fence(c, &instance, &fence)?;
                 if records.is_empty() {
                     let (seq, hash) =
-                        journal::head_row(c, &instance)?.map_or((0, GENESIS), |h| (h.0, h.1));
+                        journal_log::head_row(c, &instance)?.map_or((0, GENESIS), |h| (h.0, h.1));
                     return Ok(Appended {
                         first_seq: seq + 1,
                         last_seq: seq,
                         head: hash,
                     });
                 }
-                journal::append(c, &instance, &records)
+                journal_log::append(c, &instance, &records)
             })
             .await?;
         self.appended(&appends);
@@ -418,7 +432,7 @@ impl Store for SqliteStore {
     async fn read(&self, instance: &str, from_seq: u64, limit: u32) -> Result<Vec<Record>> {
         let instance = instance.to_string();
         self.readers
-            .run(move |c| journal::read(c, &instance, from_seq, limit))
+            .run(move |c| journal_log::read(c, &instance, from_seq, limit))
             .await
     }
 
@@ -426,7 +440,7 @@ impl Store for SqliteStore {
         let instance = instance.to_string();
         let row = self
             .readers
-            .run(move |c| journal::head_row(c, &instance))
+            .run(move |c| journal_log::head_row(c, &instance))
             .await?;
         Ok(row.map(|(s, h, _, _)| (s, h)))
     }
@@ -435,7 +449,7 @@ impl Store for SqliteStore {
         let instance = instance.to_string();
         let row = self
             .readers
-            .run(move |c| journal::stored_head(c, &instance))
+            .run(move |c| journal_log::stored_head(c, &instance))
             .await?;
         // Truncation is the only thing that moves the base, always in `chain_heads`.
         Ok(row.map_or((0, GENESIS), |(_, _, s, h)| (s, h)))
@@ -444,14 +458,14 @@ impl Store for SqliteStore {
     async fn truncate_before(&self, instance: &str, before: u64) -> Result<u64> {
         let instance = instance.to_string();
         self.writer
-            .submit(move |c| journal::truncate_before(c, &instance, before))
+            .submit(move |c| journal_log::truncate_before(c, &instance, before))
             .await
     }
 
     async fn put_snapshot(&self, instance: &str, snapshot: Snapshot) -> Result<()> {
         let instance = instance.to_string();
         self.writer
-            .submit(move |c| journal::put_snapshot(c, &instance, &snapshot))
+            .submit(move |c| journal_log::put_snapshot(c, &instance, &snapshot))
             .await
     }
 
@@ -466,7 +480,7 @@ impl Store for SqliteStore {
         }
         let counts: Vec<Appends> = appends
             .iter()
-            .map(|(i, r)| (journal::instance_hash(i), r.len()))
+            .map(|(i, r)| (journal_log::instance_hash(i), r.len()))
             .collect();
         // One job (one savepoint) for the whole batch: the writer's cost is per job.
         let out = self
@@ -506,7 +520,7 @@ impl Store for SqliteStore {
         }
         let counts: Vec<Appends> = appends
             .iter()
-            .map(|(i, _, r)| (journal::instance_hash(i), r.len()))
+            .map(|(i, _, r)| (journal_log::instance_hash(i), r.len()))
             .collect();
         let terms = terms.clone();
         // One job, as `write_batch`: the fence checks are point reads in the same
@@ -579,13 +593,13 @@ impl Store for SqliteStore {
                     let mut out = Vec::with_capacity(ids.len());
                     let mut from = Vec::with_capacity(ids.len());
                     for id in &ids {
-                        let snap = journal::latest_snapshot(&tx, id)?;
+                        let snap = journal_log::latest_snapshot(&tx, id)?;
                         let f = snap.as_ref().map_or(1, |s| s.seq + 1);
-                        out.push((snap, journal::read_merged(&tx, id, f, u32::MAX)?));
+                        out.push((snap, journal_log::read_merged(&tx, id, f, u32::MAX)?));
                         from.push((id.clone(), f));
                     }
                     // The log's records come after the journal's: one scan for the batch.
-                    let log = journal::read_log_many(&tx, &from)?;
+                    let log = journal_log::read_log_many(&tx, &from)?;
                     for (id, (_, recs)) in ids.iter().zip(out.iter_mut()) {
                         if let Some(more) = log.get(id) {
                             recs.extend(more.iter().cloned());
@@ -612,8 +626,8 @@ impl Store for SqliteStore {
         self.writer
             .submit(move |c| {
                 state::check_fence(c, &instance, &fence)?;
-                journal::put_snapshot(c, &instance, &snapshot)?;
-                journal::truncate_before(c, &instance, snapshot.seq + 1)
+                journal_log::put_snapshot(c, &instance, &snapshot)?;
+                journal_log::truncate_before(c, &instance, snapshot.seq + 1)
             })
             .await
     }
@@ -621,7 +635,7 @@ impl Store for SqliteStore {
     async fn latest_snapshot(&self, instance: &str) -> Result<Option<Snapshot>> {
         let instance = instance.to_string();
         self.readers
-            .run(move |c| journal::latest_snapshot(c, &instance))
+            .run(move |c| journal_log::latest_snapshot(c, &instance))
             .await
     }
 

@@ -70,13 +70,13 @@ fn ddl_v5(from: i64) -> String {
     if from == 3 {
         ddl.push_str(&move_old_log("journal_log"));
     }
-    for part in 0..crate::journal::LOG_PARTS {
+    for part in 0..crate::journal_log::LOG_PARTS {
         if from == 4 {
             ddl.push_str(&move_old_log(&format!("journal_log_{part}")));
         }
         ddl.push_str(&format!(
             "CREATE TABLE IF NOT EXISTS {} (n INTEGER NOT NULL, data BLOB NOT NULL);",
-            crate::journal::LOG_TABLES[part]
+            crate::journal_log::LOG_TABLES[part]
         ));
     }
     ddl
@@ -86,7 +86,7 @@ fn ddl_v5(from: i64) -> String {
 /// instance), `part` being the instance's log partition, so a merge of one partition writes
 /// into one contiguous range of each table instead of into leaf pages spread over all of
 /// it (see `journal`'s module docs). The rows move over in key order; `weft_part` is
-/// [`crate::journal::part_sql`] ([`migrate`] registers it).
+/// [`crate::journal_log::part_sql`] ([`migrate`] registers it).
 const DDL_V6: &str = "
 CREATE TABLE journal_v6 (
   part INTEGER NOT NULL, instance TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
@@ -111,7 +111,7 @@ ALTER TABLE chain_heads_v6 RENAME TO chain_heads;
 /// What `weft_part` says about a row whose instance is not text.
 const NOT_TEXT: &str = "a journal row's instance is not text";
 
-/// Registers `weft_part(instance)`, the SQL form of [`crate::journal::part_sql`] (used by
+/// Registers `weft_part(instance)`, the SQL form of [`crate::journal_log::part_sql`] (used by
 /// the version-6 migration). A non-text instance (a damaged row) fails the statement.
 fn register_part_function(conn: &Connection) -> Result<(), Error> {
     use rusqlite::functions::FunctionFlags;
@@ -123,7 +123,7 @@ fn register_part_function(conn: &Connection) -> Result<(), Error> {
             let instance = ctx.get_raw(0).as_str().map_err(|e| {
                 rusqlite::Error::UserFunctionError(format!("{NOT_TEXT}: {e}").into())
             })?;
-            Ok(crate::journal::part_sql(instance))
+            Ok(crate::journal_log::part_sql(instance))
         },
     )
     .map_err(map_err)
@@ -204,13 +204,13 @@ pub fn open_writer(path: &Path) -> Result<Connection, Error> {
     }
     let conn = Connection::open(path).map_err(|e| with_path(path, map_err(e)))?;
     // Room for the multi-row statements of every batch size for every log partition
-    // (journal::append_many), and the rest.
-    conn.set_prepared_statement_cache_capacity(32 * crate::journal::LOG_PARTS + 128);
+    // (journal_log::append_many), and the rest.
+    conn.set_prepared_statement_cache_capacity(32 * crate::journal_log::LOG_PARTS + 128);
     pragmas(&conn)
         .and_then(|()| writer_pragmas(&conn))
         .map_err(|e| with_path(path, e))?;
     migrate(&conn).map_err(|e| with_path(path, e))?;
-    conn.execute_batch(crate::journal::TRUNCATED_SINCE_MERGE)
+    conn.execute_batch(crate::journal_log::TRUNCATED_SINCE_MERGE)
         .map_err(|e| with_path(path, map_err(e)))?;
     Ok(conn)
 }

@@ -9,9 +9,9 @@
 //! process owns an instance).
 //!
 //! Backends (`weft-store-sqlite`, the embedded default, and `weft-store-postgres`) implement
-//! [`Store`] and run the same `conformance` suite (feature `conformance`). A store location
-//! is a string parsed by [`Location::parse`]; the binary, which links every backend, matches
-//! on it and calls the backend's `open`.
+//! [`Store`] and run the same `conformance` suite (feature `conformance`). A store is named by
+//! a URL whose scheme picks the backend from the assembly point's table of openers
+//! (`weft-node`); each backend parses the rest of its own URL.
 //!
 //! ## How the runtime is meant to use it
 //! - **Journal**: one `append` per instance-loop turn with every record that turn produced
@@ -42,13 +42,15 @@ pub mod chain;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod error;
-mod location;
 mod store;
 mod types;
 
 pub use chain::{ChainError, ChainFault, GENESIS, Hash, VerifyReport};
 pub use error::{Error, Result};
-pub use location::Location;
+
+/// The embedded store's file when no location is configured, relative to the working
+/// directory.
+pub const DEFAULT_SQLITE_PATH: &str = ".weft/weft.db";
 pub use store::{StatusChange, Store};
 pub use types::{
     Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, LeaseTerms, NewRecord,

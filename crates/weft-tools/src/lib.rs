@@ -1,23 +1,19 @@
-//! weft-tools: what a step's `action` runs.
+//! weft-tools: the tool interface, what a step's `action` runs through.
 //!
 //! A [`Tool`] is described by a [`ToolSpec`] (name, description, args schema, effect class,
 //! idempotency: the same description the validator and the LLM planner see) and called with
 //! a [`ToolContext`] carrying tenant, instance, step, idempotency key and deadline. Tools that
 //! need the engine (timers, child plans, the instance's key-value context) reach it through
 //! the [`ToolServices`] trait, which the runtime implements; this keeps tools testable and
-//! free of any dependency on the runtime crate.
+//! free of any dependency on the runtime crate. The [`Registry`] is the one table of tools,
+//! and the [`Chain`] is the one ordered list of interceptors every call passes.
+//!
+//! This crate is the interface only: the engine depends on it and on nothing that performs a
+//! call. The built-in tools live in `weft-builtins`; tools users bring come from the sources
+//! the assembly point (`weft-node`) reads from the configuration.
 
-pub mod builtin;
-pub mod config;
-pub mod context;
-pub mod email;
-pub mod http;
-mod http_guard;
-pub mod plan_run;
-pub mod process;
+pub mod chain;
 pub mod registry;
-mod support;
-pub mod timer;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,8 +24,7 @@ use serde_json::Value;
 pub use weft_core::catalog::{Effect, ToolSpec};
 pub use weft_core::instance::Args;
 
-pub use builtin::{default_registry, register_all};
-pub use config::{EmailConfig, HttpConfig, ProcessConfig, SmtpConfig, SmtpSecurity, ToolsConfig};
+pub use chain::{Chain, Interceptor, Stage};
 pub use registry::Registry;
 
 /// A boxed future, as returned by tools.

@@ -20,9 +20,10 @@ pub struct Args {
     /// The plan file (JSON) or a PNML net (`.pnml`, or content starting with `<`); `-` = stdin.
     #[arg(value_name = "PLAN")]
     pub plan: PathBuf,
-    /// Reachable markings to explore before giving up (the verdict is then `unknown`).
-    #[arg(long, value_name = "N", default_value_t = AnalysisOptions::default().max_states)]
-    pub max_states: usize,
+    /// Reachable markings to explore before giving up (the verdict is then `unknown`)
+    /// [limits.max_states; default 1,000,000].
+    #[arg(long, value_name = "N")]
+    pub max_states: Option<usize>,
     /// Tokens the environment may put on each `kind: input` event that is not initial.
     #[arg(long, value_name = "N", default_value_t = AnalysisOptions::default().env_tokens)]
     pub env_tokens: u32,
@@ -35,9 +36,9 @@ pub struct Args {
 }
 
 impl Args {
-    fn options(&self) -> AnalysisOptions {
+    fn options(&self, ctx: &Ctx) -> AnalysisOptions {
         AnalysisOptions {
-            max_states: self.max_states,
+            max_states: ctx.config.config.limits.max_states,
             env_tokens: self.env_tokens,
             ..AnalysisOptions::default()
         }
@@ -87,7 +88,7 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         if let Checked::Validated { plan, .. } = &checked
             && !checked.has_errors()
         {
-            report = Some(weft_analysis::analyze_plan(plan, &args.options()));
+            report = Some(weft_analysis::analyze_plan(plan, &args.options(ctx)));
             net_kind = Some(match plan.graph_type {
                 weft_core::GraphType::Acyclic => NetKind::Acyclic,
                 weft_core::GraphType::Reactive => NetKind::Reactive,
@@ -166,7 +167,7 @@ fn analyze_pnml(args: &Args, ctx: &Ctx) -> anyhow::Result<Outcome> {
             file: file.clone(),
             input: "pnml",
             checked: None,
-            report: Some(weft_analysis::analyze_net(&net, &args.options())),
+            report: Some(weft_analysis::analyze_net(&net, &args.options(ctx))),
             net_kind: Some(net.kind),
         }),
     }
@@ -271,7 +272,7 @@ fn emit(args: &Args, ctx: &Ctx, out: &mut dyn Write, o: &Outcome) -> anyhow::Res
             writeln!(
                 out,
                 "verdict: {}",
-                verdict_text(r, o.net_kind, args.max_states, p)
+                verdict_text(r, o.net_kind, ctx.config.config.limits.max_states, p)
             )?;
         }
     }

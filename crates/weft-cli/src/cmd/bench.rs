@@ -1,8 +1,8 @@
 //! `weft bench [WORKLOAD…]`: the workloads of `BENCHMARKS.md` (W1 `chain`, W2 `fanout`, W3
 //! `many`) plus weft's `latency` (external event → tool called) and `idle` (a million idle
-//! reactive instances), run in process by `weft_runtime::bench`, and W4 (`durable`,
+//! reactive instances), run in process by `weft_bench::engine`, and W4 (`durable`,
 //! `durable_concurrent`, `durable_recovery`, `durable_compaction`) on the embedded durable
-//! store by `weft_durable::bench`. One JSON line per workload on stdout, progress on stderr.
+//! store by `weft_bench::durable`. One JSON line per workload on stdout, progress on stderr.
 //! `idle` and the W4 workloads are slow, so they run only when named.
 
 use std::io::Write;
@@ -20,7 +20,7 @@ pub struct Args {
 
 /// The workloads run when none are named.
 pub fn default_workloads() -> Vec<String> {
-    weft_runtime::bench::DEFAULT
+    weft_bench::engine::DEFAULT
         .iter()
         .filter(|w| **w != "idle")
         .map(|w| (*w).to_string())
@@ -37,10 +37,10 @@ pub fn run(args: &Args, _ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Statu
     // Keep the order the user gave, sending each name to the crate that implements it.
     for name in &names {
         let one = std::slice::from_ref(name);
-        if weft_durable::bench::DEFAULT.contains(&name.as_str()) {
-            weft_durable::bench::run_w4(one, out)
+        if weft_bench::durable::DEFAULT.contains(&name.as_str()) {
+            weft_bench::durable::run_w4(one, out)
         } else {
-            weft_runtime::bench::run(one, out)
+            weft_bench::engine::run(one, out)
         }
         .map_err(|e| anyhow::anyhow!("weft bench: {e}"))?;
     }

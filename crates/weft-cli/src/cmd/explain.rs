@@ -10,7 +10,6 @@ use weft_llm::{Correlation, Llm};
 
 use super::validate::{self, Checked};
 use super::{Ctx, Status};
-use crate::llm;
 use crate::output::Palette;
 
 /// Arguments of `weft explain`.
@@ -46,10 +45,7 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         writeln!(out, "{}", weft_llm::explain_template(plan).trim_end())?;
         return Ok(Status::Clean);
     }
-    let provider = match &args.script {
-        Some(path) => llm::scripted(path)?,
-        None => llm::from_env()?.ok_or_else(|| anyhow::anyhow!("{}", llm::NOT_CONFIGURED))?,
-    };
+    let provider = crate::llm::model(ctx, args.script.as_deref())?;
     let model = Llm::new(provider);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -3,9 +3,10 @@
 
 pub mod analyze;
 pub mod bench;
+pub mod config;
 pub mod explain;
 pub mod graph;
-pub mod journal;
+pub mod history;
 pub mod plan;
 pub mod repair;
 pub mod run;
@@ -16,8 +17,10 @@ pub mod tools;
 pub mod validate;
 
 use std::io::Write;
+use std::sync::Arc;
 
 use weft_core::Limits;
+use weft_node::FlagValue;
 
 use crate::cli::{Cli, Command};
 use crate::output::Palette;
@@ -51,19 +54,145 @@ impl Status {
 }
 
 /// What every command gets besides its own args.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Ctx {
-    /// Loading and validation limits from the global flags.
+    /// Loading and validation limits (`[limits]`, the environment and the global flags).
     pub limits: Limits,
     /// Colours for stdout.
     pub palette: Palette,
+    /// The effective configuration, with where each value came from.
+    pub config: Arc<weft_node::Loaded>,
+}
+
+impl Ctx {
+    /// A builder of the running weft this configuration describes (the assembly point).
+    pub fn node(&self) -> weft_node::Builder {
+        weft_node::Builder::new(self.config.config.clone())
+    }
+
+    /// Was the store configured anywhere (file, environment or flag), rather than left at
+    /// its default?
+    pub fn store_configured(&self) -> bool {
+        self.config
+            .source("store.url")
+            .is_some_and(|s| *s != weft_node::Source::Default)
+    }
+
+    /// Opens the configured store through the openers table.
+    pub async fn open_store(&self) -> anyhow::Result<Arc<dyn weft_store::Store>> {
+        weft_node::Openers::default()
+            .open_store(&self.config.config.store.url)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+}
+
+/// The configuration values the command line sets, flag by flag.
+fn flags(cli: &Cli) -> anyhow::Result<Vec<FlagValue>> {
+    let g = &cli.global;
+    let mut out = Vec::new();
+    let mut int = |key, flag, v: Option<usize>| {
+        if let Some(v) = v {
+            out.push(FlagValue::new(
+                key,
+                flag,
+                i64::try_from(v).unwrap_or(i64::MAX),
+            ));
+        }
+    };
+    int(
+        "limits.max_plan_bytes",
+        "--max-plan-bytes",
+        g.max_plan_bytes,
+    );
+    int("limits.max_steps", "--max-steps", g.max_steps);
+    int("limits.max_events", "--max-events", g.max_events);
+    int("limits.max_depth", "--max-depth", g.max_depth);
+    int("limits.max_name_len", "--max-name-len", g.max_name_len);
+    int("limits.max_expr_len", "--max-expr-len", g.max_expr_len);
+    let store = match &cli.command {
+        Command::Run(a) => a.store.as_ref(),
+        Command::Serve(a) => a.store.as_ref(),
+        Command::Plan(a) => a.store.as_ref(),
+        Command::Inspect(history::InspectArgs { store, .. })
+        | Command::Replay(history::ReplayArgs { store, .. })
+        | Command::Checkpoint(history::CheckpointArgs { store, .. })
+        | Command::Resume(history::ResumeArgs { store, .. })
+        | Command::Journal(history::JournalCommand::Verify { store, .. })
+        | Command::Repair(repair::Args { store, .. })
+        | Command::Summarize(summarize::Args { store, .. }) => store.store.as_ref(),
+        _ => None,
+    };
+    if let Some(url) = store {
+        out.push(FlagValue::new("store.url", "--store", url.as_str()));
+    }
+    match &cli.command {
+        Command::Analyze(a) => {
+            if let Some(n) = a.max_states {
+                out.push(FlagValue::new(
+                    "limits.max_states",
+                    "--max-states",
+                    i64::try_from(n).unwrap_or(i64::MAX),
+                ));
+            }
+        }
+        Command::Run(a) => out.extend(tools_config(a.tools_config.as_deref())?),
+        Command::Serve(a) => {
+            out.extend(tools_config(a.tools_config.as_deref())?);
+            out.extend(serve::flags(a));
+        }
+        _ => {}
+    }
+    Ok(out)
+}
+
+/// Largest `--tools-config` file read.
+const MAX_TOOLS_CONFIG_BYTES: u64 = 1 << 20;
+
+/// `--tools-config FILE` (JSON, as `[tools]` in weft.toml) as a flag setting the `tools`
+/// table.
+fn tools_config(path: Option<&std::path::Path>) -> anyhow::Result<Option<FlagValue>> {
+    use std::io::Read as _;
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let name = path.display();
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_TOOLS_CONFIG_BYTES).read_to_string(&mut text))
+        .map_err(|e| anyhow::anyhow!("cannot read tools config `{name}` (UTF-8 JSON): {e}"))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("tools config `{name}` is not valid JSON: {e}"))?;
+    let value = toml::Value::try_from(&json)
+        .map_err(|e| anyhow::anyhow!("tools config `{name}` cannot be used: {e}"))?;
+    Ok(Some(FlagValue::new("tools", "--tools-config", value)))
 }
 
 /// Runs the parsed command line, writing data to `out`.
 pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
+    let palette = Palette::for_stdout(cli.global.color);
+    let inputs = weft_node::Inputs::process(cli.global.config.clone(), flags(&cli)?);
+    let loaded = weft_node::load_checked(&inputs, &weft_node::Openers::default());
+    // `weft config` reports the findings itself; every other command refuses to start.
+    if loaded.has_errors() && !matches!(cli.command, Command::Config(_)) {
+        let p = Palette::for_stderr();
+        let mut err = std::io::stderr().lock();
+        for f in &loaded.findings {
+            crate::output::finding(&mut err, &p, f)?;
+        }
+        anyhow::bail!(
+            "[invalid_config] the configuration has errors{} (`weft config --check` lists them)",
+            loaded
+                .file
+                .as_ref()
+                .map(|f| format!(" ({})", f.display()))
+                .unwrap_or_default()
+        );
+    }
     let ctx = Ctx {
-        limits: cli.global.limits(),
-        palette: Palette::for_stdout(cli.global.color),
+        limits: loaded.config.limits.plan_limits(),
+        palette,
+        config: Arc::new(loaded),
     };
     match cli.command {
         Command::Validate(args) => validate::run(&args, &ctx, out),
@@ -75,13 +204,14 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
         Command::Bench(args) => bench::run(&args, &ctx, out),
         Command::Plan(args) => plan::run(&args, &ctx, out),
         Command::Explain(args) => explain::run(&args, &ctx, out),
-        Command::Inspect(args) => journal::inspect(&args, &ctx, out),
-        Command::Replay(args) => journal::replay(&args, &ctx, out),
-        Command::Journal(cmd) => journal::journal(&cmd, &ctx, out),
-        Command::Checkpoint(args) => journal::checkpoint(&args, &ctx, out),
-        Command::Resume(args) => journal::resume(&args, &ctx, out),
+        Command::Inspect(args) => history::inspect(&args, &ctx, out),
+        Command::Replay(args) => history::replay(&args, &ctx, out),
+        Command::Journal(cmd) => history::journal(&cmd, &ctx, out),
+        Command::Checkpoint(args) => history::checkpoint(&args, &ctx, out),
+        Command::Resume(args) => history::resume(&args, &ctx, out),
         Command::Serve(args) => serve::run(&args, &ctx, out),
         Command::Repair(args) => repair::run(&args, &ctx, out),
         Command::Summarize(args) => summarize::run(&args, &ctx, out),
+        Command::Config(args) => config::run(&args, &ctx.config, &ctx.palette, out),
     }
 }

@@ -19,8 +19,8 @@ use weft_core::ToolSpec;
 use weft_llm::{Llm, PlanOptions};
 
 use super::{Ctx, Status};
+use crate::input;
 use crate::output::{self, Palette};
-use crate::{input, llm};
 
 /// Arguments of `weft plan`.
 #[derive(Debug, clap::Args)]
@@ -56,10 +56,7 @@ pub struct Args {
 
 /// Runs `weft plan`.
 pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
-    let provider = match &args.script {
-        Some(path) => llm::scripted(path)?,
-        None => llm::from_env()?.ok_or_else(|| anyhow::anyhow!("{}", llm::NOT_CONFIGURED))?,
-    };
+    let provider = crate::llm::model(ctx, args.script.as_deref())?;
     let catalog = input::catalog(args.tools.as_deref())?;
     let tools: Vec<ToolSpec> = catalog.iter().cloned().collect();
     let mut opts = PlanOptions {
@@ -74,8 +71,8 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         .build()
         .context("cannot start the async runtime")?;
     let mut sink = None;
-    if let Some(loc) = &args.store {
-        let store = rt.block_on(crate::store::open(Some(loc)))?;
+    if args.store.is_some() {
+        let store = rt.block_on(ctx.open_store())?;
         let t = weft_llm::StoreTranscript::new(std::sync::Arc::clone(&store), rt.handle());
         llm = llm.with_transcripts(std::sync::Arc::new(t.clone()));
         sink = Some(t);

@@ -14,13 +14,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use weft_core::ToolSpec;
-use weft_durable::{Durable, DurableConfig};
 use weft_llm::{Llm, LlmRepairer, PlanOptions, StoreTranscript};
-use weft_runtime::EngineOptions;
 
-use super::journal::{StoreArg, registry, runtime};
+use super::history::{StoreArg, runtime};
 use super::{Ctx, Status};
-use crate::llm;
 use crate::output::Palette;
 
 /// Arguments of `weft repair`.
@@ -50,15 +47,10 @@ pub struct Args {
 
 /// Runs `weft repair`.
 pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
-    let provider = match &args.script {
-        Some(path) => llm::scripted(path)?,
-        None => llm::from_env()?.ok_or_else(|| anyhow::anyhow!("{}", llm::NOT_CONFIGURED))?,
-    };
-    let registry = registry()?;
-    let tools: Vec<ToolSpec> = registry.iter().map(|t| t.spec().clone()).collect();
+    let provider = crate::llm::model(ctx, args.script.as_deref())?;
     let rt = runtime()?;
     let (id, o, hash, repairs) = rt.block_on(async {
-        let store = crate::store::open(args.store.store.as_deref()).await?;
+        let store = ctx.open_store().await?;
         match store.get_instance(&args.instance).await? {
             None => anyhow::bail!("[not_found] no instance `{}` in the store", args.instance),
             Some(r) if r.status.is_terminal() => anyhow::bail!(
@@ -76,6 +68,13 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         let transcript =
             StoreTranscript::new(Arc::clone(&store), &tokio::runtime::Handle::current());
         let llm = Llm::new(provider).with_transcripts(Arc::new(transcript.clone()));
+        let tools: Vec<ToolSpec> = ctx
+            .node()
+            .tools()
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .iter()
+            .map(|t| t.spec().clone())
+            .collect();
         let mut repairer = LlmRepairer::new(Arc::new(llm), tools).with_options(PlanOptions {
             max_attempts: args.max_attempts,
             limits: ctx.limits,
@@ -84,15 +83,15 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         if let Some(i) = &args.instruction {
             repairer = repairer.with_instruction(i.clone());
         }
-        let opts = EngineOptions {
-            registry: Arc::new(registry),
-            repairer: Some(Arc::new(repairer)),
-            limits: ctx.limits,
-            ..EngineOptions::default()
-        };
-        let durable = Durable::open(store, opts, DurableConfig::default())
+        let node = ctx
+            .node()
+            .repairer(Arc::new(repairer))
+            .open_on(store)
             .await
-            .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let durable = node
+            .durable()
+            .ok_or_else(|| anyhow::anyhow!("the node has no store"))?;
         let restored = durable
             .restore(&args.instance)
             .await

@@ -15,8 +15,7 @@
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -24,8 +23,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use weft_core::instance::Waiting;
 use weft_core::{Emit, EventKind, GraphType, OnFail, Plan, Status as RunStatus};
-use weft_runtime::{Engine, EngineOptions, InstanceHandle, Outcome, StartOptions, TraceEntry};
-use weft_tools::{Registry, ToolsConfig};
+use weft_runtime::{Engine, InstanceHandle, Outcome, StartOptions, TraceEntry};
 
 use super::validate::{self, Checked};
 use super::{Ctx, Status};
@@ -39,8 +37,6 @@ const POLL: Duration = Duration::from_millis(20);
 const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 /// Payloads in the human trace are cut to this many characters.
 const SHORT: usize = 100;
-/// Largest `--tools-config` file read.
-const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
 /// Arguments of `weft run`.
 #[derive(Debug, clap::Args)]
@@ -63,7 +59,8 @@ pub struct Args {
     #[arg(long, value_name = "MS")]
     pub timeout_ms: Option<u64>,
     /// Configuration of the built-in I/O tools as JSON (`{"http": {"allow_hosts": [...]},
-    /// "email": {"outbox_dir": ...}, "process": {...}}`); default: offline and locked down.
+    /// "email": {"outbox_dir": ...}, "process": {...}}`; the same as `[tools]` in
+    /// weft.toml, which it replaces); default: offline and locked down.
     #[arg(long, value_name = "FILE")]
     pub tools_config: Option<PathBuf>,
     /// Also register this plan (for `plan.run` steps naming it); repeatable.
@@ -74,7 +71,8 @@ pub struct Args {
     pub json: bool,
     /// Run durably: journal every step to this store (a SQLite file such as `.weft/weft.db`,
     /// or a `postgres://` URL) so the instance survives a crash and can be inspected with
-    /// `weft inspect` / `weft replay` / `weft journal verify`.
+    /// `weft inspect` / `weft replay` / `weft journal verify`. A store configured in
+    /// weft.toml or `WEFT_STORE_URL` does the same.
     #[arg(long, value_name = "LOCATION")]
     pub store: Option<String>,
 }
@@ -103,21 +101,6 @@ fn parse_event(arg: &str) -> anyhow::Result<EventArg> {
         name: name.to_string(),
         payload,
     })
-}
-
-fn tools_config(path: Option<&Path>) -> anyhow::Result<ToolsConfig> {
-    let Some(path) = path else {
-        return Ok(ToolsConfig::default());
-    };
-    use std::io::Read as _;
-    let name = path.display();
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot open tools config `{name}`"))?;
-    let mut text = String::new();
-    file.take(MAX_CONFIG_BYTES)
-        .read_to_string(&mut text)
-        .with_context(|| format!("cannot read tools config `{name}` (it must be UTF-8 JSON)"))?;
-    serde_json::from_str(&text).with_context(|| format!("tools config `{name}` is invalid"))
 }
 
 /// How the wait ended when we stopped the instance ourselves.
@@ -149,7 +132,6 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         .iter()
         .map(|e| parse_event(e))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let cfg = tools_config(args.tools_config.as_deref())?;
 
     let checked = validate::check(&args.plan, None, ctx)?;
     if checked.has_errors() {
@@ -175,7 +157,7 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let ran = rt.block_on(execute(args, &plan, extra, input, events, cfg))?;
+    let ran = rt.block_on(execute(args, ctx, &plan, extra, input, events))?;
     // Tools may still hold tasks (timers); do not wait for them.
     rt.shutdown_background();
     let report = Report::new(&file, &plan, &ran);
@@ -247,41 +229,22 @@ struct Ran {
 
 async fn execute(
     args: &Args,
+    ctx: &Ctx,
     plan: &Plan,
     extra: Vec<Plan>,
     input: Value,
     events: Vec<EventArg>,
-    cfg: ToolsConfig,
 ) -> anyhow::Result<Ran> {
-    let mut registry = Registry::new();
-    weft_tools::register_all(&mut registry, &cfg);
-    registry.register(Arc::new(weft_llm::LlmCompleteTool::new(
-        crate::llm::for_tools()?,
-    )));
-    let opts = EngineOptions {
-        registry: Arc::new(registry),
-        trace: true,
-        ..EngineOptions::default()
-    };
-    let durable = match &args.store {
-        Some(loc) => {
-            let store = crate::store::open(Some(loc)).await?;
-            Some(
-                weft_durable::Durable::open(
-                    store,
-                    opts.clone(),
-                    weft_durable::DurableConfig::default(),
-                )
-                .await
-                .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?,
-            )
-        }
-        None => None,
-    };
-    let engine = match &durable {
-        Some(d) => d.engine().clone(),
-        None => Engine::new(opts),
-    };
+    // Durable when a store is configured (flag, environment or weft.toml), else in memory.
+    let builder = ctx.node().trace(true);
+    let node = if ctx.store_configured() {
+        builder.open().await
+    } else {
+        builder.in_memory()
+    }
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let durable = node.durable().cloned();
+    let engine = node.engine().clone();
     let register = |p: Plan| async {
         match &durable {
             Some(d) => {
@@ -339,7 +302,7 @@ async fn execute(
         eprintln!(
             "journal: instance {} in {}",
             handle.id(),
-            args.store.as_deref().unwrap_or("")
+            ctx.config.config.store.url
         );
     }
     Ok(Ran {

@@ -8,9 +8,8 @@ use std::path::PathBuf;
 
 use weft_llm::{Correlation, Llm};
 
-use super::journal::{StoreArg, registry, runtime};
+use super::history::{StoreArg, runtime};
 use super::{Ctx, Status};
-use crate::llm;
 use crate::output::Palette;
 
 /// Arguments of `weft summarize`.
@@ -60,22 +59,15 @@ fn journal_text(ins: &weft_durable::Inspection) -> String {
 /// Runs `weft summarize`.
 pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
     let model = if args.llm {
-        let provider = match &args.script {
-            Some(path) => llm::scripted(path)?,
-            None => llm::from_env()?.ok_or_else(|| anyhow::anyhow!("{}", llm::NOT_CONFIGURED))?,
-        };
+        let provider = crate::llm::model(ctx, args.script.as_deref())?;
         Some(Llm::new(provider))
     } else {
         None
     };
     let rt = runtime()?;
     let (ins, summary) = rt.block_on(async {
-        let store = crate::store::open(args.store.store.as_deref()).await?;
-        let engine = weft_runtime::Engine::new(weft_runtime::EngineOptions {
-            registry: std::sync::Arc::new(registry()?),
-            limits: ctx.limits,
-            ..weft_runtime::EngineOptions::default()
-        });
+        let store = ctx.open_store().await?;
+        let engine = super::history::engine(ctx)?;
         let ins = weft_durable::inspect(store.as_ref(), &engine, &args.instance, None)
             .await
             .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;

@@ -109,8 +109,8 @@ impl Tool for TestTool {
 /// `hang_once` as given.
 pub fn registry(hang: bool) -> Registry {
     let mut r = Registry::new();
-    weft_tools::builtin::register_pure(&mut r);
-    r.register(weft_runtime::bench::tool::tool());
+    weft_builtins::builtin::register_pure(&mut r);
+    r.register(weft_bench::engine::tool::tool());
     r.register(TestTool::make("echo", true, Behaviour::Echo));
     r.register(TestTool::make("once", false, Behaviour::Echo));
     let b = if hang {

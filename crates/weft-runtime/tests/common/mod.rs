@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
+use weft_builtins::builtin::FnTool;
 use weft_core::{Effect, Instance, ToolSpec};
-use weft_runtime::journal::replay;
+use weft_runtime::journal_hook::replay;
 use weft_runtime::{Engine, EngineOptions, InstanceHandle, ManualClock, MemoryJournal};
-use weft_tools::builtin::FnTool;
 use weft_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError};
 
 pub struct Harness {
@@ -64,11 +64,11 @@ pub static CALLS: AtomicUsize = AtomicUsize::new(0);
 
 /// The real built-ins (email to a temp outbox) plus test tools.
 pub fn registry() -> Registry {
-    let mut cfg = weft_tools::ToolsConfig::default();
+    let mut cfg = weft_builtins::ToolsConfig::default();
     cfg.email.outbox_dir =
         std::env::temp_dir().join(format!("weft-runtime-test-{}", std::process::id()));
     let mut reg = Registry::new();
-    weft_tools::builtin::register_all(&mut reg, &cfg);
+    weft_builtins::builtin::register_all(&mut reg, &cfg);
     // Offline stand-ins for the network and the LLM.
     reg.register(Arc::new(FnTool::new(
         spec("http.request", Effect::Write),

@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 use tower::ServiceExt as _;
 use weft_server::{AppState, ServerConfig};
 use weft_store::Store;
-use weft_tools::{Registry, ToolsConfig};
 
 pub const TOK_A: &str = "tok-a";
 pub const TOK_B: &str = "tok-b";
@@ -24,12 +23,6 @@ pub struct Srv {
     pub app: Router,
     pub state: AppState,
     _dir: Option<tempfile::TempDir>,
-}
-
-pub fn registry() -> Arc<Registry> {
-    let mut r = Registry::new();
-    weft_tools::register_all(&mut r, &ToolsConfig::default());
-    Arc::new(r)
 }
 
 pub fn two_tenants() -> ServerConfig {
@@ -48,9 +41,13 @@ pub async fn sqlite(config: ServerConfig) -> Srv {
     let store: Arc<dyn Store> = weft_store_sqlite::open(path.to_str().expect("utf-8 path"))
         .await
         .expect("open sqlite");
-    let (state, _) = AppState::open(store, registry(), None, config)
-        .await
-        .expect("state");
+    let (state, _) = AppState::open(
+        weft_node::Builder::new(weft_node::Config::default()),
+        Some(store),
+        config,
+    )
+    .await
+    .expect("state");
     Srv {
         app: weft_server::app(state.clone()),
         state,
@@ -78,9 +75,13 @@ pub async fn postgres(config: ServerConfig, test: &str) -> Option<Srv> {
             .await
             .expect("open postgres"),
     );
-    let (state, _) = AppState::open(store, registry(), None, config)
-        .await
-        .expect("state");
+    let (state, _) = AppState::open(
+        weft_node::Builder::new(weft_node::Config::default()),
+        Some(store),
+        config,
+    )
+    .await
+    .expect("state");
     Some(Srv {
         app: weft_server::app(state.clone()),
         state,

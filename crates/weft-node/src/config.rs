@@ -1,0 +1,283 @@
+//! The configuration model: what `weft.toml` may say, with the defaults of the embedded
+//! weft (no file needed). Loading, layering and provenance are in `load.rs`; the checks that
+//! need more than a type are in `check.rs`.
+//!
+//! Every section denies unknown keys. A new capability adds its section here, its checks to
+//! `check.rs` and what it builds to `node.rs`.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+pub use weft_builtins::ToolsConfig;
+
+/// Everything a running weft is built from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where instances, journals and plans are kept.
+    pub store: StoreConfig,
+    /// Where lifecycle events go.
+    pub bus: BusConfig,
+    /// The tools steps may call: today the built-in tools' settings (`[tools.http]`,
+    /// `[tools.email]`, `[tools.process]`).
+    pub tools: ToolsConfig,
+    /// The language model behind `weft plan`, repair, `llm.complete` and `/plan/react`.
+    pub llm: LlmConfig,
+    /// Input limits for plans and analysis.
+    pub limits: LimitsConfig,
+    /// `weft serve`.
+    pub server: ServerSection,
+    /// Logs and trace export.
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// A SQLite file (`.weft/weft.db`, `sqlite:PATH`) or a `postgres://` URL; the scheme
+    /// picks the backend from the openers table (`openers.rs`).
+    pub url: String,
+    /// Snapshot and compact a reactive instance every this many records (0: never).
+    pub snapshot_every: u64,
+    /// This process's lease owner id (default `$WEFT_OWNER`, else `weft-<host>/<pid>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// How long a lease lasts without renewal, in milliseconds.
+    pub lease_ttl_ms: u64,
+    /// How often leases are renewed, in milliseconds (keep it well under the ttl).
+    pub lease_renew_ms: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        let d = weft_durable::DurableConfig::default();
+        StoreConfig {
+            url: weft_store::DEFAULT_SQLITE_PATH.to_string(),
+            snapshot_every: weft_durable::DEFAULT_SNAPSHOT_EVERY,
+            owner: None,
+            lease_ttl_ms: u64::try_from(d.lease_ttl_ms).unwrap_or(30_000),
+            lease_renew_ms: d.lease_renew_ms,
+        }
+    }
+}
+
+/// `[bus]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BusConfig {
+    /// `inproc:` (the in-process bus); the scheme picks the backend from the openers table.
+    pub url: String,
+    /// Events buffered per slow subscriber before it misses some.
+    pub capacity: usize,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        BusConfig {
+            url: "inproc:".to_string(),
+            capacity: 65_536,
+        }
+    }
+}
+
+/// `[llm]`: an OpenAI-compatible server. Unset `base_url`: no model (the LLM features say
+/// what to set; `llm.complete` steps fail with that message).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    /// The server's base URL, e.g. `http://127.0.0.1:8081/v1`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The model name sent with every request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Bearer key (a secret: `weft config` never prints it; prefer `WEFT_LLM_API_KEY`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    /// Azure OpenAI's `api-version`, which also switches to Azure's URL and header style.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub azure_api_version: Option<String>,
+    /// Whole-request timeout, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Retries of a failed request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+    /// Start the assistant's reply with the tool call (for small models).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_tool_call: Option<bool>,
+}
+
+/// `[limits]`: what a plan or an analysis may cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest plan document, in bytes.
+    pub max_plan_bytes: usize,
+    /// Most steps a plan may have.
+    pub max_steps: usize,
+    /// Most events a plan may have.
+    pub max_events: usize,
+    /// Deepest JSON nesting in a plan.
+    pub max_depth: usize,
+    /// Longest event or step name, in characters.
+    pub max_name_len: usize,
+    /// Longest CEL expression, in bytes.
+    pub max_expr_len: usize,
+    /// Most reachable states `weft analyze` explores.
+    pub max_states: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let l = weft_core::Limits::default();
+        LimitsConfig {
+            max_plan_bytes: l.max_bytes,
+            max_steps: l.max_steps,
+            max_events: l.max_events,
+            max_depth: l.max_depth,
+            max_name_len: l.max_name_len,
+            max_expr_len: l.max_expr_len,
+            max_states: 1_000_000,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// The plan loading limits.
+    pub fn plan_limits(&self) -> weft_core::Limits {
+        weft_core::Limits {
+            max_bytes: self.max_plan_bytes,
+            max_steps: self.max_steps,
+            max_events: self.max_events,
+            max_name_len: self.max_name_len,
+            max_depth: self.max_depth,
+            max_expr_len: self.max_expr_len,
+        }
+    }
+}
+
+/// `[server]`: `weft serve`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSection {
+    /// Address to listen on (`127.0.0.1:0` picks a free port).
+    pub listen: String,
+    /// API tokens: a JSON file `{"token": "tenant"}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_file: Option<PathBuf>,
+    /// API tokens inline, `tokA=tenant-a,tokB=tenant-b` (a secret; prefer the file or the
+    /// environment). Neither set: one local tenant, loopback only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<String>,
+    /// Largest request body, in bytes (plan documents have their own limit).
+    pub body_limit: usize,
+    /// Largest plan document body, in bytes.
+    pub plan_body_limit: usize,
+    /// Requests per second per tenant (0: unlimited).
+    pub rate_limit: f64,
+    /// Burst size per tenant.
+    pub rate_burst: f64,
+    /// Traces of finished instances kept in memory.
+    pub trace_retention: usize,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            listen: "127.0.0.1:8080".to_string(),
+            tokens_file: None,
+            tokens: None,
+            body_limit: 1 << 20,
+            plan_body_limit: 8 << 20,
+            rate_limit: 100_000.0,
+            rate_burst: 200_000.0,
+            trace_retention: 10_000,
+        }
+    }
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP collector base URL for request and step spans (unset: the standard
+    /// `OTEL_EXPORTER_OTLP_*` variables, else no export).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
+    /// Log filter for stderr when `RUST_LOG` is unset (`warn`, `info`, `weft=debug`, …).
+    pub log: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_endpoint: None,
+            log: "warn".to_string(),
+        }
+    }
+}
+
+/// Keys that have no default value (unset unless a file, the environment or a flag sets
+/// them), with the kind of value they take. The keys with defaults come from
+/// [`Config::default`] itself, so this list and the model cannot drift apart unnoticed: a
+/// test deserializes a file setting every key.
+pub(crate) const OPTIONAL_KEYS: &[(&str, Kind)] = &[
+    ("store.owner", Kind::String),
+    ("llm.base_url", Kind::String),
+    ("llm.model", Kind::String),
+    ("llm.api_key", Kind::String),
+    ("llm.azure_api_version", Kind::String),
+    ("llm.timeout_ms", Kind::Integer),
+    ("llm.max_retries", Kind::Integer),
+    ("llm.prefill_tool_call", Kind::Boolean),
+    ("server.tokens_file", Kind::String),
+    ("server.tokens", Kind::String),
+    ("telemetry.otlp_endpoint", Kind::String),
+    ("tools.process.cwd", Kind::String),
+    ("tools.email.smtp.host", Kind::String),
+    ("tools.email.smtp.port", Kind::Integer),
+    ("tools.email.smtp.username", Kind::String),
+    ("tools.email.smtp.password", Kind::String),
+    ("tools.email.smtp.security", Kind::String),
+    ("tools.email.smtp.timeout_ms", Kind::Integer),
+];
+
+/// Keys whose values are secrets: shown as `<secret>`, never printed.
+pub(crate) const SECRET_KEYS: &[&str] =
+    &["llm.api_key", "server.tokens", "tools.email.smtp.password"];
+
+/// The kind of value a key takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    String,
+    Integer,
+    Float,
+    Boolean,
+    /// A list of strings (in the environment: comma-separated).
+    List,
+}
+
+impl Kind {
+    pub(crate) fn of(v: &toml::Value) -> Option<Kind> {
+        match v {
+            toml::Value::String(_) => Some(Kind::String),
+            toml::Value::Integer(_) => Some(Kind::Integer),
+            toml::Value::Float(_) => Some(Kind::Float),
+            toml::Value::Boolean(_) => Some(Kind::Boolean),
+            toml::Value::Array(_) => Some(Kind::List),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::String => "a string",
+            Kind::Integer => "an integer",
+            Kind::Float => "a number",
+            Kind::Boolean => "true or false",
+            Kind::List => "a list of strings",
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! weft-node: the assembly point. It reads the configuration (`weft.toml`, `WEFT_…`
+//! variables and flags, each value with where it came from) and builds a running weft from
+//! it: store and bus through the table of openers, the tool registry, the tool-call chain,
+//! the clock, the LLM provider and the repairer.
+//!
+//! - `config.rs` — the configuration model and its defaults (the embedded weft: no file).
+//! - `load.rs` — layering (defaults → file → environment → flags), provenance, findings.
+//! - `check.rs` — the checks beyond types (`weft config --check`).
+//! - `openers.rs` — backends by URL scheme: a new backend is one entry.
+//! - `node.rs` — [`Builder`] → [`Node`].
+//! - `llm.rs`, `tokens.rs` — the LLM provider and the API tokens the configuration names.
+//!
+//! **Architecture invariant:** no front end (CLI command, server module) builds an engine, a
+//! store or a registry except through this crate.
+
+mod check;
+pub mod config;
+mod error;
+pub mod llm;
+pub mod load;
+mod node;
+pub mod openers;
+pub mod tokens;
+
+pub use check::check;
+pub use config::Config;
+pub use error::Error;
+pub use load::{Entry, FlagValue, Inputs, Loaded, Source, load};
+pub use node::{Builder, Node};
+pub use openers::Openers;
+pub use tokens::valid_name;
+
+/// Loads the configuration and runs every check: the one way front ends read it.
+pub fn load_checked(inputs: &Inputs<'_>, openers: &Openers) -> Loaded {
+    let mut loaded = load(inputs);
+    if !loaded.has_errors() {
+        check(&mut loaded, openers);
+    }
+    loaded
+}

@@ -1,0 +1,283 @@
+//! [`Builder`] → [`Node`]: a running weft assembled from a [`Config`] — store, bus, tool
+//! registry, the tool-call chain, clock, LLM provider and repairer — in one place.
+//!
+//! Every entry point that runs or reads instances (`weft serve`, `weft run`, `weft resume`,
+//! `weft repair`, `weft inspect`, …) asks this module for what it needs; none builds an
+//! engine, a store or a registry itself. What each front end adds is declared here too:
+//! the server installs its metrics at [`Stage::Metrics`], `weft repair` gives a repairer.
+
+use std::sync::Arc;
+
+use weft_durable::{Durable, DurableConfig};
+use weft_llm::ChatProvider;
+use weft_runtime::{Engine, EngineOptions, Repairer};
+use weft_store::Store;
+use weft_tools::{Chain, Interceptor, Registry, Stage, Tool};
+
+use crate::Error;
+use crate::config::Config;
+use crate::openers::Openers;
+
+/// How to build a [`Node`].
+pub struct Builder {
+    config: Config,
+    openers: Openers,
+    chain: Chain,
+    trace: bool,
+    repairer: Option<Arc<dyn Repairer>>,
+    llm: Option<Option<Arc<dyn ChatProvider>>>,
+    tools: Vec<Arc<dyn Tool>>,
+    durable: Option<DurableConfig>,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("store", &self.config.store.url)
+            .field("chain", &self.chain)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Builder {
+    /// A node of `config`, with the default openers and an empty chain.
+    pub fn new(config: Config) -> Self {
+        Builder {
+            config,
+            openers: Openers::default(),
+            chain: Chain::new(),
+            trace: false,
+            repairer: None,
+            llm: None,
+            tools: Vec::new(),
+            durable: None,
+        }
+    }
+
+    /// The configuration it builds from.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Uses `openers` instead of the default table.
+    #[must_use]
+    pub fn openers(mut self, openers: Openers) -> Self {
+        self.openers = openers;
+        self
+    }
+
+    /// Installs `link` at `stage` of the tool-call chain (the durability stage belongs to
+    /// the durable engine, which installs its journal gate there itself).
+    #[must_use]
+    pub fn link(mut self, stage: Stage, link: Arc<dyn Interceptor>) -> Self {
+        self.chain.set(stage, link);
+        self
+    }
+
+    /// Records a trace of firings for every instance.
+    #[must_use]
+    pub fn trace(mut self, on: bool) -> Self {
+        self.trace = on;
+        self
+    }
+
+    /// Makes revised plans for `on_fail: repair`.
+    #[must_use]
+    pub fn repairer(mut self, repairer: Arc<dyn Repairer>) -> Self {
+        self.repairer = Some(repairer);
+        self
+    }
+
+    /// Uses `provider` as the model instead of the one `[llm]` configures (a scripted
+    /// provider, or `None` for no model).
+    #[must_use]
+    pub fn llm(mut self, provider: Option<Arc<dyn ChatProvider>>) -> Self {
+        self.llm = Some(provider);
+        self
+    }
+
+    /// Registers `tool` besides the built-in ones.
+    #[must_use]
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Replaces the durability settings derived from `[store]` (benchmarks and tests).
+    #[must_use]
+    pub fn durable_config(mut self, config: DurableConfig) -> Self {
+        self.durable = Some(config);
+        self
+    }
+
+    fn llm_provider(&self) -> Result<Option<Arc<dyn ChatProvider>>, Error> {
+        match &self.llm {
+            Some(p) => Ok(p.clone()),
+            None => crate::llm::provider(&self.config.llm),
+        }
+    }
+
+    /// The tools the node will register, as registered (outside the chain): for callers
+    /// that need the catalog before the node is built (a repairer's prompt).
+    pub fn tools(&self) -> Result<Registry, Error> {
+        Ok(self.registry(self.llm_provider()?))
+    }
+
+    fn registry(&self, llm: Option<Arc<dyn ChatProvider>>) -> Registry {
+        let mut reg = Registry::new();
+        weft_builtins::register_all(&mut reg, &self.config.tools);
+        reg.register(Arc::new(weft_llm::LlmCompleteTool::new(
+            crate::llm::for_tools(llm),
+        )));
+        for t in &self.tools {
+            reg.register(Arc::clone(t));
+        }
+        reg
+    }
+
+    fn engine_options(
+        &self,
+        registry: &Arc<Registry>,
+        bus: Arc<dyn weft_runtime::Bus>,
+    ) -> EngineOptions {
+        EngineOptions {
+            registry: Arc::clone(registry),
+            chain: self.chain.clone(),
+            bus,
+            limits: self.config.limits.plan_limits(),
+            cron: Some(Arc::new(weft_builtins::timer::next_occurrence)),
+            trace: self.trace,
+            repairer: self.repairer.clone(),
+            ..EngineOptions::default()
+        }
+    }
+
+    fn durable_settings(&self) -> DurableConfig {
+        self.durable.clone().unwrap_or_else(|| {
+            let s = &self.config.store;
+            DurableConfig {
+                snapshot_every: (s.snapshot_every > 0).then_some(s.snapshot_every),
+                owner: s.owner.clone(),
+                lease_ttl_ms: i64::try_from(s.lease_ttl_ms).unwrap_or(i64::MAX),
+                lease_renew_ms: s.lease_renew_ms,
+                ..DurableConfig::default()
+            }
+        })
+    }
+
+    /// A node without a store: instances live in memory only (`weft run` without a store).
+    /// Call inside a tokio runtime if any tool is asynchronous or timers are used.
+    pub fn in_memory(self) -> Result<Node, Error> {
+        let llm = self.llm_provider()?;
+        let registry = Arc::new(self.registry(llm.clone()));
+        let bus = self
+            .openers
+            .open_bus(&self.config.bus.url, self.config.bus.capacity)?;
+        let opts = self.engine_options(&registry, bus);
+        let outside = Arc::new(opts.chain.apply_outside_instances(&registry));
+        let engine = Engine::new(opts);
+        Ok(Node {
+            config: Arc::new(self.config),
+            registry,
+            outside,
+            engine,
+            durable: None,
+            llm,
+            chain: self.chain,
+        })
+    }
+
+    /// A durable node over the store `[store].url` names (opened through the openers
+    /// table). Call inside a tokio runtime. Recovers nothing: see [`Durable::recover`].
+    pub async fn open(self) -> Result<Node, Error> {
+        let store = self.openers.open_store(&self.config.store.url).await?;
+        self.open_on(store).await
+    }
+
+    /// A durable node over an already opened `store`.
+    pub async fn open_on(self, store: Arc<dyn Store>) -> Result<Node, Error> {
+        let llm = self.llm_provider()?;
+        let registry = Arc::new(self.registry(llm.clone()));
+        let bus = self
+            .openers
+            .open_bus(&self.config.bus.url, self.config.bus.capacity)?;
+        let opts = self.engine_options(&registry, bus);
+        let outside = Arc::new(opts.chain.apply_outside_instances(&registry));
+        let durable = Durable::open(store, opts, self.durable_settings()).await?;
+        let chain = self.chain.with(Stage::Durability, durable.gate_link());
+        Ok(Node {
+            config: Arc::new(self.config),
+            registry,
+            outside,
+            engine: durable.engine().clone(),
+            durable: Some(durable),
+            llm,
+            chain,
+        })
+    }
+}
+
+/// A running weft. Cheap to clone.
+#[derive(Clone)]
+pub struct Node {
+    config: Arc<Config>,
+    registry: Arc<Registry>,
+    outside: Arc<Registry>,
+    engine: Engine,
+    durable: Option<Durable>,
+    llm: Option<Arc<dyn ChatProvider>>,
+    chain: Chain,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("durable", &self.durable)
+            .field("chain", &self.chain)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// The configuration it was built from.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The tools as registered, outside the chain: what validation, the LLM planner and
+    /// `weft tools` see (the chain keeps every spec, so they see the same specs).
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The tools for calls made outside any instance (the ReAct planner's): wrapped by the
+    /// chain without its instance-only links.
+    pub fn outside_registry(&self) -> &Arc<Registry> {
+        &self.outside
+    }
+
+    /// The engine (the durable one's, for a durable node).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The durable engine, unless the node runs in memory.
+    pub fn durable(&self) -> Option<&Durable> {
+        self.durable.as_ref()
+    }
+
+    /// The store, unless the node runs in memory.
+    pub fn store(&self) -> Option<&Arc<dyn Store>> {
+        self.durable.as_ref().map(Durable::store)
+    }
+
+    /// The configured model, if any.
+    pub fn llm(&self) -> Option<&Arc<dyn ChatProvider>> {
+        self.llm.as_ref()
+    }
+
+    /// The tool-call chain, stage by stage, with what is installed at each.
+    pub fn chain(&self) -> Vec<(Stage, Option<String>)> {
+        self.chain.describe()
+    }
+}
