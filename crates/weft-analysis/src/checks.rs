@@ -34,7 +34,7 @@ fn has_leftovers(net: &PtNet, m: &[u32]) -> bool {
 
 /// A dead marking that is a proper end: for reactive plans, nothing left waiting; otherwise
 /// some output place holds a token.
-pub fn is_final(net: &PtNet, m: &[u32]) -> bool {
+pub(crate) fn is_final(net: &PtNet, m: &[u32]) -> bool {
     match net.kind {
         NetKind::Reactive => !has_leftovers(net, m),
         NetKind::Acyclic | NetKind::Imported => has_output(net, m),
@@ -43,7 +43,7 @@ pub fn is_final(net: &PtNet, m: &[u32]) -> bool {
 
 /// A001: dead markings that are not final, shortest witness first. Returns the findings and
 /// the states they name.
-pub fn deadlocks(net: &PtNet, g: &Graph, severity: Severity) -> (Vec<Finding>, Vec<u32>) {
+pub(crate) fn deadlocks(net: &PtNet, g: &Graph, severity: Severity) -> (Vec<Finding>, Vec<u32>) {
     let mut out = Vec::new();
     let mut states = Vec::new();
     let mut shapes: HashSet<BTreeSet<usize>> = HashSet::new();
@@ -121,7 +121,7 @@ pub fn deadlocks(net: &PtNet, g: &Graph, severity: Severity) -> (Vec<Finding>, V
 }
 
 /// A002: steps (or imported transitions) enabled in no reachable marking.
-pub fn dead_steps(net: &PtNet, g: &Graph) -> Vec<Finding> {
+pub(crate) fn dead_steps(net: &PtNet, g: &Graph) -> Vec<Finding> {
     let mut alive: HashSet<&str> = HashSet::new();
     let mut order: Vec<(&str, &str)> = Vec::new();
     for (ti, t) in net.transitions.iter().enumerate() {
@@ -154,7 +154,7 @@ pub fn dead_steps(net: &PtNet, g: &Graph) -> Vec<Finding> {
 
 /// A004 and A005 on a complete graph with recorded edges. `reported` are deadlock states
 /// already named, so the point of no return is not reported twice.
-pub fn soundness(net: &PtNet, g: &Graph, reported: &[u32]) -> Vec<Finding> {
+pub(crate) fn soundness(net: &PtNet, g: &Graph, reported: &[u32]) -> Vec<Finding> {
     let n = g.len();
     let mut out = Vec::new();
     // Reverse edges (CSR by counting), then backward BFS from final markings.
@@ -259,7 +259,7 @@ pub fn soundness(net: &PtNet, g: &Graph, reported: &[u32]) -> Vec<Finding> {
 }
 
 /// A003: one finding per unbounded event, with a pumping witness.
-pub fn unbounded(net: &PtNet, pumps: &[Pump], severity: Severity) -> Vec<Finding> {
+pub(crate) fn unbounded(net: &PtNet, pumps: &[Pump], severity: Severity) -> Vec<Finding> {
     let mut seen: HashSet<&str> = HashSet::new();
     let mut out = Vec::new();
     for pump in pumps {

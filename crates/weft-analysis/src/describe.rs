@@ -8,13 +8,13 @@ use weft_core::finding::event_ptr;
 use crate::net::{NetKind, PtNet, Role};
 
 /// The user-facing name of a place: its event for plan nets, else its own name.
-pub fn place_label(net: &PtNet, p: usize) -> &str {
+pub(crate) fn place_label(net: &PtNet, p: usize) -> &str {
     let place = &net.places[p];
     place.event.as_deref().unwrap_or(&place.name)
 }
 
 /// Pointer for a place: the event for plan nets, `""` for imported nets.
-pub fn place_pointer(net: &PtNet, p: usize) -> String {
+pub(crate) fn place_pointer(net: &PtNet, p: usize) -> String {
     match (&net.places[p].event, net.kind) {
         (Some(e), NetKind::Acyclic | NetKind::Reactive) => event_ptr(e),
         _ => String::new(),
@@ -22,19 +22,19 @@ pub fn place_pointer(net: &PtNet, p: usize) -> String {
 }
 
 /// Witness labels for a transition sequence.
-pub fn witness(net: &PtNet, path: &[u32]) -> Vec<String> {
+pub(crate) fn witness(net: &PtNet, path: &[u32]) -> Vec<String> {
     path.iter()
         .map(|&t| net.witness_label(t as usize))
         .collect()
 }
 
 /// Does the sequence fire an over-approximated transition?
-pub fn uses_guards(net: &PtNet, path: &[u32]) -> bool {
+pub(crate) fn uses_guards(net: &PtNet, path: &[u32]) -> bool {
     path.iter().any(|&t| net.transitions[t as usize].guarded)
 }
 
 /// `a → b → c`, or `the initial marking` when empty.
-pub fn sequence(labels: &[String]) -> String {
+pub(crate) fn sequence(labels: &[String]) -> String {
     if labels.is_empty() {
         "in the initial marking".to_string()
     } else {
@@ -50,7 +50,7 @@ pub fn sequence(labels: &[String]) -> String {
 }
 
 /// Places holding tokens (excluding environment budgets), as `event` or `event ×n`.
-pub fn marked(net: &PtNet, m: &[u32]) -> Vec<String> {
+pub(crate) fn marked(net: &PtNet, m: &[u32]) -> Vec<String> {
     let mut by_label: BTreeMap<&str, u32> = BTreeMap::new();
     for (p, &k) in m.iter().enumerate() {
         if k > 0 && !net.places[p].is_env {
@@ -70,7 +70,7 @@ pub fn marked(net: &PtNet, m: &[u32]) -> Vec<String> {
 }
 
 /// A transition (or step) that has some of its inputs and waits for the rest.
-pub struct Waiting {
+pub(crate) struct Waiting {
     /// Step name (or transition name for imported nets).
     pub who: String,
     /// Its pointer.
@@ -82,7 +82,7 @@ pub struct Waiting {
 }
 
 /// Steps (grouped over variants) with at least one input token that cannot fire in `m`.
-pub fn waiting(net: &PtNet, m: &[u32]) -> Vec<Waiting> {
+pub(crate) fn waiting(net: &PtNet, m: &[u32]) -> Vec<Waiting> {
     let mut out: Vec<Waiting> = Vec::new();
     for (ti, t) in net.transitions.iter().enumerate() {
         if matches!(t.role, Role::Environment | Role::DeferredEmit) || net.enabled(ti, m) {
@@ -118,7 +118,7 @@ pub fn waiting(net: &PtNet, m: &[u32]) -> Vec<Waiting> {
 }
 
 /// `step `j` waits for `y` (has `x`); …`
-pub fn waiting_text(ws: &[Waiting]) -> String {
+pub(crate) fn waiting_text(ws: &[Waiting]) -> String {
     ws.iter()
         .map(|w| {
             format!(
@@ -133,7 +133,7 @@ pub fn waiting_text(ws: &[Waiting]) -> String {
 }
 
 /// `` `a`, `b` ``
-pub fn quoted(items: &[String]) -> String {
+pub(crate) fn quoted(items: &[String]) -> String {
     items
         .iter()
         .map(|i| format!("`{i}`"))

@@ -74,7 +74,7 @@ impl Table {
 
 /// Explores `net` with bitset markings; `None` when the net is not (known to be) safe or has
 /// more than 63 places, in which case the caller runs the general exploration.
-pub fn run(net: &PtNet, max_states: usize, record_edges: bool) -> Option<Graph> {
+pub(crate) fn run(net: &PtNet, max_states: usize, record_edges: bool) -> Option<Graph> {
     let width = net.places.len();
     if width > 63 || net.initial.iter().any(|&m| m > 1) {
         return None;

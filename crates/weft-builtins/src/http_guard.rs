@@ -13,7 +13,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 /// The compiled `allow_hosts` list.
 #[derive(Debug, Default)]
-pub struct Allowlist {
+pub(crate) struct Allowlist {
     /// Exact host names and IP literals, normalised.
     exact: HashSet<String>,
     /// `*.example.com` entries, stored as `.example.com`.
@@ -25,11 +25,11 @@ pub struct Allowlist {
 /// Why a host may not be called.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct Denied(pub String);
+pub(crate) struct Denied(pub String);
 
 impl Allowlist {
     /// Compiles the configured patterns.
-    pub fn new(patterns: &[String]) -> Self {
+    pub(crate) fn new(patterns: &[String]) -> Self {
         let mut a = Allowlist::default();
         for p in patterns {
             let p = normalise(p);
@@ -46,7 +46,7 @@ impl Allowlist {
 
     /// Whether `host` (as in a URL: a name, an IPv4 literal or a bracketed IPv6 literal) is
     /// allowed. Loopback hosts only pass when listed exactly.
-    pub fn check(&self, host: &str) -> Result<(), Denied> {
+    pub(crate) fn check(&self, host: &str) -> Result<(), Denied> {
         let h = normalise(host);
         if self.exact.contains(&h) {
             return Ok(());
@@ -72,7 +72,7 @@ impl Allowlist {
     }
 
     /// Whether `host` was listed exactly (so it may resolve to loopback).
-    pub fn is_exact(&self, host: &str) -> bool {
+    pub(crate) fn is_exact(&self, host: &str) -> bool {
         self.exact.contains(&normalise(host))
     }
 }
@@ -103,13 +103,13 @@ fn is_local(ip: IpAddr) -> bool {
 /// Resolves names with the system resolver, dropping loopback answers for names that were
 /// not allowlisted exactly.
 #[derive(Debug)]
-pub struct GuardedResolver {
+pub(crate) struct GuardedResolver {
     allow: Arc<Allowlist>,
 }
 
 impl GuardedResolver {
     /// A resolver guarding `allow`.
-    pub fn new(allow: Arc<Allowlist>) -> Self {
+    pub(crate) fn new(allow: Arc<Allowlist>) -> Self {
         GuardedResolver { allow }
     }
 }

@@ -200,7 +200,7 @@ pub struct RepairedPlan {
 
 /// Compiles a revised plan document from the journal into a net (no tool check: the plan
 /// was checked against the registry when the repair was applied).
-pub fn compile_document(document: &Value) -> Result<Arc<Net>, DurableError> {
+pub(crate) fn compile_document(document: &Value) -> Result<Arc<Net>, DurableError> {
     let limits = weft_core::Limits::default();
     let bad = |m: String| DurableError::Journal {
         message: format!("the repaired plan in the journal does not compile: {m}"),

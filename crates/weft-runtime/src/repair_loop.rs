@@ -25,7 +25,7 @@ use crate::journal_hook::{Input, Repair};
 use crate::plans::CompiledPlan;
 
 /// Journal records handed to a repairer as context.
-pub const EXCERPT_RECORDS: usize = 20;
+pub(crate) const EXCERPT_RECORDS: usize = 20;
 
 /// What a repairer is told.
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use crate::state::AppState;
 
 /// The caller's tenant.
 #[derive(Debug, Clone)]
-pub struct Tenant(pub String);
+pub(crate) struct Tenant(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for Tenant {
     type Rejection = ApiError;
@@ -79,7 +79,7 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// Middleware: 401 without a known token, 429 when the tenant's bucket is empty.
-pub async fn layer(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn layer(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let token = bearer(&req);
     let Some(tenant) = state.tenant_for(token.as_deref()) else {
         let detail = if token.is_some() {

@@ -14,7 +14,7 @@ use crate::state::AppState;
 
 /// Which cap applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cap {
+pub(crate) enum Cap {
     /// `ServerConfig::body_limit`.
     Default,
     /// `ServerConfig::plan_body_limit`.
@@ -33,7 +33,7 @@ fn too_large(limit: usize) -> ApiError {
 }
 
 /// The `Content-Type` essence (lower case, without parameters).
-pub fn content_type(headers: &axum::http::HeaderMap) -> Option<String> {
+pub(crate) fn content_type(headers: &axum::http::HeaderMap) -> Option<String> {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -47,12 +47,16 @@ pub fn content_type(headers: &axum::http::HeaderMap) -> Option<String> {
 }
 
 /// `application/json` or any `application/…+json`.
-pub fn is_json(ct: &str) -> bool {
+pub(crate) fn is_json(ct: &str) -> bool {
     ct == "application/json" || (ct.starts_with("application/") && ct.ends_with("+json"))
 }
 
 /// Reads the body of `req` up to the cap.
-pub async fn read_capped(req: Request, state: &AppState, cap: Cap) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_capped(
+    req: Request,
+    state: &AppState,
+    cap: Cap,
+) -> Result<Bytes, ApiError> {
     let limit = match cap {
         Cap::Default => state.config().body_limit,
         Cap::Plan => state.config().plan_body_limit,
@@ -80,7 +84,7 @@ pub async fn read_capped(req: Request, state: &AppState, cap: Cap) -> Result<Byt
 }
 
 /// Parses JSON with a problem naming line and column.
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| {
         let code = if e.is_data() {
             "invalid_request"
@@ -103,7 +107,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 }
 
 /// `415 unsupported_media_type` unless the request says JSON.
-pub fn require_json(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn require_json(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
     match content_type(headers) {
         Some(ct) if is_json(&ct) => Ok(()),
         other => Err(ApiError::new(
@@ -120,7 +124,7 @@ pub fn require_json(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
 
 /// A JSON body under the default cap.
 #[derive(Debug)]
-pub struct JsonBody<T>(pub T);
+pub(crate) struct JsonBody<T>(pub T);
 
 impl<T: DeserializeOwned + Send> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
@@ -134,7 +138,7 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for JsonBody<T> {
 
 /// A JSON body under the plan cap (plan documents).
 #[derive(Debug)]
-pub struct PlanBody<T>(pub T);
+pub(crate) struct PlanBody<T>(pub T);
 
 impl<T: DeserializeOwned + Send> FromRequest<AppState> for PlanBody<T> {
     type Rejection = ApiError;
@@ -148,7 +152,7 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for PlanBody<T> {
 
 /// Path parameters with a problem on failure.
 #[derive(Debug)]
-pub struct ApiPath<T>(pub T);
+pub(crate) struct ApiPath<T>(pub T);
 
 impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
     type Rejection = ApiError;
@@ -163,7 +167,7 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
 
 /// Query parameters with a problem on failure.
 #[derive(Debug)]
-pub struct ApiQuery<T>(pub T);
+pub(crate) struct ApiQuery<T>(pub T);
 
 impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
@@ -178,7 +182,7 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
 
 /// A JSON body under the default cap that may be absent (empty body → `T::default()`).
 #[derive(Debug)]
-pub struct MaybeJson<T>(pub T);
+pub(crate) struct MaybeJson<T>(pub T);
 
 impl<T: DeserializeOwned + Default + Send> FromRequest<AppState> for MaybeJson<T> {
     type Rejection = ApiError;

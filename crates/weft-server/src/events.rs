@@ -26,7 +26,7 @@ use crate::names::{check_name, valid_name};
 use crate::state::AppState;
 
 /// Most events in one batch.
-pub const MAX_BATCH: usize = 10_000;
+pub(crate) const MAX_BATCH: usize = 10_000;
 
 /// One incoming event, checked.
 #[derive(Debug)]
@@ -166,7 +166,7 @@ fn check_event(e: RawEvent<'_>, k: Option<usize>) -> Result<Incoming, ApiError> 
 
 /// `202` body.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Accepted {
+pub(crate) struct Accepted {
     /// Events accepted.
     pub accepted: usize,
     /// Deliveries to instances.
@@ -217,7 +217,7 @@ async fn not_live(state: &AppState, tenant: &str, id: &str) -> ApiError {
         (status = 422, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn ingest(
+pub(crate) async fn ingest(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     req: Request,
@@ -364,7 +364,7 @@ pub async fn ingest(
 /// `GET /v1/events/stream` query.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct StreamQuery {
+pub(crate) struct StreamQuery {
     /// Comma-separated event types (`plan.completed`); `plan.step.*` matches a prefix.
     #[serde(rename = "type")]
     #[param(rename = "type")]
@@ -377,7 +377,7 @@ pub struct StreamQuery {
 }
 
 /// The CloudEvent as sent on the stream (weft's extensions named `weft…`).
-pub fn event_json(ev: &CloudEvent) -> Value {
+pub(crate) fn event_json(ev: &CloudEvent) -> Value {
     json!({
         "specversion": ev.specversion,
         "id": ev.id,
@@ -408,7 +408,7 @@ fn type_matches(patterns: &[String], ty: &str) -> bool {
         (status = 404, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn stream(
+pub(crate) async fn stream(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiQuery(q): ApiQuery<StreamQuery>,

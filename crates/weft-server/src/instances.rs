@@ -27,7 +27,7 @@ use crate::state::AppState;
 /// `POST /v1/instances` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StartRequest {
+pub(crate) struct StartRequest {
     /// Name of a stored plan (optional with `plan_inline`).
     #[serde(default)]
     pub plan: Option<String>,
@@ -46,7 +46,7 @@ pub struct StartRequest {
 
 /// A started / stopped / resumed instance.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct InstanceRef {
+pub(crate) struct InstanceRef {
     /// Instance id.
     pub id: String,
     /// Plan name.
@@ -71,7 +71,7 @@ pub struct InstanceRef {
         (status = 422, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn start(
+pub(crate) async fn start(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     crate::body::PlanBody(req): crate::body::PlanBody<StartRequest>,
@@ -136,7 +136,7 @@ pub async fn start(
 /// `GET /v1/instances` query.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     /// `running`, `waiting` (= running), `completed`, `stuck`, `failed`, `paused`, `stopped`.
     pub status: Option<String>,
     /// Only instances of this plan.
@@ -150,7 +150,7 @@ pub struct ListQuery {
 
 /// One entry of the list.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct InstanceSummary {
+pub(crate) struct InstanceSummary {
     /// Id.
     pub id: String,
     /// Plan name.
@@ -167,7 +167,7 @@ pub struct InstanceSummary {
 
 /// `GET /v1/instances`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct InstanceList {
+pub(crate) struct InstanceList {
     /// Instances by id.
     pub instances: Vec<InstanceSummary>,
     /// Cursor of the next page (`null`: last page).
@@ -192,7 +192,7 @@ fn summary(r: InstanceRecord) -> InstanceSummary {
         Problems,
     ),
     security(("bearer" = [])))]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiQuery(q): ApiQuery<ListQuery>,
@@ -260,7 +260,7 @@ pub(crate) async fn owned(state: &AppState, tenant: &str, id: &str) -> ApiResult
 
 /// `GET /v1/instances/{id}`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct InstanceState {
+pub(crate) struct InstanceState {
     /// Id.
     pub id: String,
     /// Plan name.
@@ -396,7 +396,7 @@ fn state_view(
         (status = 404, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(id): ApiPath<String>,
@@ -445,7 +445,7 @@ pub async fn get(
 
 /// `GET /v1/instances/{id}/trace`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TraceView {
+pub(crate) struct TraceView {
     /// Firings in order.
     #[schema(value_type = Vec<Object>)]
     pub steps: Vec<Value>,
@@ -489,7 +489,7 @@ fn trace_json(t: &TraceEntry) -> Value {
         (status = 404, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn trace(
+pub(crate) async fn trace(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(id): ApiPath<String>,
@@ -509,7 +509,7 @@ pub async fn trace(
 /// `?from=SEQ&limit=N`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct JournalQuery {
+pub(crate) struct JournalQuery {
     /// First sequence number (default 1).
     pub from: Option<u64>,
     /// Page size (1–1000, default 100).
@@ -519,7 +519,7 @@ pub struct JournalQuery {
 
 /// `GET /v1/instances/{id}/journal`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct JournalPage {
+pub(crate) struct JournalPage {
     /// Records in sequence order.
     #[schema(value_type = Vec<Object>)]
     pub records: Vec<Value>,
@@ -536,7 +536,7 @@ pub struct JournalPage {
         (status = 404, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn journal(
+pub(crate) async fn journal(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(id): ApiPath<String>,
@@ -571,7 +571,7 @@ pub async fn journal(
 /// `?at=SEQ`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct AtQuery {
+pub(crate) struct AtQuery {
     /// Sequence number (default: the head).
     pub at: Option<u64>,
 }
@@ -585,7 +585,7 @@ pub struct AtQuery {
         (status = 404, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn inspect(
+pub(crate) async fn inspect(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(id): ApiPath<String>,
@@ -631,7 +631,7 @@ fn terminal_conflict(id: &str, status: &str) -> ApiError {
         (status = 409, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn stop(
+pub(crate) async fn stop(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(id): ApiPath<String>,
@@ -660,7 +660,7 @@ pub async fn stop(
 /// `POST /v1/instances/{id}/resume` body.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ResumeRequest {
+pub(crate) struct ResumeRequest {
     /// A checkpoint `cp-…` to fork from (default: continue from the head).
     #[serde(default)]
     pub from: Option<String>,
@@ -679,7 +679,7 @@ pub struct ResumeRequest {
         (status = 415, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn resume(
+pub(crate) async fn resume(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(id): ApiPath<String>,
@@ -720,7 +720,7 @@ pub async fn resume(
 
 /// `POST /v1/instances/{id}/checkpoint`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct CheckpointView {
+pub(crate) struct CheckpointView {
     /// `cp-<sha256>`.
     pub checkpoint: String,
     /// The journal sequence number it names.
@@ -736,7 +736,7 @@ pub struct CheckpointView {
         (status = 404, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn checkpoint(
+pub(crate) async fn checkpoint(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(id): ApiPath<String>,

@@ -13,7 +13,7 @@ struct Bucket {
 }
 
 /// Token buckets by tenant.
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     rate: f64,
     burst: f64,
     buckets: Mutex<HashMap<String, Bucket>>,
@@ -21,7 +21,7 @@ pub struct RateLimiter {
 
 impl RateLimiter {
     /// `rate` requests per second per tenant, bursts of `burst`; `rate <= 0` disables it.
-    pub fn new(rate: f64, burst: f64) -> Self {
+    pub(crate) fn new(rate: f64, burst: f64) -> Self {
         RateLimiter {
             rate,
             burst: burst.max(1.0),
@@ -30,7 +30,7 @@ impl RateLimiter {
     }
 
     /// Takes one token for `tenant`: `Ok(())`, or `Err(seconds to wait)`.
-    pub fn take(&self, tenant: &str) -> Result<(), u64> {
+    pub(crate) fn take(&self, tenant: &str) -> Result<(), u64> {
         if self.rate <= 0.0 {
             return Ok(());
         }

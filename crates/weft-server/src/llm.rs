@@ -67,7 +67,7 @@ fn llm_error(e: weft_llm::Error) -> ApiError {
 
 /// `POST /v1/generate` body.
 #[derive(Debug, Deserialize, ToSchema)]
-pub struct GenerateRequest {
+pub(crate) struct GenerateRequest {
     /// What the plan should do.
     pub instruction: String,
     /// Candidates to ask for (default 3).
@@ -77,7 +77,7 @@ pub struct GenerateRequest {
 
 /// `POST /v1/generate` result.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Generated {
+pub(crate) struct Generated {
     /// The accepted plan.
     #[schema(value_type = Object)]
     pub plan: Value,
@@ -104,7 +104,7 @@ pub struct Generated {
         (status = 503, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn generate(
+pub(crate) async fn generate(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     JsonBody(req): JsonBody<GenerateRequest>,
@@ -140,7 +140,7 @@ pub async fn generate(
 
 /// `POST /v1/explain` body: a plan document, or the name of a stored plan.
 #[derive(Debug, Deserialize, ToSchema)]
-pub struct ExplainRequest {
+pub(crate) struct ExplainRequest {
     /// A plan document.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
@@ -158,7 +158,7 @@ pub struct ExplainRequest {
 
 /// `POST /v1/explain` result.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Explained {
+pub(crate) struct Explained {
     /// The explanation.
     pub text: String,
     /// `template` or `llm`.
@@ -182,7 +182,7 @@ pub struct Explained {
         (status = 503, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn explain(
+pub(crate) async fn explain(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     PlanBody(req): PlanBody<ExplainRequest>,
@@ -229,7 +229,7 @@ pub async fn explain(
 
 /// `POST /v1/instances/{id}/repair` result.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Repaired {
+pub(crate) struct Repaired {
     /// The revised plan.
     #[schema(value_type = Object)]
     pub plan: Value,
@@ -255,7 +255,7 @@ pub struct Repaired {
         (status = 503, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn repair(
+pub(crate) async fn repair(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(id): ApiPath<String>,
@@ -310,7 +310,7 @@ pub async fn repair(
         (status = 503, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn react(
+pub(crate) async fn react(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     JsonBody(req): JsonBody<weft_llm::PlannerRequest>,

@@ -16,14 +16,14 @@ use crate::state::AppState;
 
 /// `{"status": …}`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Health {
+pub(crate) struct Health {
     /// `ok` / `ready`.
     pub status: String,
 }
 
 /// Liveness.
 #[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, body = Health)))]
-pub async fn healthz() -> Json<Health> {
+pub(crate) async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".into(),
     })
@@ -34,7 +34,7 @@ pub async fn healthz() -> Json<Health> {
     (status = 200, body = Health),
     (status = 503, body = Problem, content_type = "application/problem+json"),
 ))]
-pub async fn readyz(State(state): State<AppState>) -> ApiResult<Json<Health>> {
+pub(crate) async fn readyz(State(state): State<AppState>) -> ApiResult<Json<Health>> {
     let probe = state.store().head("weft.ids");
     match tokio::time::timeout(Duration::from_secs(2), probe).await {
         Ok(Ok(_)) => Ok(Json(Health {
@@ -57,7 +57,7 @@ pub async fn readyz(State(state): State<AppState>) -> ApiResult<Json<Health>> {
 #[utoipa::path(get, path = "/metrics", tag = "ops", responses(
     (status = 200, body = String, content_type = "application/openmetrics-text")
 ))]
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let d = &state.inner.durable;
     let text = state.inner.metrics.render(d.engine(), d.journal());
     let mut res = text.into_response();
@@ -72,7 +72,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 #[utoipa::path(get, path = "/openapi.json", tag = "ops", responses(
     (status = 200, body = Object, description = "This document")
 ))]
-pub async fn openapi() -> Response {
+pub(crate) async fn openapi() -> Response {
     Json(crate::app::openapi_doc()).into_response()
 }
 
@@ -100,7 +100,7 @@ fn asset(path: &str) -> Response {
 #[utoipa::path(get, path = "/", tag = "ui", responses(
     (status = 200, body = String, content_type = "text/html")
 ))]
-pub async fn ui_index() -> Response {
+pub(crate) async fn ui_index() -> Response {
     asset("")
 }
 
@@ -111,11 +111,11 @@ pub async fn ui_index() -> Response {
         (status = 200, body = String, description = "The asset"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn ui_asset(ApiPath(path): ApiPath<String>) -> Response {
+pub(crate) async fn ui_asset(ApiPath(path): ApiPath<String>) -> Response {
     asset(&path)
 }
 
 /// `/ui` and `/ui/` → the index.
-pub async fn ui_root() -> Response {
+pub(crate) async fn ui_root() -> Response {
     asset("")
 }

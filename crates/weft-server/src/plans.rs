@@ -23,7 +23,7 @@ use crate::state::{AppState, lock};
 
 /// A plan document body: raw bytes (so load errors carry line and column) plus its JSON.
 #[derive(Debug)]
-pub struct PlanDoc {
+pub(crate) struct PlanDoc {
     /// The bytes as sent.
     pub bytes: Bytes,
     /// Parsed JSON.
@@ -43,7 +43,7 @@ impl FromRequest<AppState> for PlanDoc {
 
 /// The outcome of checking a plan document.
 #[derive(Debug, Clone)]
-pub struct Checked {
+pub(crate) struct Checked {
     /// The plan, if it loaded.
     pub plan: Option<Plan>,
     /// Load error or validation findings, then analysis findings, as JSON.
@@ -56,7 +56,7 @@ pub struct Checked {
 
 impl Checked {
     /// The analysis summary object (`null` when not analysed).
-    pub fn analysis(&self) -> Value {
+    pub(crate) fn analysis(&self) -> Value {
         match &self.report {
             None => Value::Null,
             Some(r) => json!({
@@ -71,7 +71,7 @@ impl Checked {
     }
 
     /// `sound`, `unsound`, `deadlock` or `unknown` (list view).
-    pub fn verdict(&self) -> &'static str {
+    pub(crate) fn verdict(&self) -> &'static str {
         let Some(r) = &self.report else {
             return "unknown";
         };
@@ -120,7 +120,7 @@ fn load_finding(e: &LoadError) -> Value {
 
 /// Loads, validates and (without errors) analyses a plan document. CPU-bound: call from
 /// `spawn_blocking`.
-pub fn check(bytes: &[u8], registry: &weft_tools::Registry, analyse: bool) -> Checked {
+pub(crate) fn check(bytes: &[u8], registry: &weft_tools::Registry, analyse: bool) -> Checked {
     let limits = weft_core::Limits::default();
     let plan = match weft_core::parse_plan(bytes, &limits) {
         Ok(p) => p,
@@ -255,7 +255,7 @@ async fn stored_check(
 
 /// `201` body of `POST /v1/plans`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct PlanCreated {
+pub(crate) struct PlanCreated {
     /// Plan name.
     pub name: String,
     /// Stored version (1, 2, …).
@@ -281,7 +281,7 @@ pub struct PlanCreated {
         (status = 422, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn create(
+pub(crate) async fn create(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     doc: PlanDoc,
@@ -301,7 +301,7 @@ pub async fn create(
 
 /// One entry of `GET /v1/plans`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct PlanSummary {
+pub(crate) struct PlanSummary {
     /// Name.
     pub name: String,
     /// Latest version.
@@ -318,7 +318,7 @@ pub struct PlanSummary {
 
 /// `GET /v1/plans`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct PlanList {
+pub(crate) struct PlanList {
     /// Latest version of each plan, by name.
     pub plans: Vec<PlanSummary>,
 }
@@ -331,7 +331,7 @@ pub struct PlanList {
         (status = 429, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
 ) -> ApiResult<Json<PlanList>> {
@@ -371,7 +371,7 @@ pub async fn list(
 
 /// `GET /v1/plans/{name}`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct PlanDetail {
+pub(crate) struct PlanDetail {
     /// Name.
     pub name: String,
     /// Version.
@@ -424,7 +424,7 @@ async fn detail(
         (status = 404, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn get_latest(
+pub(crate) async fn get_latest(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(name): ApiPath<String>,
@@ -441,7 +441,7 @@ pub async fn get_latest(
         (status = 404, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn get_version(
+pub(crate) async fn get_version(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath((name, version)): ApiPath<(String, u32)>,
@@ -452,14 +452,14 @@ pub async fn get_version(
 /// `?version=N`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct VersionQuery {
+pub(crate) struct VersionQuery {
     /// Version (latest when absent).
     pub version: Option<u32>,
 }
 
 /// The net for drawing.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct NetView {
+pub(crate) struct NetView {
     /// Places (plan events).
     #[schema(value_type = Vec<Object>)]
     pub places: Vec<Value>,
@@ -485,7 +485,7 @@ fn pointer_tail(p: &str, prefix: &str) -> Option<String> {
 /// choices are searched (depth first, at most 10,000 firings) for a sequence that ends where
 /// nothing is enabled; tokens per event, places that are not plan events left out. `{}` if
 /// none is found.
-pub fn deadlock_marking(plan: &Plan, witness: &[String]) -> Value {
+pub(crate) fn deadlock_marking(plan: &Plan, witness: &[String]) -> Value {
     let net = weft_analysis::PtNet::from_plan(
         plan,
         &weft_analysis::CompileOptions {
@@ -538,7 +538,7 @@ pub fn deadlock_marking(plan: &Plan, witness: &[String]) -> Value {
 }
 
 /// Builds the drawable net of a plan.
-pub fn net_view(plan: &Plan, c: &Checked) -> NetView {
+pub(crate) fn net_view(plan: &Plan, c: &Checked) -> NetView {
     let consumed: std::collections::HashSet<&str> = plan
         .steps
         .values()
@@ -654,7 +654,7 @@ pub fn net_view(plan: &Plan, c: &Checked) -> NetView {
         (status = 404, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn net(
+pub(crate) async fn net(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(name): ApiPath<String>,
@@ -676,7 +676,7 @@ pub async fn net(
 
 /// `POST /v1/validate`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Validated {
+pub(crate) struct Validated {
     /// No error findings.
     pub ok: bool,
     /// Load error or validation findings.
@@ -694,7 +694,7 @@ pub struct Validated {
         (status = 415, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn validate(
+pub(crate) async fn validate(
     State(state): State<AppState>,
     _t: Tenant,
     doc: PlanDoc,
@@ -708,7 +708,7 @@ pub async fn validate(
 
 /// `POST /v1/analyze`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Analyzed {
+pub(crate) struct Analyzed {
     /// Validation then analysis findings.
     #[schema(value_type = Vec<Object>)]
     pub findings: Vec<Value>,
@@ -727,7 +727,7 @@ pub struct Analyzed {
         (status = 415, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
-pub async fn analyze(
+pub(crate) async fn analyze(
     State(state): State<AppState>,
     _t: Tenant,
     doc: PlanDoc,

@@ -15,14 +15,18 @@ use weft_store::{
 use crate::schema::{is_unique_violation, map_err, map_pool};
 
 /// Runs one statement returning rows.
-pub async fn query(pool: &Pool, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+pub(crate) async fn query(
+    pool: &Pool,
+    sql: &str,
+    args: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>> {
     let client = pool.get().await.map_err(map_pool)?;
     let st = client.prepare_cached(sql).await.map_err(map_err)?;
     client.query(&st, args).await.map_err(map_err)
 }
 
 /// Runs one statement returning the number of rows changed.
-pub async fn execute(pool: &Pool, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<u64> {
+pub(crate) async fn execute(pool: &Pool, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<u64> {
     let client = pool.get().await.map_err(map_pool)?;
     let st = client.prepare_cached(sql).await.map_err(map_err)?;
     client.execute(&st, args).await.map_err(map_err)
@@ -67,7 +71,7 @@ fn json_out(s: &str, what: &str) -> Result<Value> {
 // --- journal -----------------------------------------------------------------------------
 
 /// (head_seq, head_hash, base_seq, base_hash) of an instance.
-pub type HeadRow = (u64, Hash, u64, Hash);
+pub(crate) type HeadRow = (u64, Hash, u64, Hash);
 
 fn head_from(row: &Row) -> Result<HeadRow> {
     Ok((
@@ -79,7 +83,7 @@ fn head_from(row: &Row) -> Result<HeadRow> {
 }
 
 /// The chain head row.
-pub async fn head_row(pool: &Pool, instance: &str) -> Result<Option<HeadRow>> {
+pub(crate) async fn head_row(pool: &Pool, instance: &str) -> Result<Option<HeadRow>> {
     let rows = query(
         pool,
         "SELECT head_seq, head_hash, base_seq, base_hash FROM chain_heads WHERE instance = $1",
@@ -90,7 +94,12 @@ pub async fn head_row(pool: &Pool, instance: &str) -> Result<Option<HeadRow>> {
 }
 
 /// Records in sequence order.
-pub async fn read(pool: &Pool, instance: &str, from: u64, limit: u32) -> Result<Vec<Record>> {
+pub(crate) async fn read(
+    pool: &Pool,
+    instance: &str,
+    from: u64,
+    limit: u32,
+) -> Result<Vec<Record>> {
     let rows = query(
         pool,
         "SELECT seq, kind, body, at_ms, prev_hash, hash FROM journal
@@ -113,7 +122,7 @@ pub async fn read(pool: &Pool, instance: &str, from: u64, limit: u32) -> Result<
 }
 
 /// Stores a snapshot after checking it against the journal.
-pub async fn put_snapshot(pool: &Pool, instance: &str, snap: &Snapshot) -> Result<()> {
+pub(crate) async fn put_snapshot(pool: &Pool, instance: &str, snap: &Snapshot) -> Result<()> {
     let (head_seq, _, base_seq, base_hash) = head_row(pool, instance)
         .await?
         .unwrap_or((0, GENESIS, 0, GENESIS));
@@ -146,7 +155,7 @@ pub async fn put_snapshot(pool: &Pool, instance: &str, snap: &Snapshot) -> Resul
 }
 
 /// The latest snapshot.
-pub async fn latest_snapshot(pool: &Pool, instance: &str) -> Result<Option<Snapshot>> {
+pub(crate) async fn latest_snapshot(pool: &Pool, instance: &str) -> Result<Option<Snapshot>> {
     let rows = query(
         pool,
         "SELECT seq, hash, state, at_ms FROM snapshots WHERE instance = $1 ORDER BY seq DESC LIMIT 1",
@@ -166,7 +175,7 @@ pub async fn latest_snapshot(pool: &Pool, instance: &str) -> Result<Option<Snaps
 }
 
 /// Drops records before `before` behind a covering snapshot, holding the chain-head lock.
-pub async fn truncate_before(pool: &Pool, instance: &str, before: u64) -> Result<u64> {
+pub(crate) async fn truncate_before(pool: &Pool, instance: &str, before: u64) -> Result<u64> {
     let mut client = pool.get().await.map_err(map_pool)?;
     let tx = client.transaction().await.map_err(map_err)?;
     let removed = truncate_in(&tx, instance, before).await?;
@@ -248,7 +257,7 @@ async fn truncate_in(tx: &Transaction<'_>, instance: &str, before: u64) -> Resul
 
 /// What recovery folds for many instances, in one statement (one consistent view): each
 /// one's latest snapshot and every kept record after it, in the order of `instances`.
-pub async fn load_many(
+pub(crate) async fn load_many(
     pool: &Pool,
     instances: &[String],
 ) -> Result<Vec<(Option<Snapshot>, Vec<Record>)>> {
@@ -314,7 +323,7 @@ pub async fn load_many(
 /// Compaction by a lease holder in one transaction: the lease row is share-locked and
 /// checked against `fence` (as the journal writer's fenced batches do), then the snapshot is
 /// checked and stored and the records it covers are dropped, under the chain-head lock.
-pub async fn compact_fenced(
+pub(crate) async fn compact_fenced(
     pool: &Pool,
     instance: &str,
     fence: &Fence,
@@ -380,7 +389,13 @@ pub async fn compact_fenced(
 // --- plans -------------------------------------------------------------------------------
 
 /// Stores the next version (retrying if another process took the same number).
-pub async fn put_plan(pool: &Pool, tenant: &str, name: &str, doc: &Value, now: i64) -> Result<u32> {
+pub(crate) async fn put_plan(
+    pool: &Pool,
+    tenant: &str,
+    name: &str,
+    doc: &Value,
+    now: i64,
+) -> Result<u32> {
     let doc = json_in(doc)?;
     let client = pool.get().await.map_err(map_pool)?;
     let mut last = None;
@@ -413,7 +428,7 @@ fn info_from(r: &Row) -> Result<PlanInfo> {
 }
 
 /// A plan version (latest when `None`).
-pub async fn get_plan(
+pub(crate) async fn get_plan(
     pool: &Pool,
     tenant: &str,
     name: &str,
@@ -439,7 +454,7 @@ pub async fn get_plan(
 }
 
 /// Every version of a tenant's plans.
-pub async fn list_plans(pool: &Pool, tenant: &str) -> Result<Vec<PlanInfo>> {
+pub(crate) async fn list_plans(pool: &Pool, tenant: &str) -> Result<Vec<PlanInfo>> {
     let rows = query(
         pool,
         "SELECT tenant, name, version, status, created_at_ms FROM plans WHERE tenant = $1
@@ -451,7 +466,7 @@ pub async fn list_plans(pool: &Pool, tenant: &str) -> Result<Vec<PlanInfo>> {
 }
 
 /// Changes a version's status.
-pub async fn set_plan_status(
+pub(crate) async fn set_plan_status(
     pool: &Pool,
     tenant: &str,
     name: &str,
@@ -492,7 +507,7 @@ fn instance_from(r: &Row) -> Result<InstanceRecord> {
 }
 
 /// Creates an instance record.
-pub async fn create_instance(pool: &Pool, r: &InstanceRecord) -> Result<()> {
+pub(crate) async fn create_instance(pool: &Pool, r: &InstanceRecord) -> Result<()> {
     let n = execute(
         pool,
         &format!("INSERT INTO instances ({COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT (id) DO NOTHING"),
@@ -519,7 +534,7 @@ pub async fn create_instance(pool: &Pool, r: &InstanceRecord) -> Result<()> {
 
 /// Creates many instances in one statement (`conflict` if any id exists; then none is
 /// created).
-pub async fn create_instances(pool: &Pool, rs: &[InstanceRecord]) -> Result<()> {
+pub(crate) async fn create_instances(pool: &Pool, rs: &[InstanceRecord]) -> Result<()> {
     let col = |f: &dyn Fn(&InstanceRecord) -> String| rs.iter().map(f).collect::<Vec<String>>();
     let ids = col(&|r| r.id.clone());
     let tenants = col(&|r| r.tenant.clone());
@@ -553,7 +568,7 @@ pub async fn create_instances(pool: &Pool, rs: &[InstanceRecord]) -> Result<()> 
 }
 
 /// Sets many instances' statuses in one statement (missing ids are skipped).
-pub async fn update_statuses(
+pub(crate) async fn update_statuses(
     pool: &Pool,
     rows: &[(String, InstanceStatus, Option<String>, i64)],
 ) -> Result<()> {
@@ -573,7 +588,7 @@ pub async fn update_statuses(
 }
 
 /// Updates an instance's status.
-pub async fn update_status(
+pub(crate) async fn update_status(
     pool: &Pool,
     id: &str,
     status: InstanceStatus,
@@ -593,7 +608,7 @@ pub async fn update_status(
 }
 
 /// Instances matching a WHERE clause.
-pub async fn instances(
+pub(crate) async fn instances(
     pool: &Pool,
     where_sql: &str,
     args: &[&(dyn ToSql + Sync)],
@@ -608,7 +623,7 @@ pub async fn instances(
 }
 
 /// A tenant's instances, one page.
-pub async fn list_instances(
+pub(crate) async fn list_instances(
     pool: &Pool,
     tenant: &str,
     status: Option<InstanceStatus>,
@@ -626,7 +641,7 @@ pub async fn list_instances(
 }
 
 /// Non-terminal instances, one page.
-pub async fn non_terminal(pool: &Pool, page: &Page) -> Result<Vec<InstanceRecord>> {
+pub(crate) async fn non_terminal(pool: &Pool, page: &Page) -> Result<Vec<InstanceRecord>> {
     let limit = i64::from(page.checked_limit()?);
     instances(
         pool,
@@ -640,7 +655,7 @@ pub async fn non_terminal(pool: &Pool, page: &Page) -> Result<Vec<InstanceRecord
 // --- timers, effects, leases -------------------------------------------------------------
 
 /// Sets or moves a timer.
-pub async fn put_timer(pool: &Pool, t: &Timer) -> Result<()> {
+pub(crate) async fn put_timer(pool: &Pool, t: &Timer) -> Result<()> {
     execute(
         pool,
         "INSERT INTO timers (instance, timer_id, due_ms, payload) VALUES ($1, $2, $3, $4)
@@ -653,7 +668,7 @@ pub async fn put_timer(pool: &Pool, t: &Timer) -> Result<()> {
 }
 
 /// Due timers, earliest first.
-pub async fn due_timers(pool: &Pool, now: i64, limit: u32) -> Result<Vec<Timer>> {
+pub(crate) async fn due_timers(pool: &Pool, now: i64, limit: u32) -> Result<Vec<Timer>> {
     let rows = query(
         pool,
         "SELECT instance, timer_id, due_ms, payload FROM timers WHERE due_ms <= $1
@@ -674,7 +689,7 @@ pub async fn due_timers(pool: &Pool, now: i64, limit: u32) -> Result<Vec<Timer>>
 }
 
 /// Removes a timer.
-pub async fn delete_timer(pool: &Pool, instance: &str, timer_id: &str) -> Result<bool> {
+pub(crate) async fn delete_timer(pool: &Pool, instance: &str, timer_id: &str) -> Result<bool> {
     Ok(execute(
         pool,
         "DELETE FROM timers WHERE instance = $1 AND timer_id = $2",
@@ -685,7 +700,11 @@ pub async fn delete_timer(pool: &Pool, instance: &str, timer_id: &str) -> Result
 }
 
 /// Records an effect unless its key exists.
-pub async fn record_effect(pool: &Pool, key: &str, outcome: &Value) -> Result<EffectRecorded> {
+pub(crate) async fn record_effect(
+    pool: &Pool,
+    key: &str,
+    outcome: &Value,
+) -> Result<EffectRecorded> {
     let n = execute(
         pool,
         "INSERT INTO effects (key, outcome) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
@@ -704,7 +723,7 @@ pub async fn record_effect(pool: &Pool, key: &str, outcome: &Value) -> Result<Ef
 }
 
 /// An effect's outcome.
-pub async fn get_effect(pool: &Pool, key: &str) -> Result<Option<Value>> {
+pub(crate) async fn get_effect(pool: &Pool, key: &str) -> Result<Option<Value>> {
     let rows = query(pool, "SELECT outcome FROM effects WHERE key = $1", &[&key]).await?;
     rows.first()
         .map(|r| json_out(&get::<String>(r, 0)?, "effect outcome"))
@@ -721,7 +740,7 @@ fn expiry(now: i64, ttl: i64) -> Result<i64> {
 }
 
 /// Takes or extends a lease: one atomic upsert, so two processes cannot both win.
-pub async fn acquire_lease(
+pub(crate) async fn acquire_lease(
     pool: &Pool,
     instance: &str,
     owner: &str,
@@ -743,7 +762,7 @@ pub async fn acquire_lease(
 }
 
 /// Extends `owner`'s lease unless it was released or taken over (see `Store::renew_lease`).
-pub async fn renew_lease(
+pub(crate) async fn renew_lease(
     pool: &Pool,
     instance: &str,
     owner: &str,
@@ -761,7 +780,7 @@ pub async fn renew_lease(
 
 /// Gives a lease up: it expires at once; the row (and its epoch) stays, so the next
 /// owner's epoch is higher.
-pub async fn release_lease(pool: &Pool, instance: &str, owner: &str) -> Result<bool> {
+pub(crate) async fn release_lease(pool: &Pool, instance: &str, owner: &str) -> Result<bool> {
     Ok(execute(
         pool,
         "UPDATE leases SET expires_at_ms = $3
@@ -773,7 +792,11 @@ pub async fn release_lease(pool: &Pool, instance: &str, owner: &str) -> Result<b
 }
 
 /// Gives up many leases of `owner` in one statement: how many it held.
-pub async fn release_leases(pool: &Pool, instances: &[String], owner: &str) -> Result<usize> {
+pub(crate) async fn release_leases(
+    pool: &Pool,
+    instances: &[String],
+    owner: &str,
+) -> Result<usize> {
     let n = execute(
         pool,
         "UPDATE leases SET expires_at_ms = $3
@@ -785,7 +808,7 @@ pub async fn release_leases(pool: &Pool, instances: &[String], owner: &str) -> R
 }
 
 /// The live lease.
-pub async fn owner_of(pool: &Pool, instance: &str, now: i64) -> Result<Option<Lease>> {
+pub(crate) async fn owner_of(pool: &Pool, instance: &str, now: i64) -> Result<Option<Lease>> {
     let rows = query(
         pool,
         "SELECT owner, expires_at_ms, epoch FROM leases WHERE instance = $1 AND expires_at_ms > $2",
@@ -805,7 +828,7 @@ pub async fn owner_of(pool: &Pool, instance: &str, now: i64) -> Result<Option<Le
 
 /// Creates many instances and takes their leases (owner, epoch 1) in one statement
 /// (`conflict` if any id exists; then nothing is created).
-pub async fn create_instances_leased(
+pub(crate) async fn create_instances_leased(
     pool: &Pool,
     rs: &[InstanceRecord],
     owner: &str,
@@ -848,7 +871,7 @@ pub async fn create_instances_leased(
 }
 
 /// Sets many instances' statuses in one statement, only where `owner` holds the lease row.
-pub async fn update_statuses_owned(
+pub(crate) async fn update_statuses_owned(
     pool: &Pool,
     rows: &[(String, InstanceStatus, Option<String>, i64)],
     owner: &str,
@@ -871,7 +894,7 @@ pub async fn update_statuses_owned(
 
 /// Takes or extends many leases in one statement: the epoch of each lease `owner` holds
 /// afterwards, `None` where another owner's live lease kept it.
-pub async fn acquire_leases(
+pub(crate) async fn acquire_leases(
     pool: &Pool,
     instances: &[String],
     owner: &str,
@@ -901,7 +924,7 @@ pub async fn acquire_leases(
 }
 
 /// Extends many leases of `owner` in one statement (as [`renew_lease`]): which ones were.
-pub async fn renew_leases(
+pub(crate) async fn renew_leases(
     pool: &Pool,
     instances: &[String],
     owner: &str,
@@ -924,7 +947,7 @@ pub async fn renew_leases(
 }
 
 /// A page of the timer table by (instance, timer id), strictly after `after`.
-pub async fn list_timers(
+pub(crate) async fn list_timers(
     pool: &Pool,
     after: Option<&(String, String)>,
     limit: u32,
@@ -955,7 +978,7 @@ pub async fn list_timers(
 }
 
 /// Owners of live leases, each once.
-pub async fn lease_owners(pool: &Pool, now: i64) -> Result<Vec<String>> {
+pub(crate) async fn lease_owners(pool: &Pool, now: i64) -> Result<Vec<String>> {
     let rows = query(
         pool,
         "SELECT DISTINCT owner FROM leases WHERE expires_at_ms > $1 ORDER BY owner",

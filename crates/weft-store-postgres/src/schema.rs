@@ -77,7 +77,7 @@ ALTER TABLE leases ALTER COLUMN instance TYPE TEXT COLLATE \"C\",
 ";
 
 /// Maps a driver failure: lost connections are `store_unavailable`, the rest `backend`.
-pub fn map_err(e: tokio_postgres::Error) -> Error {
+pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
     if e.is_closed() || (e.as_db_error().is_none() && e.code().is_none()) {
         return Error::Unavailable {
             message: format!("PostgreSQL: {e}"),
@@ -94,7 +94,7 @@ pub fn map_err(e: tokio_postgres::Error) -> Error {
 }
 
 /// Maps a pool failure (could not get a connection).
-pub fn map_pool(e: PoolError) -> Error {
+pub(crate) fn map_pool(e: PoolError) -> Error {
     match e {
         PoolError::Backend(e) => map_err(e),
         other => Error::Unavailable {
@@ -104,7 +104,7 @@ pub fn map_pool(e: PoolError) -> Error {
 }
 
 /// Is this a failure worth retrying the transaction for (deadlock, serialisation)?
-pub fn is_transient(e: &tokio_postgres::Error) -> bool {
+pub(crate) fn is_transient(e: &tokio_postgres::Error) -> bool {
     matches!(
         e.code(),
         Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
@@ -112,12 +112,12 @@ pub fn is_transient(e: &tokio_postgres::Error) -> bool {
 }
 
 /// Is this a unique-key violation?
-pub fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
+pub(crate) fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&SqlState::UNIQUE_VIOLATION)
 }
 
 /// Creates the schema if absent, or checks that the stored version is not newer.
-pub async fn migrate(pool: &Pool) -> Result<(), Error> {
+pub(crate) async fn migrate(pool: &Pool) -> Result<(), Error> {
     let mut client = pool.get().await.map_err(map_pool)?;
     let tx = client.transaction().await.map_err(map_err)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])

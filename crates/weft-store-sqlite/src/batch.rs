@@ -11,7 +11,7 @@ use weft_store::{Error, Hash, NewRecord, Record, Result};
 
 /// One record of a batch, borrowed from the batch's bytes.
 #[derive(Debug, Clone, Copy)]
-pub struct LogRecord<'a> {
+pub(crate) struct LogRecord<'a> {
     pub instance: &'a str,
     pub seq: u64,
     pub at_ms: i64,
@@ -23,7 +23,7 @@ pub struct LogRecord<'a> {
 
 impl LogRecord<'_> {
     /// The owned record.
-    pub fn to_record(self) -> Record {
+    pub(crate) fn to_record(self) -> Record {
         Record {
             seq: self.seq,
             kind: self.kind.to_string(),
@@ -44,7 +44,7 @@ fn len_u32(n: usize, what: &str) -> Result<[u8; 4]> {
 }
 
 /// Appends one record to a batch's bytes.
-pub fn encode(
+pub(crate) fn encode(
     out: &mut Vec<u8>,
     instance: &str,
     seq: u64,
@@ -72,12 +72,12 @@ pub fn encode(
 }
 
 /// The records of a batch, in the order they were appended.
-pub fn decode(bytes: &[u8]) -> Records<'_> {
+pub(crate) fn decode(bytes: &[u8]) -> Records<'_> {
     Records { rest: bytes }
 }
 
 /// Iterator over a batch's records ([`decode`]); stops after the first error.
-pub struct Records<'a> {
+pub(crate) struct Records<'a> {
     rest: &'a [u8],
 }
 

@@ -29,13 +29,13 @@ use weft_store::Hash;
 use crate::schema::map_err;
 
 /// Instances remembered before the memory starts over (each entry is ~200 bytes).
-pub const MAX_ENTRIES: usize = 100_000;
+pub(crate) const MAX_ENTRIES: usize = 100_000;
 
 /// A chain-head row: (head_seq, head_hash, base_seq, base_hash).
-pub type Head = (u64, Hash, u64, Hash);
+pub(crate) type Head = (u64, Hash, u64, Hash);
 
 /// Newest (seq, hash) per instance among one log partition's records.
-pub type LogHeads = HashMap<String, (u64, Hash), foldhash::fast::RandomState>;
+pub(crate) type LogHeads = HashMap<String, (u64, Hash), foldhash::fast::RandomState>;
 
 #[derive(Default)]
 struct Memory {
@@ -60,14 +60,14 @@ fn with<T>(f: impl FnOnce(&mut Memory) -> T) -> Option<T> {
 }
 
 /// Turns the memory on for this thread (the writer thread, once).
-pub fn enable() {
+pub(crate) fn enable() {
     MEMORY.with(|m| *m.borrow_mut() = Some(Memory::default()));
 }
 
 /// At the start of a batch, with the write lock held: forgets everything if another
 /// connection committed since the last batch began. An error reading the version also
 /// forgets everything (and is otherwise ignored: the batch's statements will report it).
-pub fn begin_batch(conn: &Connection) {
+pub(crate) fn begin_batch(conn: &Connection) {
     if with(|_| ()).is_none() {
         return;
     }
@@ -87,7 +87,7 @@ pub fn begin_batch(conn: &Connection) {
 }
 
 /// Forgets everything (after a rollback).
-pub fn forget_all() {
+pub(crate) fn forget_all() {
     with(|m| {
         m.heads.clear();
         m.fences.clear();
@@ -97,7 +97,7 @@ pub fn forget_all() {
 
 /// `Some(newest)` when log partition `part`'s heads are remembered (`newest`: `instance`'s
 /// newest record in it, if any); `None` when they are not (or the memory is off).
-pub fn log_head(part: usize, instance: &str) -> Option<Option<(u64, Hash)>> {
+pub(crate) fn log_head(part: usize, instance: &str) -> Option<Option<(u64, Hash)>> {
     with(|m| {
         m.log_heads
             .get(part)?
@@ -108,7 +108,7 @@ pub fn log_head(part: usize, instance: &str) -> Option<Option<(u64, Hash)>> {
 }
 
 /// Remembers log partition `part`'s heads, as just read.
-pub fn set_log_heads(part: usize, heads: LogHeads) {
+pub(crate) fn set_log_heads(part: usize, heads: LogHeads) {
     with(|m| {
         if let Some(slot) = m.log_heads.get_mut(part) {
             *slot = Some(heads);
@@ -117,7 +117,7 @@ pub fn set_log_heads(part: usize, heads: LogHeads) {
 }
 
 /// An append put `instance`'s records up to `seq` (hashed `hash`) into partition `part`.
-pub fn note_log_head(part: usize, instance: &str, seq: u64, hash: Hash) {
+pub(crate) fn note_log_head(part: usize, instance: &str, seq: u64, hash: Hash) {
     with(|m| {
         if let Some(Some(h)) = m.log_heads.get_mut(part) {
             keep_newest(h, instance, seq, hash);
@@ -126,7 +126,7 @@ pub fn note_log_head(part: usize, instance: &str, seq: u64, hash: Hash) {
 }
 
 /// Records `(seq, hash)` as `instance`'s head in `heads` unless it has a newer one.
-pub fn keep_newest(heads: &mut LogHeads, instance: &str, seq: u64, hash: Hash) {
+pub(crate) fn keep_newest(heads: &mut LogHeads, instance: &str, seq: u64, hash: Hash) {
     match heads.get_mut(instance) {
         Some(v) if seq > v.0 => *v = (seq, hash),
         Some(_) => {}
@@ -137,7 +137,7 @@ pub fn keep_newest(heads: &mut LogHeads, instance: &str, seq: u64, hash: Hash) {
 }
 
 /// Log partition `part` was merged: it is empty, its heads are in `chain_heads`.
-pub fn log_merged(part: usize) {
+pub(crate) fn log_merged(part: usize) {
     with(|m| {
         if let Some(slot) = m.log_heads.get_mut(part) {
             *slot = Some(LogHeads::default());
@@ -146,12 +146,12 @@ pub fn log_merged(part: usize) {
 }
 
 /// The remembered chain head of `instance`.
-pub fn head(instance: &str) -> Option<Head> {
+pub(crate) fn head(instance: &str) -> Option<Head> {
     with(|m| m.heads.get(instance).copied()).flatten()
 }
 
 /// Remembers `instance`'s chain head as just read or written.
-pub fn set_head(instance: &str, head: Head) {
+pub(crate) fn set_head(instance: &str, head: Head) {
     with(|m| {
         if let Some(h) = m.heads.get_mut(instance) {
             *h = head;
@@ -165,13 +165,13 @@ pub fn set_head(instance: &str, head: Head) {
 }
 
 /// Forgets `instance`'s chain head.
-pub fn forget_head(instance: &str) {
+pub(crate) fn forget_head(instance: &str) {
     with(|m| m.heads.remove(instance));
 }
 
 /// Whether the remembered lease of `instance` is held by `owner` at `epoch`: `None` when
 /// nothing is remembered.
-pub fn fence_matches(instance: &str, owner: &str, epoch: u64) -> Option<bool> {
+pub(crate) fn fence_matches(instance: &str, owner: &str, epoch: u64) -> Option<bool> {
     with(|m| {
         m.fences
             .get(instance)
@@ -182,12 +182,12 @@ pub fn fence_matches(instance: &str, owner: &str, epoch: u64) -> Option<bool> {
 
 /// Whether the remembered lease of `instance` is held by `owner` (any epoch): `None` when
 /// nothing is remembered.
-pub fn owned_by(instance: &str, owner: &str) -> Option<bool> {
+pub(crate) fn owned_by(instance: &str, owner: &str) -> Option<bool> {
     with(|m| m.fences.get(instance).map(|(o, _)| o == owner)).flatten()
 }
 
 /// Remembers `instance`'s lease owner and epoch as just read or written.
-pub fn set_fence(instance: &str, owner: &str, epoch: u64) {
+pub(crate) fn set_fence(instance: &str, owner: &str, epoch: u64) {
     with(|m| {
         if let Some(f) = m.fences.get_mut(instance) {
             if f.0 != owner {
@@ -205,7 +205,7 @@ pub fn set_fence(instance: &str, owner: &str, epoch: u64) {
 }
 
 /// Forgets `instance`'s lease.
-pub fn forget_fence(instance: &str) {
+pub(crate) fn forget_fence(instance: &str) {
     with(|m| m.fences.remove(instance));
 }
 

@@ -22,17 +22,17 @@ use rusqlite::{Connection, OpenFlags};
 use weft_store::{Error, Result};
 
 /// Time between two background checkpoints.
-pub const INTERVAL: Duration = Duration::from_millis(200);
+pub(crate) const INTERVAL: Duration = Duration::from_millis(200);
 
 /// Handle to the thread; dropping it stops the thread (and closes its connection).
-pub struct Checkpointer {
+pub(crate) struct Checkpointer {
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Checkpointer {
     /// Starts checkpointing the store at `path` (which exists: the writer created it).
-    pub fn start(path: &Path) -> Result<Self> {
+    pub(crate) fn start(path: &Path) -> Result<Self> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(crate::schema::map_err)?;
         let stop = Arc::new((Mutex::new(false), Condvar::new()));

@@ -80,7 +80,7 @@ use crate::schema::map_err;
 pub const LOG_PARTS: usize = 8;
 
 /// The log tables, by partition.
-pub const LOG_TABLES: [&str; LOG_PARTS] = [
+pub(crate) const LOG_TABLES: [&str; LOG_PARTS] = [
     "journal_log_batch_0",
     "journal_log_batch_1",
     "journal_log_batch_2",
@@ -93,7 +93,7 @@ pub const LOG_TABLES: [&str; LOG_PARTS] = [
 
 /// A stable 64-bit hash of an instance id (FNV-1a): its log partition is `hash % LOG_PARTS`
 /// in every process and every build, which is what makes rows findable after a restart.
-pub fn instance_hash(instance: &str) -> u64 {
+pub(crate) fn instance_hash(instance: &str) -> u64 {
     instance.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
@@ -105,7 +105,7 @@ pub fn partition(instance: &str) -> usize {
 }
 
 /// An instance's partition as the leading column of `journal`'s key (see the module docs).
-pub fn part_sql(instance: &str) -> i64 {
+pub(crate) fn part_sql(instance: &str) -> i64 {
     partition(instance) as i64
 }
 
@@ -132,7 +132,7 @@ type HeadRow = cache::Head;
 /// the row: [`crate::cache`]): its `chain_heads` row, with the head moved on to its newest
 /// record in the log when that is newer (appends leave `chain_heads` to the merge: see the
 /// module docs). One read transaction, so a merge cannot move the records in between.
-pub fn head_row(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
+pub(crate) fn head_row(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
     if let Some(head) = cache::head(instance) {
         return Ok(Some(head));
     }
@@ -152,7 +152,7 @@ pub fn head_row(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
 }
 
 /// An instance's `chain_heads` row (its head as of the last merge or truncation; its base).
-pub fn stored_head(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
+pub(crate) fn stored_head(conn: &Connection, instance: &str) -> Result<Option<HeadRow>> {
     let row = conn
         .prepare_cached(
             "SELECT head_seq, head_hash, base_seq, base_hash FROM chain_heads
@@ -202,7 +202,7 @@ fn newest_in_log(conn: &Connection, instance: &str) -> Result<Option<(u64, Hash)
 }
 
 /// Appends inside the current transaction, chaining from the stored head.
-pub fn append(conn: &Connection, instance: &str, records: &[NewRecord]) -> Result<Appended> {
+pub(crate) fn append(conn: &Connection, instance: &str, records: &[NewRecord]) -> Result<Appended> {
     append_many(conn, &[(instance, records)])?
         .into_iter()
         .next()
@@ -238,7 +238,12 @@ fn to_record((seq, kind, body, at_ms, prev, hash): RawRecord) -> Result<Record> 
 /// consistent view even while a merge moves records between them). An instance's records
 /// in the log all come after those in `journal`, so the log is scanned only when `journal`
 /// had fewer than `limit`.
-pub fn read(conn: &Connection, instance: &str, from: u64, limit: u32) -> Result<Vec<Record>> {
+pub(crate) fn read(
+    conn: &Connection,
+    instance: &str,
+    from: u64,
+    limit: u32,
+) -> Result<Vec<Record>> {
     in_read_tx(conn, |c| {
         let mut out = read_merged(c, instance, from, limit)?;
         if out.len() >= limit as usize {
@@ -265,7 +270,7 @@ fn in_read_tx<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) ->
 
 /// An instance's chain base (0 when it has no chain yet): its log records at or below it
 /// are dead. Truncation is the only thing that moves it, always in `chain_heads`.
-pub fn base_seq(conn: &Connection, instance: &str) -> Result<u64> {
+pub(crate) fn base_seq(conn: &Connection, instance: &str) -> Result<u64> {
     let head = match cache::head(instance) {
         Some(h) => Some(h),
         None => stored_head(conn, instance)?,
@@ -310,7 +315,7 @@ fn scan_log(
 }
 
 /// [`read`] of the `journal` table alone (with [`read_log_many`] for a batch).
-pub fn read_merged(
+pub(crate) fn read_merged(
     conn: &Connection,
     instance: &str,
     from: u64,
@@ -344,7 +349,7 @@ pub fn read_merged(
 /// and whose seq is at least that instance's `from`, grouped per instance in sequence
 /// order: one scan of the log for a whole batch (the batched load of recovery), instead of
 /// one per instance.
-pub fn read_log_many(
+pub(crate) fn read_log_many(
     conn: &Connection,
     ids: &[(String, u64)],
 ) -> Result<std::collections::HashMap<String, Vec<Record>>> {
@@ -395,7 +400,7 @@ pub fn read_log_many(
 /// partition was truncated since its last merge (the writer connection's
 /// [`TRUNCATED_SINCE_MERGE`] table, transactional like the rest: a rolled-back merge or
 /// truncation leaves it as it was).
-pub fn merge_log(conn: &Connection, part: usize, after_restart: bool) -> Result<u64> {
+pub(crate) fn merge_log(conn: &Connection, part: usize, after_restart: bool) -> Result<u64> {
     let Some(table) = LOG_TABLES.get(part) else {
         return Err(Error::invalid(format!("no journal log partition {part}")));
     };
@@ -505,12 +510,13 @@ pub fn merge_log(conn: &Connection, part: usize, after_restart: bool) -> Result<
 
 /// The writer connection's record of instances truncated since their partition's last
 /// merge (see [`merge_log`]): a temporary table, so it lives and dies with the connection.
-pub const TRUNCATED_SINCE_MERGE: &str = "CREATE TEMP TABLE IF NOT EXISTS truncated_since_merge (
+pub(crate) const TRUNCATED_SINCE_MERGE: &str =
+    "CREATE TEMP TABLE IF NOT EXISTS truncated_since_merge (
        part INTEGER NOT NULL, instance TEXT NOT NULL, PRIMARY KEY (part, instance))
      WITHOUT ROWID";
 
 /// Records in each log partition (counted when the store opens).
-pub fn log_rows(conn: &Connection) -> Result<[u64; LOG_PARTS]> {
+pub(crate) fn log_rows(conn: &Connection) -> Result<[u64; LOG_PARTS]> {
     let mut out = [0; LOG_PARTS];
     for (n, table) in out.iter_mut().zip(LOG_TABLES) {
         *n = conn
@@ -556,7 +562,7 @@ fn record_hash(conn: &Connection, instance: &str, seq: u64) -> Result<Option<Has
 }
 
 /// Stores a snapshot after checking it against the journal.
-pub fn put_snapshot(conn: &Connection, instance: &str, snap: &Snapshot) -> Result<()> {
+pub(crate) fn put_snapshot(conn: &Connection, instance: &str, snap: &Snapshot) -> Result<()> {
     let (head_seq, head_hash, base_seq, base_hash) =
         head_row(conn, instance)?.unwrap_or((0, GENESIS, 0, GENESIS));
     let matches = if snap.seq > head_seq || snap.seq < base_seq {
@@ -593,7 +599,7 @@ pub fn put_snapshot(conn: &Connection, instance: &str, snap: &Snapshot) -> Resul
 }
 
 /// The latest snapshot.
-pub fn latest_snapshot(conn: &Connection, instance: &str) -> Result<Option<Snapshot>> {
+pub(crate) fn latest_snapshot(conn: &Connection, instance: &str) -> Result<Option<Snapshot>> {
     let row = conn
         .prepare_cached(
             "SELECT seq, hash, state, at_ms FROM snapshots WHERE instance = ?1
@@ -625,7 +631,7 @@ pub fn latest_snapshot(conn: &Connection, instance: &str) -> Result<Option<Snaps
 /// Drops records before `before` behind a covering snapshot: moves the chain base to
 /// `before - 1` and deletes the records below it from `journal`; those still in the log
 /// are dead from now on (see the module docs). Returns how many records were dropped.
-pub fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result<u64> {
+pub(crate) fn truncate_before(conn: &Connection, instance: &str, before: u64) -> Result<u64> {
     let Some((head_seq, head_hash, base_seq, _)) = head_row(conn, instance)? else {
         return Ok(0);
     };
@@ -778,7 +784,10 @@ fn values_sql(head: &str, tuple: &str, rows: usize, tail: &str) -> String {
 /// batch per partition touched (cut at [`MAX_BATCH_BYTES`]), no chain-head write (the
 /// merge's: see the module docs). Chains continue from [`head_row`]; an empty record list
 /// only reports the head. The writer's memory learns the new heads.
-pub fn append_many(conn: &Connection, items: &[(&str, &[NewRecord])]) -> Result<Vec<Appended>> {
+pub(crate) fn append_many(
+    conn: &Connection,
+    items: &[(&str, &[NewRecord])],
+) -> Result<Vec<Appended>> {
     let mut out = Vec::with_capacity(items.len());
     // Each partition's records of this append, encoded as one batch (see the module docs),
     // and how many there are.

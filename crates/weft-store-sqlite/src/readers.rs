@@ -14,14 +14,14 @@ const MAX_IDLE: usize = 8;
 
 /// The pool.
 #[derive(Clone)]
-pub struct Readers {
+pub(crate) struct Readers {
     path: Arc<PathBuf>,
     idle: Arc<Mutex<Vec<Connection>>>,
 }
 
 impl Readers {
     /// A pool for the store file at `path`.
-    pub fn new(path: PathBuf) -> Self {
+    pub(crate) fn new(path: PathBuf) -> Self {
         Readers {
             path: Arc::new(path),
             idle: Arc::new(Mutex::new(Vec::new())),
@@ -29,7 +29,7 @@ impl Readers {
     }
 
     /// Runs `f` on a read connection on tokio's blocking pool.
-    pub async fn run<T, F>(&self, f: F) -> Result<T>
+    pub(crate) async fn run<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,

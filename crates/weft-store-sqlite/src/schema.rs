@@ -130,7 +130,7 @@ fn register_part_function(conn: &Connection) -> Result<(), Error> {
 }
 
 /// Maps a SQLite failure to the store error, keeping damage distinct from other failures.
-pub fn map_err(e: rusqlite::Error) -> Error {
+pub(crate) fn map_err(e: rusqlite::Error) -> Error {
     match e.sqlite_error_code() {
         Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => Error::Corrupt {
             message: format!("the SQLite store is damaged or not a database: {e}"),
@@ -196,7 +196,7 @@ fn writer_pragmas(conn: &Connection) -> Result<(), Error> {
 }
 
 /// Opens (creating if needed) the write connection: checks or creates the schema.
-pub fn open_writer(path: &Path) -> Result<Connection, Error> {
+pub(crate) fn open_writer(path: &Path) -> Result<Connection, Error> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| Error::Unavailable {
             message: format!("cannot create {}: {e}", dir.display()),
@@ -230,7 +230,7 @@ fn qpsg(conn: &Connection) -> Result<(), Error> {
 }
 
 /// Opens a read connection to an existing store.
-pub fn open_reader(path: &Path) -> Result<Connection, Error> {
+pub(crate) fn open_reader(path: &Path) -> Result<Connection, Error> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(|e| with_path(path, map_err(e)))?;
     conn.busy_timeout(std::time::Duration::from_secs(30))

@@ -30,7 +30,13 @@ fn version_from_sql(v: i64) -> Result<u32> {
 // --- plans -------------------------------------------------------------------------------
 
 /// Stores the next version of a plan.
-pub fn put_plan(conn: &Connection, tenant: &str, name: &str, doc: &Value, now: i64) -> Result<u32> {
+pub(crate) fn put_plan(
+    conn: &Connection,
+    tenant: &str,
+    name: &str,
+    doc: &Value,
+    now: i64,
+) -> Result<u32> {
     let next: i64 = conn
         .prepare_cached(
             "SELECT COALESCE(MAX(version), 0) + 1 FROM plans WHERE tenant = ?1 AND name = ?2",
@@ -63,7 +69,7 @@ fn to_info(row: (String, String, i64, String, i64)) -> Result<PlanInfo> {
 }
 
 /// A plan version (latest when `version` is `None`).
-pub fn get_plan(
+pub(crate) fn get_plan(
     conn: &Connection,
     tenant: &str,
     name: &str,
@@ -91,7 +97,7 @@ pub fn get_plan(
 }
 
 /// Every version of a tenant's plans.
-pub fn list_plans(conn: &Connection, tenant: &str) -> Result<Vec<PlanInfo>> {
+pub(crate) fn list_plans(conn: &Connection, tenant: &str) -> Result<Vec<PlanInfo>> {
     let mut st = conn
         .prepare_cached(
             "SELECT tenant, name, version, status, created_at_ms FROM plans WHERE tenant = ?1
@@ -103,7 +109,7 @@ pub fn list_plans(conn: &Connection, tenant: &str) -> Result<Vec<PlanInfo>> {
 }
 
 /// Changes a plan version's status.
-pub fn set_plan_status(
+pub(crate) fn set_plan_status(
     conn: &Connection,
     tenant: &str,
     name: &str,
@@ -171,7 +177,7 @@ fn to_instance(row: InstanceRow) -> Result<InstanceRecord> {
 }
 
 /// Creates an instance record.
-pub fn create_instance(conn: &Connection, r: &InstanceRecord) -> Result<()> {
+pub(crate) fn create_instance(conn: &Connection, r: &InstanceRecord) -> Result<()> {
     let n = conn
         .prepare_cached(&format!(
             "INSERT OR IGNORE INTO instances ({INSTANCE_COLS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)"
@@ -199,7 +205,7 @@ pub fn create_instance(conn: &Connection, r: &InstanceRecord) -> Result<()> {
 }
 
 /// Updates an instance's status.
-pub fn update_status(
+pub(crate) fn update_status(
     conn: &Connection,
     id: &str,
     status: InstanceStatus,
@@ -230,12 +236,12 @@ fn query_instances(
 }
 
 /// One instance record.
-pub fn get_instance(conn: &Connection, id: &str) -> Result<Option<InstanceRecord>> {
+pub(crate) fn get_instance(conn: &Connection, id: &str) -> Result<Option<InstanceRecord>> {
     Ok(query_instances(conn, "id = ?1", &[&id])?.into_iter().next())
 }
 
 /// A tenant's instances, by id, one page.
-pub fn list_instances(
+pub(crate) fn list_instances(
     conn: &Connection,
     tenant: &str,
     status: Option<InstanceStatus>,
@@ -252,7 +258,7 @@ pub fn list_instances(
 }
 
 /// Non-terminal instances of all tenants, by id, one page.
-pub fn non_terminal(conn: &Connection, page: &Page) -> Result<Vec<InstanceRecord>> {
+pub(crate) fn non_terminal(conn: &Connection, page: &Page) -> Result<Vec<InstanceRecord>> {
     let limit = i64::from(page.checked_limit()?);
     query_instances(
         conn,
@@ -265,7 +271,7 @@ pub fn non_terminal(conn: &Connection, page: &Page) -> Result<Vec<InstanceRecord
 // --- timers ------------------------------------------------------------------------------
 
 /// Sets or moves a timer.
-pub fn put_timer(conn: &Connection, t: &Timer) -> Result<()> {
+pub(crate) fn put_timer(conn: &Connection, t: &Timer) -> Result<()> {
     let payload = to_json_text(&t.payload)?;
     conn.prepare_cached(
         "INSERT OR REPLACE INTO timers (instance, timer_id, due_ms, payload) VALUES (?1,?2,?3,?4)",
@@ -276,7 +282,7 @@ pub fn put_timer(conn: &Connection, t: &Timer) -> Result<()> {
 }
 
 /// Due timers, earliest first.
-pub fn due_timers(conn: &Connection, now: i64, limit: u32) -> Result<Vec<Timer>> {
+pub(crate) fn due_timers(conn: &Connection, now: i64, limit: u32) -> Result<Vec<Timer>> {
     let mut st = conn
         .prepare_cached(
             "SELECT instance, timer_id, due_ms, payload FROM timers WHERE due_ms <= ?1
@@ -306,7 +312,7 @@ pub fn due_timers(conn: &Connection, now: i64, limit: u32) -> Result<Vec<Timer>>
 }
 
 /// Removes a timer.
-pub fn delete_timer(conn: &Connection, instance: &str, timer_id: &str) -> Result<bool> {
+pub(crate) fn delete_timer(conn: &Connection, instance: &str, timer_id: &str) -> Result<bool> {
     let n = conn
         .prepare_cached("DELETE FROM timers WHERE instance = ?1 AND timer_id = ?2")
         .and_then(|mut s| s.execute([instance, timer_id]))
@@ -317,7 +323,11 @@ pub fn delete_timer(conn: &Connection, instance: &str, timer_id: &str) -> Result
 // --- effects -----------------------------------------------------------------------------
 
 /// Records an effect outcome unless the key exists.
-pub fn record_effect(conn: &Connection, key: &str, outcome: &Value) -> Result<EffectRecorded> {
+pub(crate) fn record_effect(
+    conn: &Connection,
+    key: &str,
+    outcome: &Value,
+) -> Result<EffectRecorded> {
     let outcome = to_json_text(outcome)?;
     let n = conn
         .prepare_cached("INSERT OR IGNORE INTO effects (key, outcome) VALUES (?1, ?2)")
@@ -335,7 +345,7 @@ pub fn record_effect(conn: &Connection, key: &str, outcome: &Value) -> Result<Ef
 }
 
 /// An effect's recorded outcome.
-pub fn get_effect(conn: &Connection, key: &str) -> Result<Option<Value>> {
+pub(crate) fn get_effect(conn: &Connection, key: &str) -> Result<Option<Value>> {
     let s: Option<String> = conn
         .prepare_cached("SELECT outcome FROM effects WHERE key = ?1")
         .and_then(|mut s| s.query_row([key], |r| r.get(0)).optional())
@@ -355,7 +365,7 @@ fn expiry(now: i64, ttl: i64) -> Result<i64> {
 }
 
 /// Takes or extends a lease.
-pub fn acquire_lease(
+pub(crate) fn acquire_lease(
     conn: &Connection,
     instance: &str,
     owner: &str,
@@ -379,7 +389,7 @@ pub fn acquire_lease(
 }
 
 /// Extends a live lease held by `owner`.
-pub fn renew_lease(
+pub(crate) fn renew_lease(
     conn: &Connection,
     instance: &str,
     owner: &str,
@@ -399,7 +409,7 @@ pub fn renew_lease(
 
 /// Gives a lease up: it expires at once; the row (and its epoch) stays, so the next
 /// owner's epoch is higher.
-pub fn release_lease(conn: &Connection, instance: &str, owner: &str) -> Result<bool> {
+pub(crate) fn release_lease(conn: &Connection, instance: &str, owner: &str) -> Result<bool> {
     let n = conn
         .prepare_cached(
             "UPDATE leases SET expires_at_ms = ?3
@@ -411,7 +421,7 @@ pub fn release_lease(conn: &Connection, instance: &str, owner: &str) -> Result<b
 }
 
 /// Refuses with `lease_lost` unless `fence` matches the instance's lease row.
-pub fn check_fence(conn: &Connection, instance: &str, fence: &Fence) -> Result<()> {
+pub(crate) fn check_fence(conn: &Connection, instance: &str, fence: &Fence) -> Result<()> {
     // The writer thread remembers lease rows ([`crate::cache`]); a mismatch is read again
     // for its error message.
     if cache::fence_matches(instance, &fence.owner, fence.epoch) == Some(true) {
@@ -439,7 +449,7 @@ pub fn check_fence(conn: &Connection, instance: &str, fence: &Fence) -> Result<(
 }
 
 /// The live lease.
-pub fn owner_of(conn: &Connection, instance: &str, now: i64) -> Result<Option<Lease>> {
+pub(crate) fn owner_of(conn: &Connection, instance: &str, now: i64) -> Result<Option<Lease>> {
     conn.prepare_cached(
         "SELECT owner, expires_at_ms, epoch FROM leases WHERE instance = ?1 AND expires_at_ms > ?2",
     )
@@ -457,7 +467,13 @@ pub fn owner_of(conn: &Connection, instance: &str, now: i64) -> Result<Option<Le
 }
 
 /// Takes the lease of a just-created instance (epoch 1); an existing row is left alone.
-pub fn lease_new(conn: &Connection, instance: &str, owner: &str, ttl: i64, now: i64) -> Result<()> {
+pub(crate) fn lease_new(
+    conn: &Connection,
+    instance: &str,
+    owner: &str,
+    ttl: i64,
+    now: i64,
+) -> Result<()> {
     let expires = expiry(now, ttl)?;
     let n = conn
         .prepare_cached(
@@ -474,7 +490,7 @@ pub fn lease_new(conn: &Connection, instance: &str, owner: &str, ttl: i64, now: 
 
 /// Sets an instance's status only if `owner` holds its lease row; a missing or foreign
 /// row changes nothing.
-pub fn update_status_owned(
+pub(crate) fn update_status_owned(
     conn: &Connection,
     id: &str,
     status: InstanceStatus,
@@ -501,7 +517,7 @@ pub fn update_status_owned(
 }
 
 /// The epoch of `owner`'s lease row, if it has one.
-pub fn lease_epoch(conn: &Connection, instance: &str, owner: &str) -> Result<Option<u64>> {
+pub(crate) fn lease_epoch(conn: &Connection, instance: &str, owner: &str) -> Result<Option<u64>> {
     let e: Option<i64> = conn
         .prepare_cached("SELECT epoch FROM leases WHERE instance = ?1 AND owner = ?2")
         .and_then(|mut s| s.query_row([instance, owner], |r| r.get(0)).optional())
@@ -510,7 +526,7 @@ pub fn lease_epoch(conn: &Connection, instance: &str, owner: &str) -> Result<Opt
 }
 
 /// A page of the timer table by (instance, timer id), strictly after `after`.
-pub fn list_timers(
+pub(crate) fn list_timers(
     conn: &Connection,
     after: Option<&(String, String)>,
     limit: u32,
@@ -551,7 +567,7 @@ pub fn list_timers(
 
 /// Takes a lease whatever its expiry if its row names one of `dead`; otherwise as
 /// [`acquire_lease`]. Returns whether `owner` holds it now.
-pub fn acquire_lease_from(
+pub(crate) fn acquire_lease_from(
     conn: &Connection,
     instance: &str,
     owner: &str,
@@ -581,7 +597,7 @@ pub fn acquire_lease_from(
 
 /// [`acquire_lease_from`] answering the epoch `owner` holds the lease at (`None`: another
 /// owner's live lease kept it), with one statement in the usual case (`RETURNING`).
-pub fn acquire_lease_epoch(
+pub(crate) fn acquire_lease_epoch(
     conn: &Connection,
     instance: &str,
     owner: &str,
@@ -617,7 +633,7 @@ pub fn acquire_lease_epoch(
 }
 
 /// Owners of live leases, each once.
-pub fn lease_owners(conn: &Connection, now: i64) -> Result<Vec<String>> {
+pub(crate) fn lease_owners(conn: &Connection, now: i64) -> Result<Vec<String>> {
     let mut st = conn
         .prepare_cached("SELECT DISTINCT owner FROM leases WHERE expires_at_ms > ?1 ORDER BY owner")
         .map_err(map_err)?;

@@ -8,11 +8,11 @@
 use crate::net::{NetKind, PtNet, Role};
 
 /// The PNML namespace.
-pub const PNML_NS: &str = "http://www.pnml.org/version-2009/grammar/pnml";
+pub(super) const PNML_NS: &str = "http://www.pnml.org/version-2009/grammar/pnml";
 /// The P/T net type.
-pub const PTNET_TYPE: &str = "http://www.pnml.org/version-2009/grammar/ptnet";
+pub(super) const PTNET_TYPE: &str = "http://www.pnml.org/version-2009/grammar/ptnet";
 /// Version of weft's toolspecific block.
-pub const TOOL_VERSION: &str = "1";
+pub(super) const TOOL_VERSION: &str = "1";
 
 /// An XML id (NCName) for `name`: `prefix`, then ASCII letters, digits, `-`, `_`, `.`.
 fn xml_id(prefix: &str, name: &str) -> String {

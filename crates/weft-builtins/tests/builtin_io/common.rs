@@ -8,10 +8,10 @@ use serde_json::Value;
 use weft_tools::{BoxFuture, ChildPlan, TimerRequest, ToolContext, ToolError, ToolServices};
 
 /// 2024-01-02T03:04:05.678Z.
-pub const NOW_MS: i64 = 1_704_164_645_678;
+pub(crate) const NOW_MS: i64 = 1_704_164_645_678;
 
 #[derive(Default)]
-pub struct FakeServices {
+pub(crate) struct FakeServices {
     pub timers: Mutex<Vec<TimerRequest>>,
     pub context: Mutex<HashMap<String, Value>>,
     pub children: Mutex<Vec<(ChildPlan, Value)>>,
@@ -45,7 +45,7 @@ impl ToolServices for FakeServices {
 }
 
 /// A context on `services` with the given idempotency key.
-pub fn ctx_with(services: Arc<FakeServices>, key: &str) -> ToolContext {
+pub(crate) fn ctx_with(services: Arc<FakeServices>, key: &str) -> ToolContext {
     let mut ctx = ToolContext::detached("s");
     ctx.services = services;
     ctx.idempotency_key = Arc::from(key);
@@ -53,7 +53,7 @@ pub fn ctx_with(services: Arc<FakeServices>, key: &str) -> ToolContext {
 }
 
 /// A fresh empty directory under the target's temp dir.
-pub fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("weft-tools-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -61,7 +61,7 @@ pub fn temp_dir(name: &str) -> PathBuf {
 }
 
 /// Calls `tool` in `reg`.
-pub async fn call(
+pub(crate) async fn call(
     reg: &weft_tools::Registry,
     tool: &str,
     ctx: ToolContext,

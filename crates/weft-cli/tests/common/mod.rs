@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// The workspace root (two levels above this crate).
-pub fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()
@@ -15,12 +15,12 @@ pub fn root() -> PathBuf {
 }
 
 /// Runs `weft args…` in the workspace root with `NO_COLOR=1`.
-pub fn weft(args: &[&str]) -> Output {
+pub(crate) fn weft(args: &[&str]) -> Output {
     weft_in(&root(), args)
 }
 
 /// Runs `weft args…` in `dir` with `NO_COLOR=1` and no stdin.
-pub fn weft_in(dir: &Path, args: &[&str]) -> Output {
+pub(crate) fn weft_in(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(args)
         .current_dir(dir)
@@ -31,24 +31,24 @@ pub fn weft_in(dir: &Path, args: &[&str]) -> Output {
 }
 
 /// Exit code (panics if killed by a signal, which would be a crash).
-pub fn code(o: &Output) -> i32 {
+pub(crate) fn code(o: &Output) -> i32 {
     o.status
         .code()
         .unwrap_or_else(|| panic!("weft was killed by a signal: {o:?}"))
 }
 
 /// Stdout as text.
-pub fn stdout(o: &Output) -> String {
+pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8")
 }
 
 /// Stderr as text.
-pub fn stderr(o: &Output) -> String {
+pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).expect("stderr is UTF-8")
 }
 
 /// Stdout parsed as one JSON document.
-pub fn json(o: &Output) -> serde_json::Value {
+pub(crate) fn json(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
         panic!(
             "stdout is not one JSON document ({e}):\n{}\nstderr:\n{}",
@@ -59,7 +59,7 @@ pub fn json(o: &Output) -> serde_json::Value {
 }
 
 /// A fresh temporary directory under the target dir, removed and recreated.
-pub fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create temp dir");

@@ -15,7 +15,7 @@ use weft_store::{
     StatusChange, Store, Timer,
 };
 
-pub struct FaultStore {
+pub(crate) struct FaultStore {
     inner: Arc<dyn Store>,
     open: tokio::sync::watch::Sender<bool>,
     fail_next: AtomicU32,
@@ -28,7 +28,7 @@ pub struct FaultStore {
 }
 
 impl FaultStore {
-    pub fn new(inner: Arc<dyn Store>) -> Arc<FaultStore> {
+    pub(crate) fn new(inner: Arc<dyn Store>) -> Arc<FaultStore> {
         Arc::new(FaultStore {
             inner,
             open: tokio::sync::watch::channel(true).0,
@@ -40,17 +40,17 @@ impl FaultStore {
     }
 
     /// Journal writes wait from now on until [`FaultStore::release`].
-    pub fn hold(&self) {
+    pub(crate) fn hold(&self) {
         self.open.send_replace(false);
     }
 
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         self.open.send_replace(true);
     }
 
     /// Batches that update instance statuses wait `ms` before they are written (a slow
     /// commit).
-    pub fn delay_statuses(&self, ms: u64) {
+    pub(crate) fn delay_statuses(&self, ms: u64) {
         self.status_delay_ms.store(ms, Ordering::SeqCst);
     }
 
@@ -62,7 +62,7 @@ impl FaultStore {
     }
 
     /// The next `n` journal writes fail with `store_unavailable`.
-    pub fn fail_next(&self, n: u32) {
+    pub(crate) fn fail_next(&self, n: u32) {
         self.fail_next.store(n, Ordering::SeqCst);
     }
 

@@ -15,7 +15,7 @@ use weft_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError};
 static N: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh directory under the system temp dir.
-pub fn temp_dir(tag: &str) -> std::path::PathBuf {
+pub(crate) fn temp_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!(
         "weft-durable-{tag}-{}-{}",
         std::process::id(),
@@ -26,14 +26,14 @@ pub fn temp_dir(tag: &str) -> std::path::PathBuf {
     d
 }
 
-pub async fn sqlite(tag: &str) -> (Arc<dyn Store>, std::path::PathBuf) {
+pub(crate) async fn sqlite(tag: &str) -> (Arc<dyn Store>, std::path::PathBuf) {
     let path = temp_dir(tag).join("weft.db");
     let s = weft_store_sqlite::SqliteStore::open(&path).await.unwrap();
     (Arc::new(s), path)
 }
 
 /// A store in a fresh schema, or `None` (with a visible message) without the variable.
-pub async fn postgres(tag: &str) -> Option<Arc<dyn Store>> {
+pub(crate) async fn postgres(tag: &str) -> Option<Arc<dyn Store>> {
     let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
         eprintln!("SKIPPED (PostgreSQL): WEFT_TEST_POSTGRES_URL is not set");
         return None;
@@ -50,13 +50,13 @@ pub async fn postgres(tag: &str) -> Option<Arc<dyn Store>> {
 }
 
 /// A tool with a fixed behaviour.
-pub struct TestTool {
+pub(crate) struct TestTool {
     spec: ToolSpec,
     behaviour: Behaviour,
 }
 
 #[derive(Clone, Copy)]
-pub enum Behaviour {
+pub(crate) enum Behaviour {
     /// Adds `{step: attempt}` to the input (async: one yield).
     Echo,
     /// Never finishes.
@@ -64,7 +64,7 @@ pub enum Behaviour {
 }
 
 impl TestTool {
-    pub fn make(name: &str, idempotent: bool, behaviour: Behaviour) -> Arc<dyn Tool> {
+    pub(crate) fn make(name: &str, idempotent: bool, behaviour: Behaviour) -> Arc<dyn Tool> {
         Arc::new(TestTool {
             spec: ToolSpec {
                 name: name.to_string(),
@@ -107,7 +107,7 @@ impl Tool for TestTool {
 
 /// A registry with bench.add, `echo` (idempotent), `once` (not), and `hang_idem` /
 /// `hang_once` as given.
-pub fn registry(hang: bool) -> Registry {
+pub(crate) fn registry(hang: bool) -> Registry {
     let mut r = Registry::new();
     weft_builtins::builtin::register_pure(&mut r);
     r.register(weft_bench::engine::tool::tool());
@@ -123,7 +123,7 @@ pub fn registry(hang: bool) -> Registry {
     r
 }
 
-pub async fn durable(store: Arc<dyn Store>, hang: bool, cfg: DurableConfig) -> Durable {
+pub(crate) async fn durable(store: Arc<dyn Store>, hang: bool, cfg: DurableConfig) -> Durable {
     Durable::open(
         store,
         EngineOptions {
@@ -137,7 +137,7 @@ pub async fn durable(store: Arc<dyn Store>, hang: bool, cfg: DurableConfig) -> D
 }
 
 /// `a` (echo) → `b` (tool) → done.
-pub fn two_step(name: &str, tool: &str) -> Value {
+pub(crate) fn two_step(name: &str, tool: &str) -> Value {
     json!({"plan_name": name, "graph_type": "acyclic",
     "events": {"start": {}, "mid": {}, "done": {"kind": "output"}},
     "steps": {
@@ -147,7 +147,7 @@ pub fn two_step(name: &str, tool: &str) -> Value {
 }
 
 /// A reactive plan: each `ping` runs `echo` and emits `pong`-less (the token is consumed).
-pub fn reactive(name: &str) -> Value {
+pub(crate) fn reactive(name: &str) -> Value {
     json!({"plan_name": name, "graph_type": "reactive",
         "events": {"start": {}, "ping": {"kind": "input"}, "pong": {"kind": "output"}},
         "steps": {"probe": {"on": ["ping"], "action": "echo", "args": {}, "emits": []}}})

@@ -13,13 +13,13 @@ use weft_runtime::journal_hook::replay;
 use weft_runtime::{Engine, EngineOptions, InstanceHandle, ManualClock, MemoryJournal};
 use weft_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError};
 
-pub struct Harness {
+pub(crate) struct Harness {
     pub engine: Engine,
     pub journal: Arc<MemoryJournal>,
     pub clock: ManualClock,
 }
 
-pub fn spec(name: &str, effect: Effect) -> ToolSpec {
+pub(crate) fn spec(name: &str, effect: Effect) -> ToolSpec {
     ToolSpec {
         name: name.to_string(),
         description: String::new(),
@@ -30,7 +30,7 @@ pub fn spec(name: &str, effect: Effect) -> ToolSpec {
 }
 
 /// A tool from a future-returning closure.
-pub struct AsyncTool<F> {
+pub(crate) struct AsyncTool<F> {
     spec: ToolSpec,
     f: F,
 }
@@ -47,7 +47,7 @@ where
     }
 }
 
-pub fn async_tool<F>(name: &str, f: F) -> Arc<dyn Tool>
+pub(crate) fn async_tool<F>(name: &str, f: F) -> Arc<dyn Tool>
 where
     F: Fn(ToolContext, Value) -> BoxFuture<'static, Result<Value, ToolError>>
         + Send
@@ -60,10 +60,10 @@ where
     })
 }
 
-pub static CALLS: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static CALLS: AtomicUsize = AtomicUsize::new(0);
 
 /// The real built-ins (email to a temp outbox) plus test tools.
-pub fn registry() -> Registry {
+pub(crate) fn registry() -> Registry {
     let mut cfg = weft_builtins::ToolsConfig::default();
     cfg.email.outbox_dir =
         std::env::temp_dir().join(format!("weft-runtime-test-{}", std::process::id()));
@@ -118,7 +118,7 @@ pub fn registry() -> Registry {
     reg
 }
 
-pub fn harness_with(f: impl FnOnce(&mut EngineOptions)) -> Harness {
+pub(crate) fn harness_with(f: impl FnOnce(&mut EngineOptions)) -> Harness {
     let journal = Arc::new(MemoryJournal::new());
     let clock = ManualClock::new(1_700_000_000_000);
     let mut opts = EngineOptions {
@@ -138,12 +138,12 @@ pub fn harness_with(f: impl FnOnce(&mut EngineOptions)) -> Harness {
     }
 }
 
-pub fn harness() -> Harness {
+pub(crate) fn harness() -> Harness {
     harness_with(|_| {})
 }
 
 impl Harness {
-    pub fn plan(&self, doc: Value) -> String {
+    pub(crate) fn plan(&self, doc: Value) -> String {
         let c = self.engine.register(
             weft_core::load::plan_from_value(doc, &Default::default()).expect("plan loads"),
         );
@@ -151,13 +151,13 @@ impl Harness {
     }
 
     /// Advances the clock and lets tasks run.
-    pub async fn advance(&self, ms: u64) {
+    pub(crate) async fn advance(&self, ms: u64) {
         self.clock.advance(ms);
         settle().await;
     }
 
     /// The live instance equals its journal replayed into the pure core.
-    pub fn check_replay(&self, h: &InstanceHandle) {
+    pub(crate) fn check_replay(&self, h: &InstanceHandle) {
         let live = h.core_instance().expect("started");
         let inputs = self.journal.inputs(h.id());
         assert!(!inputs.is_empty(), "journal has inputs for {}", h.id());
@@ -166,7 +166,7 @@ impl Harness {
     }
 }
 
-pub fn assert_same(live: &Instance, replayed: &Instance) {
+pub(crate) fn assert_same(live: &Instance, replayed: &Instance) {
     assert_eq!(
         serde_json::to_value(&live.marking).expect("ser"),
         serde_json::to_value(&replayed.marking).expect("ser"),
@@ -181,14 +181,14 @@ pub fn assert_same(live: &Instance, replayed: &Instance) {
 }
 
 /// Lets spawned tasks run until quiet.
-pub async fn settle() {
+pub(crate) async fn settle() {
     for _ in 0..50 {
         tokio::task::yield_now().await;
     }
 }
 
 /// Payloads on an output event of an outcome.
-pub fn out(o: &weft_runtime::Outcome, event: &str) -> Vec<Value> {
+pub(crate) fn out(o: &weft_runtime::Outcome, event: &str) -> Vec<Value> {
     o.results
         .iter()
         .filter(|r| r.event == event)

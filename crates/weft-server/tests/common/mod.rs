@@ -15,17 +15,17 @@ use tower::ServiceExt as _;
 use weft_server::{AppState, ServerConfig};
 use weft_store::Store;
 
-pub const TOK_A: &str = "tok-a";
-pub const TOK_B: &str = "tok-b";
+pub(crate) const TOK_A: &str = "tok-a";
+pub(crate) const TOK_B: &str = "tok-b";
 
 /// A test server: the router, its state and the temp dir holding the store.
-pub struct Srv {
+pub(crate) struct Srv {
     pub app: Router,
     pub state: AppState,
     _dir: Option<tempfile::TempDir>,
 }
 
-pub fn two_tenants() -> ServerConfig {
+pub(crate) fn two_tenants() -> ServerConfig {
     ServerConfig {
         tokens: HashMap::from([
             (TOK_A.to_string(), "tenant-a".to_string()),
@@ -35,7 +35,7 @@ pub fn two_tenants() -> ServerConfig {
     }
 }
 
-pub async fn sqlite(config: ServerConfig) -> Srv {
+pub(crate) async fn sqlite(config: ServerConfig) -> Srv {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("weft.db");
     let store: Arc<dyn Store> = weft_store_sqlite::open(path.to_str().expect("utf-8 path"))
@@ -57,7 +57,7 @@ pub async fn sqlite(config: ServerConfig) -> Srv {
 
 /// A PostgreSQL-backed server in a fresh schema, or `None` (with a visible message) when
 /// `WEFT_TEST_POSTGRES_URL` is not set.
-pub async fn postgres(config: ServerConfig, test: &str) -> Option<Srv> {
+pub(crate) async fn postgres(config: ServerConfig, test: &str) -> Option<Srv> {
     let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
         eprintln!("SKIPPED {test}: WEFT_TEST_POSTGRES_URL is not set");
         return None;
@@ -90,7 +90,7 @@ pub async fn postgres(config: ServerConfig, test: &str) -> Option<Srv> {
 }
 
 /// A request builder with an optional bearer token.
-pub fn req(method: &str, uri: &str, token: Option<&str>) -> axum::http::request::Builder {
+pub(crate) fn req(method: &str, uri: &str, token: Option<&str>) -> axum::http::request::Builder {
     let mut b = Request::builder().method(method).uri(uri);
     if let Some(t) = token {
         b = b.header("authorization", format!("Bearer {t}"));
@@ -99,12 +99,12 @@ pub fn req(method: &str, uri: &str, token: Option<&str>) -> axum::http::request:
 }
 
 impl Srv {
-    pub async fn send(&self, r: Request<Body>) -> Response<Body> {
+    pub(crate) async fn send(&self, r: Request<Body>) -> Response<Body> {
         self.app.clone().oneshot(r).await.expect("infallible")
     }
 
     /// Sends and returns (status, JSON body or the text as a JSON string, content type).
-    pub async fn call(&self, r: Request<Body>) -> (StatusCode, Value, String) {
+    pub(crate) async fn call(&self, r: Request<Body>) -> (StatusCode, Value, String) {
         let res = self.send(r).await;
         let status = res.status();
         let ct = res
@@ -121,14 +121,19 @@ impl Srv {
         (status, v, ct)
     }
 
-    pub async fn get(&self, uri: &str, token: Option<&str>) -> (StatusCode, Value) {
+    pub(crate) async fn get(&self, uri: &str, token: Option<&str>) -> (StatusCode, Value) {
         let (s, v, _) = self
             .call(req("GET", uri, token).body(Body::empty()).expect("request"))
             .await;
         (s, v)
     }
 
-    pub async fn post(&self, uri: &str, token: Option<&str>, body: &Value) -> (StatusCode, Value) {
+    pub(crate) async fn post(
+        &self,
+        uri: &str,
+        token: Option<&str>,
+        body: &Value,
+    ) -> (StatusCode, Value) {
         let (s, v, _) = self
             .call(
                 req("POST", uri, token)
@@ -141,7 +146,7 @@ impl Srv {
     }
 
     /// Creates a plan from `examples/<file>`.
-    pub async fn create_example(&self, file: &str, token: Option<&str>) -> Value {
+    pub(crate) async fn create_example(&self, file: &str, token: Option<&str>) -> Value {
         let doc: Value = serde_json::from_str(
             &std::fs::read_to_string(format!(
                 "{}/../../examples/{file}",
@@ -156,7 +161,7 @@ impl Srv {
     }
 
     /// Polls an instance until its status is `want` (or fails after 10 s).
-    pub async fn wait_status(&self, id: &str, token: Option<&str>, want: &str) -> Value {
+    pub(crate) async fn wait_status(&self, id: &str, token: Option<&str>, want: &str) -> Value {
         for _ in 0..500 {
             let (s, v) = self.get(&format!("/v1/instances/{id}"), token).await;
             assert_eq!(s, StatusCode::OK, "{v}");
@@ -170,7 +175,7 @@ impl Srv {
 }
 
 /// A reactive plan: every `tick` event is echoed to the output `seen`.
-pub fn ticker() -> Value {
+pub(crate) fn ticker() -> Value {
     json!({
         "plan_name": "ticker",
         "graph_type": "reactive",
@@ -184,7 +189,7 @@ pub fn ticker() -> Value {
     })
 }
 
-pub fn cloud_event(ty: &str, n: u64, instance: Option<&str>) -> Value {
+pub(crate) fn cloud_event(ty: &str, n: u64, instance: Option<&str>) -> Value {
     let mut e = json!({"specversion": "1.0", "id": format!("e-{n}"), "source": "/test", "type": ty, "data": {"n": n}});
     if let Some(i) = instance {
         e["weftinstance"] = json!(i);

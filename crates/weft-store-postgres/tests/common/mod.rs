@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 /// The test server's URL, or `None` after printing the skip message.
-pub fn url() -> Option<String> {
+pub(crate) fn url() -> Option<String> {
     match std::env::var("WEFT_TEST_POSTGRES_URL") {
         Ok(u) if !u.is_empty() => Some(u),
         _ => {
@@ -19,7 +19,7 @@ pub fn url() -> Option<String> {
 }
 
 /// A fresh schema name, unique across processes and runs.
-pub fn schema_name() -> String {
+pub(crate) fn schema_name() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -45,17 +45,17 @@ async fn with_client<T>(url: &str, f: impl AsyncFnOnce(&tokio_postgres::Client) 
 }
 
 /// Runs SQL on a plain connection (schema management and tampering).
-pub async fn sql(url: &str, sql: &str) {
+pub(crate) async fn sql(url: &str, sql: &str) {
     with_client(url, async |c| c.batch_execute(sql).await.unwrap()).await
 }
 
 /// Drops a test schema.
-pub async fn drop_schema(url: &str, schema: &str) {
+pub(crate) async fn drop_schema(url: &str, schema: &str) {
     sql(url, &format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
 }
 
 /// The first column of every row of a query, as text (checks of the schema itself).
-pub async fn strings(url: &str, sql: &str) -> Vec<String> {
+pub(crate) async fn strings(url: &str, sql: &str) -> Vec<String> {
     let rows = with_client(url, async |c| c.query(sql, &[]).await.unwrap()).await;
     rows.iter().map(|r| r.get::<_, String>(0)).collect()
 }
