@@ -533,22 +533,38 @@ fn set_path(tree: &mut toml::Table, key: &str, v: toml::Value) {
     }
 }
 
-/// The known key nearest to `path` (at most two edits away in its last part, or the same
-/// last part under another table).
+/// The known key or table nearest to `path` (at most two edits away in its last part, one
+/// more when it sits under another table).
 fn closest(path: &str, known: &BTreeMap<String, Kind>) -> Option<String> {
-    let last = path.rsplit('.').next().unwrap_or(path);
-    known
-        .keys()
+    let mut names: Vec<&str> = Vec::new();
+    for k in known.keys() {
+        let mut end = k.len();
+        loop {
+            names.push(&k[..end]);
+            match k[..end].rfind('.') {
+                Some(i) => end = i,
+                None => break,
+            }
+        }
+    }
+    names.sort_unstable();
+    names.dedup();
+    let split = |p: &str| -> (String, String) {
+        match p.rsplit_once('.') {
+            Some((t, l)) => (t.to_string(), l.to_string()),
+            None => (String::new(), p.to_string()),
+        }
+    };
+    let (table, last) = split(path);
+    names
+        .into_iter()
         .map(|k| {
-            let kl = k.rsplit('.').next().unwrap_or(k);
-            let same_table =
-                k.rsplit_once('.').map(|(t, _)| t) == path.rsplit_once('.').map(|(t, _)| t);
-            let d = edit_distance(last, kl) + usize::from(!same_table);
-            (d, k)
+            let (kt, kl) = split(k);
+            (edit_distance(&last, &kl) + usize::from(kt != table), k)
         })
         .filter(|(d, _)| *d <= 2)
         .min()
-        .map(|(_, k)| k.clone())
+        .map(|(_, k)| k.to_string())
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
