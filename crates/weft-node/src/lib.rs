@@ -30,10 +30,16 @@ pub use node::{Builder, Node};
 pub use openers::Openers;
 pub use tokens::valid_name;
 
-/// Loads the configuration and runs every check: the one way front ends read it.
+/// Loads the configuration and runs every check: the one way front ends read it. Values
+/// refused while loading are left out, so the checks see the rest; they are skipped only
+/// when the file itself could not be read or parsed.
 pub fn load_checked(inputs: &Inputs<'_>, openers: &Openers) -> Loaded {
     let mut loaded = load(inputs);
-    if !loaded.has_errors() {
+    let unread = loaded
+        .findings
+        .iter()
+        .any(|f| matches!(f.code.as_str(), "C001" | "C002") || f.pointer.is_empty());
+    if !unread {
         check(&mut loaded, openers);
     }
     loaded

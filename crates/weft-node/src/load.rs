@@ -32,6 +32,8 @@ pub enum Source {
     Env(String),
     /// A command-line flag (its name).
     Flag(String),
+    /// Nothing sets it (a key without a default).
+    Unset,
 }
 
 impl std::fmt::Display for Source {
@@ -41,6 +43,7 @@ impl std::fmt::Display for Source {
             Source::File => f.write_str("file"),
             Source::Env(n) => write!(f, "env {n}"),
             Source::Flag(n) => write!(f, "flag {n}"),
+            Source::Unset => f.write_str("unset"),
         }
     }
 }
@@ -106,8 +109,8 @@ impl Inputs<'static> {
 pub struct Entry {
     /// Dotted path, e.g. `store.url`.
     pub key: String,
-    /// The value (`<secret>` for secrets).
-    pub value: toml::Value,
+    /// The value (`<secret>` for secrets; `None` when unset).
+    pub value: Option<toml::Value>,
     /// Where it came from.
     pub source: Source,
     /// The environment variable that sets it.
@@ -138,21 +141,35 @@ impl Loaded {
         self.values.get(key).map(|(_, s)| s)
     }
 
-    /// Every key that has a value, sorted, secrets masked.
+    /// Every key, sorted, secrets masked; keys without a default that nothing sets are
+    /// listed as [`Source::Unset`].
     pub fn entries(&self) -> Vec<Entry> {
-        self.values
+        let mut out: Vec<Entry> = self
+            .values
             .iter()
             .map(|(k, (v, s))| Entry {
                 key: k.clone(),
-                value: if SECRET_KEYS.contains(&k.as_str()) {
+                value: Some(if SECRET_KEYS.contains(&k.as_str()) {
                     toml::Value::String("<secret>".into())
                 } else {
                     v.clone()
-                },
+                }),
                 source: s.clone(),
                 env: env_name(k),
             })
-            .collect()
+            .collect();
+        for (k, _) in OPTIONAL_KEYS {
+            if !self.values.contains_key(*k) {
+                out.push(Entry {
+                    key: (*k).to_string(),
+                    value: None,
+                    source: Source::Unset,
+                    env: env_name(k),
+                });
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
     }
 
     pub(crate) fn push(&mut self, f: Finding) {

@@ -33,8 +33,8 @@ fn load_with(file: Option<PathBuf>, env: &[(&str, &str)], flags: Vec<FlagValue>)
 fn render(l: &Loaded) -> String {
     let mut out = String::new();
     for e in l.entries() {
-        if e.source != Source::Default {
-            out.push_str(&format!("{} = {}  # {}\n", e.key, e.value, e.source));
+        if let (Some(v), false) = (&e.value, matches!(e.source, Source::Default)) {
+            out.push_str(&format!("{} = {v}  # {}\n", e.key, e.source));
         }
     }
     for f in &l.findings {

@@ -51,11 +51,11 @@ pub fn run(
             None => writeln!(out, "# no configuration file (weft.toml): defaults apply")?,
         }
         let entries = loaded.entries();
-        let width = entries
-            .iter()
-            .map(|e| e.key.len() + e.value.to_string().len() + 3)
-            .max()
-            .unwrap_or(0);
+        let shown = |e: &weft_node::Entry| match &e.value {
+            Some(v) => format!("{} = {v}", e.key),
+            None => format!("# {}", e.key),
+        };
+        let width = entries.iter().map(|e| shown(e).len()).max().unwrap_or(0);
         let mut section = "";
         for e in &entries {
             let table = e.key.rsplit_once('.').map_or("", |(t, _)| t);
@@ -64,12 +64,13 @@ pub fn run(
                 writeln!(out)?;
                 section = top;
             }
-            let line = format!("{} = {}", e.key, e.value);
+            let line = shown(e);
             let from = match &e.source {
                 Source::Default => format!("# default (env {})", e.env),
+                Source::Unset => format!("# unset (env {})", e.env),
                 s => format!("# {s}"),
             };
-            let from = if matches!(e.source, Source::Default) {
+            let from = if matches!(e.source, Source::Default | Source::Unset) {
                 palette.paint(&from, Palette::gutter())
             } else {
                 palette.paint(&from, Palette::good())
