@@ -2,10 +2,10 @@
 //! mimalloc, entered through `mi_malloc` / `mi_realloc` whenever the layout's alignment is
 //! one mimalloc gives every block of that size anyway.
 //!
-//! Why not `mimalloc::MiMalloc` (0.1.52, which weft used before): it sends every allocation through
-//! `mi_malloc_aligned`, whose path in mimalloc v3 (`mi_theap_malloc_zero_aligned_at`) costs
-//! several times the plain fast path; a weft step allocates a few small blocks, so on the W2
-//! fan-out workload the allocator's entry was ~8% of all instructions (callgrind).
+//! Why not `mimalloc::MiMalloc` (the `mimalloc` crate, 0.1.52): it sends every allocation
+//! through `mi_malloc_aligned`, whose path in mimalloc v3 (`mi_theap_malloc_zero_aligned_at`)
+//! costs several times the plain fast path; a weft step allocates a few small blocks, so on
+//! the W2 fan-out workload that entry is ~8% of all instructions (callgrind).
 //!
 //! The rule for skipping the aligned path is the one `std`'s system allocator uses: the
 //! alignment is at most the allocator's minimum alignment (16 bytes on 64-bit targets:
@@ -15,8 +15,9 @@
 //! on new arenas (the crate's `no_thp` feature; the system's THP mode here is `madvise`),
 //! and [`disable_transparent_huge_pages`], called first thing in `main` by the same
 //! binaries, covers systems whose mode is `always`. With huge pages, every first touch of a
-//! 2 MiB region zeroed all of it and kept it resident: `weft bench chain fanout many`, three
-//! alternating runs, peak RSS 23.8–24.2 MiB → 16.4–17.2 MiB, throughput within noise. A
+//! 2 MiB region zeroes all of it and keeps it resident: `weft bench chain fanout many`, three
+//! alternating runs, peak RSS 23.8–24.2 MiB with huge pages against 16.4–17.2 MiB without,
+//! throughput within noise. A
 //! server's tail latency is also spared huge-page compaction stalls (why Redis and most
 //! databases ask for THP off).
 

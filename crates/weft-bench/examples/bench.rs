@@ -1,8 +1,9 @@
-//! Runs `weft bench` workloads without the CLI: `cargo run --release -p weft-runtime
+//! Runs `weft bench` workloads without the CLI: `cargo run --release -p weft-bench
 //! --example bench -- [WORKLOAD…]`.
 
 /// mimalloc, as in the `weft` binary: the engine allocates many small short-lived objects
-/// (tokens, payload maps, tool contexts) and glibc's malloc costs W1 about 40% (measured).
+/// (tokens, payload maps, tool contexts), and glibc's malloc costs W1 about 40%
+/// (`docs/performance.md`).
 #[global_allocator]
 static GLOBAL: weft_alloc::Alloc = weft_alloc::Alloc;
 

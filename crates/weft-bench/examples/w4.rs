@@ -1,6 +1,6 @@
-//! Runs W4 and the durability measurements: `cargo run --release -p weft-durable --example
+//! Runs W4 and the durability measurements: `cargo run --release -p weft-bench --example
 //! w4 -- [durable|durable_concurrent|durable_recovery|durable_compaction]…` (see
-//! `weft_durable::bench` for the `WEFT_W4_*` size variables and `WEFT_BENCH_POSTGRES_URL`).
+//! `weft_bench::durable` for the `WEFT_W4_*` size variables and `WEFT_BENCH_POSTGRES_URL`).
 
 /// The allocator of the `weft` binary, so the figures match `weft bench`.
 #[global_allocator]

@@ -2,8 +2,8 @@
 //! commands can be tested and reused (the server and benchmarks link the same code).
 
 /// mimalloc instead of the system allocator: weft allocates many small short-lived objects
-/// (tokens, payload maps, CEL values) and glibc's malloc spent a quarter of validation time
-/// consolidating free lists (measured with `perf` on the 10,000-step validation bench).
+/// (tokens, payload maps, CEL values), and glibc's malloc spends a quarter of validation time
+/// consolidating free lists (`perf` on the 10,000-step validation bench).
 #[global_allocator]
 static GLOBAL: weft_alloc::Alloc = weft_alloc::Alloc;
 

@@ -194,7 +194,10 @@ fn serve_refuses_a_public_address_without_tokens() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("unsafe_listen"), "{err}");
+    // Refused by the configuration check, before anything is opened.
+    assert!(err.contains("C005"), "{err}");
+    assert!(err.contains("only listens on a loopback address"), "{err}");
+    assert!(!dir.join("weft.db").exists(), "nothing is opened: {err}");
 }
 
 fn tempfile_dir(name: &str) -> std::path::PathBuf {

@@ -5,8 +5,8 @@
 //! firing is appended, the oldest one (the usual outcome) is popped from the front, and
 //! anything else is found by binary search. It keeps the `BTreeMap` API its users call
 //! (`get`, `get_mut`, `insert`, `remove`, `iter`, `keys`, `len`, …) and the `BTreeMap`'s
-//! serialized form exactly (a map from firing id to record, ascending), so snapshots
-//! written before it still load and new ones read the same.
+//! serialized form exactly (a map from firing id to record, ascending), so a snapshot reads
+//! the same whichever of the two wrote it.
 
 use std::collections::VecDeque;
 

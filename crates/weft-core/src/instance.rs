@@ -2,7 +2,7 @@
 //!
 //! The runtime owns an `Instance` and drives it with three kinds of input: tokens from
 //! outside ([`Instance::add_token`]), "give me the next firing" ([`Instance::next`], which
-//! searches a binding, consumes it and returns the action to run as a [`Fired`] effect), and
+//! searches a binding, consumes it and returns the action to run as a [`Fired`] command), and
 //! an action's outcome ([`Instance::complete`], which emits output tokens, asks for a retry or
 //! applies the failure policy). Nothing here does I/O or reads a clock (`now` is passed in),
 //! so the same sequence of inputs always gives the same marking: that is what makes journal
@@ -186,7 +186,7 @@ impl Iterator for Detached<'_> {
 
 impl ExactSizeIterator for Detached<'_> {}
 
-/// The effect of a firing: call `action` with `args`. The tokens it consumed are in the
+/// The command of a firing: call `action` with `args`. The tokens it consumed are in the
 /// firing's [`InFlight`] record; its idempotency key is [`idempotency_key`] of the instance,
 /// the step's name and `firing` (built by whoever needs it, not per firing).
 #[derive(Debug, Clone, PartialEq)]

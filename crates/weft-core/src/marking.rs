@@ -140,7 +140,8 @@ impl Marking {
 
     /// [`Marking::take`] straight onto the end of `out` (the firing's token vector): the
     /// token is moved once instead of through a chain of `Option` returns, each of which
-    /// staged its 64 bytes on the stack (perf showed store-forwarding stalls on them).
+    /// would stage its 64 bytes on the stack (`perf annotate` shows store-forwarding stalls
+    /// on such copies).
     /// Returns whether a token was there.
     #[inline]
     pub fn take_into(&mut self, net: &Net, slot: SlotId, pos: usize, out: &mut Vec<Token>) -> bool {

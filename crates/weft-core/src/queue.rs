@@ -2,10 +2,10 @@
 //! in place.
 //!
 //! Most slots hold at most one token at a time (a chain moves one token from slot to slot, a
-//! broadcast puts one token on each listener's slot), so a `VecDeque` per slot spent an
-//! allocation and a free on nearly every token put (callgrind, W2 fan-out: growing and
-//! dropping the slot queues was ~10% of the instructions). The queue keeps its front token
-//! inline and only the second and later ones in a `VecDeque`. Its serialized form is a
+//! broadcast puts one token on each listener's slot), so a `VecDeque` per slot would spend
+//! an allocation and a free on nearly every token put (callgrind, W2 fan-out: growing and
+//! dropping `VecDeque` slot queues is ~10% of the instructions). The queue keeps its front
+//! token inline and only the second and later ones in a `VecDeque`. Its serialized form is a
 //! sequence, exactly the `VecDeque`'s, so snapshots read the same either way.
 
 use std::collections::VecDeque;

@@ -310,8 +310,8 @@ fn tokens_refused_after_the_end() {
     assert!(inst.add_token(&n, 0, json!({}), None, 0).is_err());
 }
 
-/// Snapshots keep the in-flight firings as a map from firing id to record (the form the
-/// `BTreeMap` it used to be wrote); one written that way loads and completes.
+/// Snapshots keep the in-flight firings as a map from firing id to record (the form a
+/// `BTreeMap` writes); one written that way loads and completes.
 #[test]
 fn in_flight_firings_keep_their_serialized_form() {
     let n = net(json!({

@@ -26,7 +26,7 @@ const ID_BLOCK: u64 = 1 << 32;
 /// (and `inspect --at` can reach) is at most its last 100 records plus a snapshot. Short, so a
 /// busy instance's records mostly die while they are still in the SQLite store's journal
 /// log, which then drops them at its merge instead of moving them into the journal table
-/// only to delete them there (the crate docs give the figures).
+/// only to delete them there (figures: `docs/performance.md`, "Server event load").
 pub const DEFAULT_SNAPSHOT_EVERY: u64 = 100;
 
 /// Durability settings.
@@ -336,7 +336,7 @@ impl Durable {
     /// at once instead of waiting for the lease expiry. Instances started afterwards are
     /// not journaled. Returns how many leases were released. (Without it, a stopped
     /// process's instances wait for expiry, or for a restart on the same host, which sees
-    /// the old process is dead.)
+    /// that the process that held them is dead.)
     pub async fn shutdown(&self) -> Result<usize, DurableError> {
         self.journal.shut_down().await
     }

@@ -904,7 +904,8 @@ mod tests {
         }
     }
 
-    /// The encoder before bodies were serialized directly: a `Value` built with `json!`.
+    /// A reference encoder: the body as a `Value` built with `json!`, which the direct
+    /// serialization must match byte for byte.
     fn reference_body(e: &Entry) -> Vec<u8> {
         use serde_json::json;
         let body = match e {

@@ -4,8 +4,9 @@
 //! The runtime calls [`Journal::record`] synchronously, before it applies an input and
 //! dispatches what the input enables. Blocking there on an fsync would serialise every
 //! instance behind the disk, so `record` only appends the encoded record to the instance's
-//! *lane* (an in-memory buffer). Durability is enforced where it matters, at the effect:
-//! every tool of a durable engine is wrapped in a [`Gate`] that first records
+//! *lane* (an in-memory buffer). Durability is enforced where it matters, at the tool call:
+//! every tool of a durable engine is wrapped in a [`Gate`] (installed as the `GateLink`
+//! interceptor at `weft_tools::Stage::Durability` of the tool-call chain) that first records
 //! `action.dispatched` in the lane and then waits until everything the lane holds is
 //! committed (the lane's flush task calls [`Store::append`], which resolves only after the
 //! fsync; concurrent lanes share the store's group commit). Only then is the real tool
@@ -249,10 +250,10 @@ impl std::fmt::Debug for StoreJournal {
 /// interval, taken from its id's hash. Instances fed in lockstep (a load generator, a
 /// broadcast event) would otherwise all come due in the same batch: under the server's
 /// event load, a hundred compactions (each deleting a thousand journal rows) in one commit
-/// held every group commit behind it for 30–50 ms. Spread over a quarter of the interval,
-/// a batch carries one or two. An instance's first snapshot comes after 75–100% of the
-/// interval (a short-lived instance keeps its whole journal as before); the bound on its
-/// journal is unchanged.
+/// held every group commit behind it for 30–50 ms (timed in an instrumented writer). Spread
+/// over a quarter of the interval, a batch carries one or two. An instance's first snapshot
+/// comes after 75–100% of the interval (an instance that ends before keeps its whole
+/// journal); the bound on its journal stays one interval plus a snapshot.
 fn snapshot_phase(hash: u64, every: u64) -> u64 {
     hash % (every / 4).max(1)
 }
@@ -903,8 +904,8 @@ impl StoreJournal {
                 let lanes: Vec<_> = q.lanes.drain(..n).collect();
                 (lanes, std::mem::take(&mut q.statuses))
             };
-            // Sized for the batch up front: a batch of new instances used to grow this
-            // vector of large records step by step (~2% of W4-concurrent's CPU).
+            // Sized for the batch up front: grown step by step, this vector of large
+            // records cost ~2% of W4-concurrent's CPU in a batch of new instances.
             let mut creates = Vec::with_capacity(lanes.len());
             let mut appends = Vec::with_capacity(lanes.len());
             let mut taken = Vec::with_capacity(lanes.len());

@@ -4,12 +4,13 @@
 //! journal: every accepted event must be journaled exactly once.
 //!
 //! The journal check survives compaction (reactive journals are snapshotted and truncated
-//! every 1,000 records): before and after the load it reads each instance's journal fold at
-//! its head (`GET /v1/instances/{id}/inspect`, the document `weft inspect --json` prints,
-//! rebuilt from snapshot + journal) and requires its `fired` counter to have grown by exactly
-//! the events accepted for that instance — the default plan fires one step per `ping`, so the
-//! fold fires once per journaled `token.added`. The kept journal tail is read too: no event
-//! number may appear in two `token.added` records, and each must belong to that instance.
+//! every 100 records by default): before and after the load it reads each instance's
+//! journal fold at its head (`GET /v1/instances/{id}/inspect`, the document `weft inspect
+//! --json` prints, rebuilt from snapshot + journal) and requires its `fired` counter to
+//! have grown by exactly the events accepted for that instance — the default plan fires one
+//! step per `ping`, so the fold fires once per journaled `token.added`. The kept journal
+//! tail is read too: no event number may appear in two `token.added` records, and each must
+//! belong to that instance.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use weft_durable::{Durable, DurableConfig};
 use weft_llm::ChatProvider;
-use weft_runtime::{Engine, EngineOptions, Repairer};
+use weft_runtime::{Clock, Engine, EngineOptions, Repairer};
 use weft_store::Store;
 use weft_tools::{Chain, Interceptor, Registry, Stage, Tool};
 
@@ -28,6 +28,7 @@ pub struct Builder {
     llm: Option<Option<Arc<dyn ChatProvider>>>,
     tools: Vec<Arc<dyn Tool>>,
     durable: Option<DurableConfig>,
+    clock: Option<Arc<dyn Clock>>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -51,6 +52,7 @@ impl Builder {
             llm: None,
             tools: Vec::new(),
             durable: None,
+            clock: None,
         }
     }
 
@@ -103,6 +105,13 @@ impl Builder {
         self
     }
 
+    /// Uses `clock` instead of the system clock (deterministic runs and tests).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Replaces the durability settings derived from `[store]` (benchmarks and tests).
     #[must_use]
     pub fn durable_config(mut self, config: DurableConfig) -> Self {
@@ -140,15 +149,17 @@ impl Builder {
         registry: &Arc<Registry>,
         bus: Arc<dyn weft_runtime::Bus>,
     ) -> EngineOptions {
+        let defaults = EngineOptions::default();
         EngineOptions {
             registry: Arc::clone(registry),
+            clock: self.clock.clone().unwrap_or(defaults.clock),
             chain: self.chain.clone(),
             bus,
             limits: self.config.limits.plan_limits(),
             cron: Some(Arc::new(weft_builtins::timer::next_occurrence)),
             trace: self.trace,
             repairer: self.repairer.clone(),
-            ..EngineOptions::default()
+            ..defaults
         }
     }
 

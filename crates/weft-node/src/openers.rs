@@ -102,7 +102,7 @@ impl Openers {
 
     /// The store opener for `url`, or an error naming the schemes there are.
     pub fn store_opener(&self, url: &str) -> Result<&StoreOpener, Error> {
-        let scheme = scheme_of(url, |s| self.stores.iter().any(|(x, _)| *x == s));
+        let scheme = scheme_of(url);
         self.stores
             .iter()
             .find(|(s, _)| *s == scheme)
@@ -125,7 +125,7 @@ impl Openers {
 
     /// The bus opener for `url`, or an error naming the schemes there are.
     pub fn bus_opener(&self, url: &str) -> Result<&BusOpener, Error> {
-        let scheme = scheme_of(url, |s| self.buses.iter().any(|(x, _)| *x == s));
+        let scheme = scheme_of(url);
         self.buses
             .iter()
             .find(|(s, _)| *s == scheme)
@@ -143,20 +143,18 @@ impl Openers {
     }
 }
 
-/// The scheme of `url`: what comes before `://`, or before a `:` when that names a known
-/// scheme (`sqlite:x.db`, `inproc:`); otherwise the URL is a bare path ([`FILE_SCHEME`]).
-pub fn scheme_of(url: &str, known: impl Fn(&str) -> bool) -> &str {
+/// The scheme of `url`: what comes before the first `:` when that is a scheme name (a
+/// letter, then letters, digits, `+`, `-` or `.`; at least two characters, so a drive
+/// letter is not one); otherwise the URL is a bare path ([`FILE_SCHEME`]).
+pub fn scheme_of(url: &str) -> &str {
     let url = url.trim();
-    if let Some((scheme, _)) = url.split_once("://") {
-        return scheme;
-    }
     match url.split_once(':') {
         Some((scheme, _))
-            if known(scheme)
-                && !scheme.is_empty()
+            if scheme.len() >= 2
+                && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
                 && scheme
                     .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'+') =>
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')) =>
         {
             scheme
         }
@@ -170,14 +168,15 @@ mod tests {
 
     #[test]
     fn schemes_are_read_from_the_url() {
-        let known = |s: &str| ["sqlite", "inproc", "postgres"].contains(&s);
-        assert_eq!(scheme_of("postgres://u@h/db", known), "postgres");
-        assert_eq!(scheme_of("sqlite:x.db", known), "sqlite");
-        assert_eq!(scheme_of("sqlite://x.db", known), "sqlite");
-        assert_eq!(scheme_of(".weft/weft.db", known), FILE_SCHEME);
-        assert_eq!(scheme_of("C:thing", known), FILE_SCHEME);
-        assert_eq!(scheme_of("mysql://x", known), "mysql");
-        assert_eq!(scheme_of("inproc:", known), "inproc");
+        assert_eq!(scheme_of("postgres://u@h/db"), "postgres");
+        assert_eq!(scheme_of("sqlite:x.db"), "sqlite");
+        assert_eq!(scheme_of("sqlite://x.db"), "sqlite");
+        assert_eq!(scheme_of(".weft/weft.db"), FILE_SCHEME);
+        assert_eq!(scheme_of("/var/lib/weft/weft.db"), FILE_SCHEME);
+        assert_eq!(scheme_of("C:thing"), FILE_SCHEME);
+        assert_eq!(scheme_of("mysql://x"), "mysql");
+        assert_eq!(scheme_of("toy:x"), "toy");
+        assert_eq!(scheme_of("inproc:"), "inproc");
     }
 
     #[test]

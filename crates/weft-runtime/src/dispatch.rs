@@ -1,4 +1,4 @@
-//! Executing the effects of firings: calling tools and applying their outcomes.
+//! Carrying out the commands of firings: calling tools and applying their outcomes.
 //!
 //! A tool's future is polled once, inline, with a no-op waker. Pure and in-memory tools are
 //! ready at once and their outcome is applied in the same loop iteration, with no channel hop
@@ -401,8 +401,8 @@ impl Cell {
     /// Calls an immediate tool in the loop, in its `weft.step` span when a subscriber wants
     /// one: a panic becomes a `tool_panic` error. The result is wrapped in its `Arc` inside
     /// the unwind guard, so what moves out of the call is a pointer, not the 80-byte value
-    /// (each move of it through the `Result` combinators was a stack copy perf showed
-    /// stalling).
+    /// (each move of the value through the `Result` combinators is a stack copy that `perf
+    /// annotate` shows stalling).
     fn call_inline(
         &self,
         srt: &StepRt,

@@ -1,5 +1,5 @@
 //! The inputs of an instance, as one closed enum, and the [`Journal`] hook that sees each of
-//! them before its effects are dispatched.
+//! them before anything it enables is dispatched.
 //!
 //! Every change to an instance's marking is caused by exactly one [`Input`] applied by the
 //! instance's loop, followed by "fire everything enabled" (deterministic in the core). So

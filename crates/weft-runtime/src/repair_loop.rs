@@ -5,7 +5,8 @@
 //! swaps it in through one journaled [`Input::Repair`], so replay and recovery reproduce
 //! it. Any failure (the repairer's, an invalid plan, a token that would be lost, attempts
 //! exhausted) becomes one journaled [`Input::RepairFailed`]: the instance fails with the
-//! reason. Without a repairer, `on_fail: repair` pauses the instance as before.
+//! reason. Without a repairer, `on_fail: repair` only pauses the instance (a resume tries
+//! the step again).
 //!
 //! The engine never depends on a model: the LLM implementation (`weft_llm::LlmRepairer`)
 //! lives in weft-llm; tests install scripted ones.

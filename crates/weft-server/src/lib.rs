@@ -48,7 +48,7 @@ pub fn check_listen(config: &ServerConfig) -> Result<(), ConfigError> {
 /// Resolves on SIGINT or SIGTERM. The handlers are installed by this call, not when the
 /// future is first polled: `serve` polls it from a task it spawns, which a busy runtime may
 /// run only after the address is printed and requests are answered, and a SIGTERM before
-/// that killed the process instead of stopping it gracefully (seen once in a loaded test run).
+/// that would kill the process instead of stopping it gracefully.
 pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {

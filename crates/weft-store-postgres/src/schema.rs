@@ -46,14 +46,11 @@ const DDL_V2: &str = "ALTER TABLE leases ADD COLUMN epoch BIGINT NOT NULL DEFAUL
 /// Version 3: every text column compares bytewise (`COLLATE "C"`), as SQLite's do, so
 /// listings page in the same order on both backends. Under the database's default
 /// collation (`C.UTF-8` here, often `en_US.UTF-8`) every comparison of instance ids in the
-/// key indexes went through the locale (`varstr_cmp`, `strcoll`,
+/// key indexes goes through the locale (`varstr_cmp`, `strcoll`,
 /// `pg_newlocale_from_collation`): ~7% of the PostgreSQL server's CPU under W4-concurrent
-/// (`perf record -a`), gone with this version. Recovery of 100,000 instances (`weft bench
-/// durable_recovery`, five alternating pairs): 1.74–2.91 s, median 1.97, against 1.96–3.45
-/// s, median 2.31. W4-concurrent: 33,313–34,575 steps/s against 30,068–32,924 in five
-/// pairs on a quiet machine (25,794–30,698 against 28,132–28,996 in three pairs while it
-/// was busy and noisy; it mostly waits on commits, the machine ~20% idle). All text
-/// columns, not only the keys: comparing columns of two different collations is an error.
+/// (`perf record -a`). What bytewise comparison gives W4 and recovery: `docs/performance.md`.
+/// All text columns, not only the keys: comparing columns of two different collations is
+/// an error.
 /// The indexes are rebuilt; the rows are not rewritten.
 const DDL_V3: &str = "
 ALTER TABLE weft_meta ALTER COLUMN key TYPE TEXT COLLATE \"C\";

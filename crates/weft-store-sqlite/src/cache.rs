@@ -1,9 +1,9 @@
 //! The writer thread's memory of chain heads and lease fences.
 //!
-//! Every fenced group commit read each of its instances' lease row (the fence check) and
-//! chain-head row (where the chain goes on) with a point query, then wrote the head back:
-//! under W4-concurrent those two reads were ~16% of the writer thread (`perf`), and the
-//! writer thread is what bounds that workload. Both rows change only through the writer's
+//! Without it, every fenced group commit reads each of its instances' lease row (the fence
+//! check) and chain-head row (where the chain goes on) with a point query: under
+//! W4-concurrent those two reads are ~16% of the writer thread (`perf`), and the writer
+//! thread is what bounds that workload. Both rows change only through the writer's
 //! own statements, so the writer can remember what it last read or wrote and skip the read.
 //!
 //! What keeps the memory true:

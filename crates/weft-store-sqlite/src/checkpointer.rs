@@ -4,8 +4,10 @@
 //! With `wal_autocheckpoint`, the writer thread checkpoints right after the commit that
 //! takes the WAL past its limit: it copies every page the WAL holds that the database file
 //! does not yet have and fsyncs the file, while every group commit queued behind it waits.
-//! Under the server's event load that was 10–25 ms several times a second (and up to 60 ms):
-//! with the journal log's merges, most of the p99 of `POST /events`. This thread runs a `PASSIVE` checkpoint every
+//! Left to the writer alone, that is 10–25 ms several times a second under the server's
+//! event load (up to 60 ms; timed in an instrumented writer), which with the journal log's
+//! merges made most of the p99 of `POST /v1/events`. This thread runs a `PASSIVE` checkpoint
+//! every
 //! [`INTERVAL`] on its own connection. A passive checkpoint never blocks the writer or the
 //! readers (WAL mode lets it copy pages while commits append new ones), so when the
 //! writer's automatic checkpoint comes due, only the pages of the last interval are left

@@ -4,9 +4,10 @@
 //! ## Two tables: the log and the journal
 //! Appends go to the log, rowid tables: every commit writes at their right edge, so a
 //! group commit of records for N instances dirties about `bytes / 4 KiB` pages. Writing
-//! them straight into `journal` (clustered by `(instance, seq)`) dirtied one leaf page or
-//! more *per instance* in every commit, each a full 4 KiB WAL frame: 13–15 KiB written
-//! per event under the server's event load, and most of the writer's time in W4.
+//! them straight into `journal` (clustered by instance) would dirty one leaf page or more
+//! *per instance* in every commit, each a full 4 KiB WAL frame: measured without the log,
+//! 13–15 KiB written per event under the server's event load (`weft-loadgen`), and most
+//! of the writer's time in W4.
 //! [`merge_log`] moves the log into `journal` in one sorted pass (each instance's leaf is
 //! rewritten once per merge instead of once per commit); the store runs it every few
 //! thousand rows and when it opens. Readers see both tables: every record is in exactly
@@ -16,17 +17,18 @@
 //!
 //! ## A log row is a batch
 //! A group commit writes one log row per partition it touches: its records of that
-//! partition encoded as one blob ([`crate::batch`]), with their count. As a row per record
-//! (schema version 4), the log's inserts cost a statement's worth of SQLite work per record
-//! (binding seven values, building the record, a b-tree insert); a batch is one insert of a
-//! blob that is mostly copied into overflow pages. Reads and merges decode the batches in
+//! partition encoded as one blob ([`crate::batch`]), with their count. A row per record
+//! would cost a statement's worth of SQLite work per record (binding seven values, building
+//! the record, a b-tree insert); a batch is one insert of a blob that is mostly copied into
+//! overflow pages. Reads and merges decode the batches in
 //! Rust; a merge sorts the decoded records and inserts them into `journal` 32 per statement.
 //!
 //! ## Chain heads are written by the merge
-//! Every append used to upsert its instance's `chain_heads` row: a b-tree write per append
-//! and, with thousands of instances in flight, most of that table's pages dirtied in every
-//! group commit (under W4-concurrent about a fifth of the writer thread). Now the merge
-//! writes each merged instance's newest record there, once per merge, and an instance's head
+//! Upserting an instance's `chain_heads` row on every append would be a b-tree write per
+//! append and, with thousands of instances in flight, would dirty most of that table's
+//! pages in every group commit (measured under W4-concurrent: about a fifth of the writer
+//! thread). So the merge writes each merged instance's newest record there, once per merge,
+//! and an instance's head
 //! is the newer of its `chain_heads` row and its newest record in the log ([`head_row`]:
 //! one read transaction; the writer thread keeps each partition's newest records in its
 //! memory once read, [`crate::cache`]). The base still lives only in `chain_heads`, moved by
@@ -45,22 +47,22 @@
 //! ## The journal is clustered by partition
 //! `journal`'s key is `(part, instance, seq)`, `part` being the instance's log partition
 //! ([`part_sql`]; schema version 6). Keyed by `(instance, seq)` alone, the instances of one
-//! partition were spread over the whole table, so a merge of one partition wrote a leaf
-//! page per instance it moved: with W4-concurrent's 10,000 runs in flight, ~1,250 pages of
-//! 4 KiB for ~5,000 records, each page written again by the next merge. With the partition
-//! first, a partition's instances are one contiguous range of the table and its merge
-//! rewrites the leaves of that range only. `chain_heads`, which the merge upserts for every
-//! instance it moves, is keyed by `(part, instance)` for the same reason. Measured on
+//! partition would be spread over the whole table, so a merge of one partition would write
+//! a leaf page per instance it moves: with W4-concurrent's 10,000 runs in flight, ~1,250
+//! pages of 4 KiB for ~5,000 records, each page written again by the next merge. With the
+//! partition first, a partition's instances are one contiguous range of the table and its
+//! merge rewrites the leaves of that range only. `chain_heads`, which the merge upserts for
+//! every instance it moves, is keyed by `(part, instance)` for the same reason. Measured on
 //! W4-concurrent (the WAL of two repetitions with checkpoints switched off, frames counted
-//! by the table owning each page): 25,723 journal frames before, 8,504 after, the WAL
-//! 139 MB against 68 MB; a whole run writes ~260–340 MB instead of ~630–740. Every
-//! statement on either table names the partition, computed from the instance.
+//! by the table owning each page): 8,504 journal frames with the partition first against
+//! 25,723 keyed by instance alone, a WAL of 68 MB against 139 MB. Every statement on
+//! either table names the partition, computed from the instance.
 //!
 //! ## Truncation never scans the log
 //! Compaction (a snapshot, then [`truncate_before`]) runs often for a busy reactive
 //! instance, inside the writer's batches. Deleting its rows from the unindexed log, or
-//! looking a hash up there, scanned the whole log each time: under the server's event load
-//! that was 40% of the writer thread. So truncation moves the instance's chain base and
+//! looking a hash up there, would scan the whole log each time (measured under the server's
+//! event load: 40% of the writer thread). So truncation moves the instance's chain base and
 //! deletes from the indexed `journal` only; log rows at or below the base are dead, every
 //! read of the log skips them (`seq > base_seq`), and the merge drops them instead of
 //! moving them. The new base's hash is the covering snapshot's (checked when it was
@@ -534,7 +536,7 @@ pub(crate) fn log_rows(conn: &Connection) -> Result<[u64; LOG_PARTS]> {
 /// The hash of one live record: an indexed lookup in `journal`, else a scan of the log from
 /// its newest row back (the log has no index). Compaction asks for a record its instance
 /// appended moments ago, so the scan stops within the last batches instead of crossing the
-/// whole log (which, under load, was most of the writer thread's time).
+/// whole log (which, under load, would be most of the writer thread's time).
 fn record_hash(conn: &Connection, instance: &str, seq: u64) -> Result<Option<Hash>> {
     let seq_sql = seq_to_sql(seq)?;
     let h: Option<Vec<u8>> = conn

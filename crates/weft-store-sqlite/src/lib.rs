@@ -69,7 +69,7 @@ pub struct SqliteStore {
 }
 
 /// Rows appended to a journal log partition before it is merged into the journal (see the
-/// `journal` module): large enough that a merge rewrites each of the partition's live
+/// `journal_log` module): large enough that a merge rewrites each of the partition's live
 /// instances' leaf pages once for many commits, and that a busy reactive instance is
 /// compacted (every 100 records by default) while most of its rows are still in the log,
 /// which the merge then drops instead of moving; small enough that a merge (which holds up
@@ -105,8 +105,8 @@ struct LogState {
     /// Whether merges wait for enough rows per instance (off once an interval is set).
     adaptive: AtomicBool,
     /// A merge of some partition is queued or running. Partitions fill at about the same
-    /// rate, so without this they all came due together and their merges landed in one
-    /// batch: as long a pause as one merge of the whole log.
+    /// rate, so without this they would all come due together and their merges would land
+    /// in one batch: as long a pause as one merge of the whole log.
     merging: AtomicBool,
 }
 
@@ -203,8 +203,8 @@ fn merge_job(
         }
         // Dropping `claim` releases the flag. A partition that came due meanwhile is
         // claimed by the next append, so merges are at least a batch apart (queued from
-        // here, they ran back to back: the p99 of the server's event load rose from
-        // 3.7–4.0 ms to 5.0–5.2 ms).
+        // here, they would run back to back: measured under the server's event load, a p99
+        // of 5.0–5.2 ms instead of 3.7–4.0 ms).
         drop(claim);
         r.map(|_| ())
     }
@@ -525,7 +525,7 @@ impl Store for SqliteStore {
         let terms = terms.clone();
         // One job, as `write_batch`: the fence checks are point reads in the same
         // transaction (the writer thread is the only writer). Reading the batch's leases
-        // and chain heads 32 keys per statement (`instance IN (?, …)`) instead took 16–28%
+        // and chain heads 32 keys per statement (`instance IN (?, …)`) instead takes 16–28%
         // more instructions for both (callgrind, W4-concurrent: SQLite builds and sorts an
         // ephemeral index of the list, which costs more than the statements it saves).
         let out = self

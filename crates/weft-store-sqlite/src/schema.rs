@@ -175,7 +175,7 @@ fn pragmas(conn: &Connection) -> Result<(), Error> {
 /// Pragmas of the write connection only (measured on W4-concurrent, see `writer`):
 /// - `temp_store=MEMORY`: statement journals (a multi-row `INSERT` that may abort keeps the
 ///   pages it changes so it can be undone alone) stay in memory instead of spilling to a
-///   temporary file past 64 KiB — they were ~14% of the writer's CPU in `pwrite`s;
+///   temporary file past 64 KiB — spilled, they cost ~14% of the writer's CPU in `pwrite`s;
 /// - `cache_size=-65536` (64 MiB instead of 2 MiB): a group-commit batch touches pages
 ///   across the journal, chain-head, instance and lease b-trees; with the default cache
 ///   the batch spilled dirty pages to the WAL mid-transaction and re-read evicted pages.
@@ -218,8 +218,8 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, Error> {
 /// The query planner stability guarantee: plans never depend on bound values. Without it
 /// SQLite (3.54) plans `LIMIT ?` with the bound limit and marks the statement to be
 /// prepared again whenever that parameter is bound again, so every cached statement with a
-/// `LIMIT ?` (journal reads, pages of instances and timers) was re-parsed on every call
-/// (recovery reads two statements per instance).
+/// `LIMIT ?` (journal reads, pages of instances and timers) would be re-parsed on every
+/// call (recovery reads two statements per instance).
 fn qpsg(conn: &Connection) -> Result<(), Error> {
     conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,

@@ -120,6 +120,7 @@ async fn run(db: &str, effects: &str, n: u64) -> Result<(), String> {
         Arc::clone(&store),
         EngineOptions {
             registry: Arc::new(reg),
+            cron: Some(Arc::new(weft_builtins::timer::next_occurrence)),
             ..EngineOptions::default()
         },
         DurableConfig::default(),

@@ -33,7 +33,7 @@ pub struct Args {
     /// [server.tokens_file].
     #[arg(long, value_name = "FILE")]
     pub tokens: Option<PathBuf>,
-    /// Tool configuration (JSON, as for `weft run --tools-config`) [tools].
+    /// Tool configuration (JSON, as for `weft run --tools-config`) [tools.*].
     #[arg(long, value_name = "FILE")]
     pub tools_config: Option<PathBuf>,
     /// Largest request body in bytes (plan documents have their own limit)
