@@ -176,9 +176,9 @@ impl Builder {
         })
     }
 
-    /// A node without a store: instances live in memory only (`weft run` without a store).
-    /// Call inside a tokio runtime if any tool is asynchronous or timers are used.
-    pub fn in_memory(self) -> Result<Node, Error> {
+    /// The registry, the engine options (with the chain and bus) and the registry for calls
+    /// outside instances: what every kind of node starts from.
+    fn parts(&self) -> Result<Parts, Error> {
         let llm = self.llm_provider()?;
         let registry = Arc::new(self.registry(llm.clone()));
         let bus = self
@@ -186,14 +186,25 @@ impl Builder {
             .open_bus(&self.config.bus.url, self.config.bus.capacity)?;
         let opts = self.engine_options(&registry, bus);
         let outside = Arc::new(opts.chain.apply_outside_instances(&registry));
-        let engine = Engine::new(opts);
-        Ok(Node {
-            config: Arc::new(self.config),
+        Ok(Parts {
+            llm,
             registry,
             outside,
-            engine,
+            opts,
+        })
+    }
+
+    /// A node without a store: instances live in memory only (`weft run` without a store).
+    /// Call inside a tokio runtime if any tool is asynchronous or timers are used.
+    pub fn in_memory(self) -> Result<Node, Error> {
+        let p = self.parts()?;
+        Ok(Node {
+            config: Arc::new(self.config),
+            registry: p.registry,
+            outside: p.outside,
+            engine: Engine::new(p.opts),
             durable: None,
-            llm,
+            llm: p.llm,
             chain: self.chain,
         })
     }
@@ -207,25 +218,27 @@ impl Builder {
 
     /// A durable node over an already opened `store`.
     pub async fn open_on(self, store: Arc<dyn Store>) -> Result<Node, Error> {
-        let llm = self.llm_provider()?;
-        let registry = Arc::new(self.registry(llm.clone()));
-        let bus = self
-            .openers
-            .open_bus(&self.config.bus.url, self.config.bus.capacity)?;
-        let opts = self.engine_options(&registry, bus);
-        let outside = Arc::new(opts.chain.apply_outside_instances(&registry));
-        let durable = Durable::open(store, opts, self.durable_settings()).await?;
+        let p = self.parts()?;
+        let durable = Durable::open(store, p.opts, self.durable_settings()).await?;
         let chain = self.chain.with(Stage::Durability, durable.gate_link());
         Ok(Node {
             config: Arc::new(self.config),
-            registry,
-            outside,
+            registry: p.registry,
+            outside: p.outside,
             engine: durable.engine().clone(),
             durable: Some(durable),
-            llm,
+            llm: p.llm,
             chain,
         })
     }
+}
+
+/// What [`Builder::parts`] makes.
+struct Parts {
+    llm: Option<Arc<dyn ChatProvider>>,
+    registry: Arc<Registry>,
+    outside: Arc<Registry>,
+    opts: EngineOptions,
 }
 
 /// A running weft. Cheap to clone.

@@ -253,14 +253,7 @@ pub fn resume(args: &ResumeArgs, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Resu
     let rt = runtime()?;
     let outcome = rt.block_on(async {
         let store = ctx.open_store().await?;
-        let node = ctx
-            .node()
-            .open_on(store)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let durable = node
-            .durable()
-            .ok_or_else(|| anyhow::anyhow!("the node has no store"))?;
+        let durable = Ctx::durable(ctx.node(), store).await?;
         let handle = durable
             .resume(&args.instance, args.from.as_deref())
             .await

@@ -78,6 +78,20 @@ impl Ctx {
             .is_some_and(|s| *s != weft_node::Source::Default)
     }
 
+    /// The durable engine of `builder`'s node over `store`.
+    pub async fn durable(
+        builder: weft_node::Builder,
+        store: Arc<dyn weft_store::Store>,
+    ) -> anyhow::Result<weft_durable::Durable> {
+        let node = builder
+            .open_on(store)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        node.durable()
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("the node has no store"))
+    }
+
     /// Opens the configured store through the openers table.
     pub async fn open_store(&self) -> anyhow::Result<Arc<dyn weft_store::Store>> {
         weft_node::Openers::default()

@@ -83,15 +83,7 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         if let Some(i) = &args.instruction {
             repairer = repairer.with_instruction(i.clone());
         }
-        let node = ctx
-            .node()
-            .repairer(Arc::new(repairer))
-            .open_on(store)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let durable = node
-            .durable()
-            .ok_or_else(|| anyhow::anyhow!("the node has no store"))?;
+        let durable = Ctx::durable(ctx.node().repairer(Arc::new(repairer)), store).await?;
         let restored = durable
             .restore(&args.instance)
             .await
