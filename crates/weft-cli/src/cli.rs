@@ -41,7 +41,8 @@ pub enum Command {
     Graph(graph::Args),
     /// Print the JSON Schema of the plan format.
     Schema(schema::Args),
-    /// List the built-in tools with their effect class and idempotency.
+    /// List the tools (built-in and declared in weft.toml) with their effect class,
+    /// idempotency and source.
     Tools(tools::Args),
     /// Run one instance of a plan in-process (built-in tools, email to ./.weft/outbox/) and
     /// print its outcome, result tokens and a trace of every firing.

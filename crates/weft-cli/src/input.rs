@@ -8,6 +8,8 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::Context as _;
+
+use crate::cmd::Ctx;
 use weft_core::{Limits, LoadError, Plan, StaticCatalog, parse_plan};
 
 /// Largest tool description file read (tool files are small; this only bounds memory).
@@ -86,9 +88,13 @@ pub fn load_plan(path: &Path, limits: &Limits) -> anyhow::Result<Result<Plan, Lo
     Ok(read_source(path, limits)?.and_then(|src| parse_plan(&src.bytes, limits)))
 }
 
-/// The built-in tool catalog, extended with a static tool description file when given.
-pub fn catalog(tools: Option<&Path>) -> anyhow::Result<StaticCatalog> {
+/// The built-in tool catalog and the tools the configuration declares, extended with a
+/// static tool description file when given.
+pub fn catalog(ctx: &Ctx, tools: Option<&Path>) -> anyhow::Result<StaticCatalog> {
     let mut catalog = StaticCatalog::builtin();
+    for def in &ctx.config.config.tools.declared {
+        catalog.insert(def.spec());
+    }
     if let Some(path) = tools {
         let name = path.display();
         let file =

@@ -17,6 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["weft-analysis", "weft-tools", "weft-store"],
     &[
         "weft-builtins",
+        "weft-sources",
         "weft-runtime",
         "weft-store-sqlite",
         "weft-store-postgres",

@@ -113,6 +113,18 @@ pub fn check(loaded: &mut Loaded, openers: &Openers) {
             Some("e.g. http://127.0.0.1:4318".into()),
         );
     }
+    if let Err(e) = weft_sources::build(&c.tools.declared) {
+        bad("tools.declared", e.to_string(), None);
+    }
+    let mut names: Vec<&str> = c.tools.declared.iter().map(|d| d.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        bad(
+            "tools.declared",
+            format!("tool `{}` is declared twice", w[0]),
+            Some("each tool name is declared once".into()),
+        );
+    }
     if c.llm.base_url.is_some()
         && let Err(e) = crate::llm::openai_config(&c.llm)
     {

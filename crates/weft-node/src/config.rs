@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-pub use weft_builtins::ToolsConfig;
+use weft_builtins::{EmailConfig, HttpConfig, ProcessConfig, ToolsConfig};
+pub use weft_sources::ToolDef;
 
 /// Everything a running weft is built from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -18,9 +19,10 @@ pub struct Config {
     pub store: StoreConfig,
     /// Where lifecycle events go.
     pub bus: BusConfig,
-    /// The tools steps may call: today the built-in tools' settings (`[tools.http]`,
-    /// `[tools.email]`, `[tools.process]`).
-    pub tools: ToolsConfig,
+    /// The tools steps may call: the built-in tools' settings (`[tools.http]`,
+    /// `[tools.email]`, `[tools.process]`) and the tools users declare
+    /// (`[[tools.declared]]`).
+    pub tools: ToolsSection,
     /// The language model behind `weft plan`, repair, `llm.complete` and `/plan/react`.
     pub llm: LlmConfig,
     /// Input limits for plans and analysis.
@@ -58,6 +60,31 @@ impl Default for StoreConfig {
             owner: None,
             lease_ttl_ms: u64::try_from(d.lease_ttl_ms).unwrap_or(30_000),
             lease_renew_ms: d.lease_renew_ms,
+        }
+    }
+}
+
+/// `[tools]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsSection {
+    /// `http.request`.
+    pub http: HttpConfig,
+    /// `send_email`.
+    pub email: EmailConfig,
+    /// `process.run`.
+    pub process: ProcessConfig,
+    /// Tools users declare, each with its source (`weft-sources`).
+    pub declared: Vec<ToolDef>,
+}
+
+impl ToolsSection {
+    /// The built-in tools' settings.
+    pub fn builtin(&self) -> ToolsConfig {
+        ToolsConfig {
+            http: self.http.clone(),
+            email: self.email.clone(),
+            process: self.process.clone(),
         }
     }
 }
@@ -248,6 +275,10 @@ pub(crate) const OPTIONAL_KEYS: &[(&str, Kind)] = &[
 pub(crate) const SECRET_KEYS: &[&str] =
     &["llm.api_key", "server.tokens", "tools.email.smtp.password"];
 
+/// Keys whose value is a whole structure (a list of tables), checked by the model's own
+/// types when the configuration is deserialized; no environment variable sets them.
+pub(crate) const STRUCTURED_KEYS: &[&str] = &["tools.declared"];
+
 /// The kind of value a key takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -257,6 +288,8 @@ pub(crate) enum Kind {
     Boolean,
     /// A list of strings (in the environment: comma-separated).
     List,
+    /// A list of tables ([`STRUCTURED_KEYS`]).
+    Tables,
 }
 
 impl Kind {
@@ -278,6 +311,7 @@ impl Kind {
             Kind::Float => "a number",
             Kind::Boolean => "true or false",
             Kind::List => "a list of strings",
+            Kind::Tables => "a list of tables",
         }
     }
 }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use weft_core::{Finding, Severity};
 
-use crate::config::{Config, Kind, OPTIONAL_KEYS, SECRET_KEYS};
+use crate::config::{Config, Kind, OPTIONAL_KEYS, SECRET_KEYS, STRUCTURED_KEYS};
 
 /// The file looked for in the working directory when `--config` is not given.
 pub const DEFAULT_FILE: &str = "weft.toml";
@@ -113,8 +113,8 @@ pub struct Entry {
     pub value: Option<toml::Value>,
     /// Where it came from.
     pub source: Source,
-    /// The environment variable that sets it.
-    pub env: String,
+    /// The environment variable that sets it (none for structured keys).
+    pub env: Option<String>,
 }
 
 /// The loaded configuration, where each value came from, and what is wrong with it.
@@ -155,7 +155,7 @@ impl Loaded {
                     v.clone()
                 }),
                 source: s.clone(),
-                env: env_name(k),
+                env: (!STRUCTURED_KEYS.contains(&k.as_str())).then(|| env_name(k)),
             })
             .collect();
         for (k, _) in OPTIONAL_KEYS {
@@ -164,7 +164,7 @@ impl Loaded {
                     key: (*k).to_string(),
                     value: None,
                     source: Source::Unset,
-                    env: env_name(k),
+                    env: Some(env_name(k)),
                 });
             }
         }
@@ -220,6 +220,9 @@ pub(crate) fn known_keys() -> BTreeMap<String, Kind> {
             }
         });
     }
+    for k in STRUCTURED_KEYS {
+        out.insert((*k).to_string(), Kind::Tables);
+    }
     for (k, kind) in OPTIONAL_KEYS {
         out.insert((*k).to_string(), *kind);
     }
@@ -274,7 +277,7 @@ pub fn load(inputs: &Inputs<'_>) -> Loaded {
     }
 
     // The environment.
-    for (key, kind) in &known {
+    for (key, kind) in known.iter().filter(|(_, k)| **k != Kind::Tables) {
         let var = env_name(key);
         let (var, raw) = match (inputs.env)(&var).filter(|v| !v.is_empty()) {
             Some(raw) => (var, raw),
@@ -484,6 +487,7 @@ fn fits(v: &toml::Value, kind: Kind) -> bool {
     match (v, kind) {
         (toml::Value::Integer(_), Kind::Float) => true,
         (toml::Value::Array(items), Kind::List) => items.iter().all(toml::Value::is_str),
+        (toml::Value::Array(items), Kind::Tables) => items.iter().all(toml::Value::is_table),
         (v, kind) => Kind::of(v) == Some(kind),
     }
 }
@@ -507,6 +511,7 @@ fn parse_env(raw: &str, kind: Kind) -> Option<toml::Value> {
             "0" | "false" | "no" | "off" => toml::Value::Boolean(false),
             _ => return None,
         },
+        Kind::Tables => return None,
         Kind::List => toml::Value::Array(
             t.split(',')
                 .map(str::trim)

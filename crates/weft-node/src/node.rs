@@ -129,19 +129,24 @@ impl Builder {
     /// The tools the node will register, as registered (outside the chain): for callers
     /// that need the catalog before the node is built (a repairer's prompt).
     pub fn tools(&self) -> Result<Registry, Error> {
-        Ok(self.registry(self.llm_provider()?))
+        self.registry(self.llm_provider()?)
     }
 
-    fn registry(&self, llm: Option<Arc<dyn ChatProvider>>) -> Registry {
+    fn registry(&self, llm: Option<Arc<dyn ChatProvider>>) -> Result<Registry, Error> {
         let mut reg = Registry::new();
-        weft_builtins::register_all(&mut reg, &self.config.tools);
+        weft_builtins::register_all(&mut reg, &self.config.tools.builtin());
         reg.register(Arc::new(weft_llm::LlmCompleteTool::new(
             crate::llm::for_tools(llm),
         )));
+        for t in weft_sources::build(&self.config.tools.declared)
+            .map_err(|e| Error::Config(e.to_string()))?
+        {
+            reg.register(t);
+        }
         for t in &self.tools {
             reg.register(Arc::clone(t));
         }
-        reg
+        Ok(reg)
     }
 
     fn engine_options(
@@ -180,7 +185,7 @@ impl Builder {
     /// outside instances: what every kind of node starts from.
     fn parts(&self) -> Result<Parts, Error> {
         let llm = self.llm_provider()?;
-        let registry = Arc::new(self.registry(llm.clone()));
+        let registry = Arc::new(self.registry(llm.clone())?);
         let bus = self
             .openers
             .open_bus(&self.config.bus.url, self.config.bus.capacity)?;

@@ -65,9 +65,14 @@ pub fn run(
                 section = top;
             }
             let line = shown(e);
+            let env = e
+                .env
+                .as_ref()
+                .map(|v| format!(" (env {v})"))
+                .unwrap_or_default();
             let from = match &e.source {
-                Source::Default => format!("# default (env {})", e.env),
-                Source::Unset => format!("# unset (env {})", e.env),
+                Source::Default => format!("# default{env}"),
+                Source::Unset => format!("# unset{env}"),
                 s => format!("# {s}"),
             };
             let from = if matches!(e.source, Source::Default | Source::Unset) {

@@ -57,7 +57,7 @@ pub struct Args {
 /// Runs `weft plan`.
 pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
     let provider = crate::llm::model(ctx, args.script.as_deref())?;
-    let catalog = input::catalog(args.tools.as_deref())?;
+    let catalog = input::catalog(ctx, args.tools.as_deref())?;
     let tools: Vec<ToolSpec> = catalog.iter().cloned().collect();
     let mut opts = PlanOptions {
         max_attempts: args.max_attempts,

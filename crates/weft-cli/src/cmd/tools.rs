@@ -23,12 +23,23 @@ pub struct Args {
 
 /// Runs `weft tools`.
 pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
-    let catalog = input::catalog(args.tools.as_deref())?;
+    let catalog = input::catalog(ctx, args.tools.as_deref())?;
     if args.json {
         output::json(out, &catalog.to_json())?;
         return Ok(Status::Clean);
     }
     let p = &ctx.palette;
+    let builtin = weft_core::StaticCatalog::builtin();
+    let source = |name: &str| -> String {
+        let declared = &ctx.config.config.tools.declared;
+        if let Some(d) = declared.iter().find(|d| d.name == name) {
+            format!("declared ({})", d.source.kind())
+        } else if builtin.iter().any(|t| t.name == name) {
+            "builtin".into()
+        } else {
+            "--tools file".into()
+        }
+    };
     let width = catalog
         .iter()
         .map(|t| t.name.chars().count())
@@ -40,8 +51,8 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         "{}",
         p.paint(
             &format!(
-                "{:width$}  {:6}  {:10}  DESCRIPTION",
-                "TOOL", "EFFECT", "IDEMPOTENT"
+                "{:width$}  {:6}  {:10}  {:16}  DESCRIPTION",
+                "TOOL", "EFFECT", "IDEMPOTENT", "SOURCE"
             ),
             Palette::bold()
         )
@@ -55,8 +66,10 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         let idem = if t.idempotent { "yes" } else { "no" };
         writeln!(
             out,
-            "{:width$}  {effect:6}  {idem:10}  {}",
-            t.name, t.description
+            "{:width$}  {effect:6}  {idem:10}  {:16}  {}",
+            t.name,
+            source(&t.name),
+            t.description
         )?;
     }
     Ok(Status::Clean)

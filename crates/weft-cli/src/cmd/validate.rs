@@ -81,7 +81,7 @@ impl Checked {
 
 /// Loads and validates the plan at `path`. `Err` only for I/O failures and bad tool files.
 pub fn check(path: &Path, tools: Option<&Path>, ctx: &Ctx) -> anyhow::Result<Checked> {
-    let catalog = input::catalog(tools)?;
+    let catalog = input::catalog(ctx, tools)?;
     let file = display_name(path);
     match input::load_plan(path, &ctx.limits)? {
         Err(e) => Ok(Checked::LoadFailed {
