@@ -130,6 +130,30 @@ pub enum Error {
     Transcript(String),
 }
 
+impl Error {
+    /// A stable code for the kind of failure.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Config(_) => "llm_config",
+            Error::Transport { .. } => "llm_transport",
+            Error::Timeout { .. } => "llm_timeout",
+            Error::Unavailable { .. } => "llm_unavailable",
+            Error::Rejected { .. } => "llm_rejected",
+            Error::MalformedToolCall(_) => "llm_malformed_tool_call",
+            Error::Decode(_) => "llm_decode",
+            Error::ScriptExhausted { .. } => "script_exhausted",
+            Error::ScriptMismatch { .. } => "script_mismatch",
+            Error::File { .. } => "file",
+            Error::ReplayDivergence { .. } => "replay_divergence",
+            Error::BudgetExceeded { .. } => "budget_exceeded",
+            Error::PlanningFailed { .. } => "planning_failed",
+            Error::TokensWouldBeLost { .. } => "tokens_would_be_lost",
+            Error::InvalidInput(_) => "invalid_input",
+            Error::Transcript(_) => "transcript",
+        }
+    }
+}
+
 /// One line per finding, as in the CRITIC message.
 pub fn render_findings(findings: &[Finding]) -> String {
     findings

@@ -286,3 +286,62 @@ async fn max_steps_salvages_an_answer_from_the_last_step() {
     );
     assert_eq!(resp.usage.unwrap().stop_reason, "max_steps");
 }
+
+#[tokio::test]
+async fn an_input_outside_the_toolset_schema_is_fed_back_not_called() {
+    let script = vec![
+        step(json!({"thought": "extract", "finish": false,
+                    "action": {"tool_id": "extract_facts", "input": {"txt": 1}}, "final_answer": null})),
+        step(json!({"thought": "again", "finish": false,
+                    "action": {"tool_id": "extract_facts", "input": {"text": "Alice"}}, "final_answer": null}))
+            .when_last("does not match the input_schema of `extract_facts`"),
+        step(json!({"thought": "done", "finish": true, "action": null,
+                    "final_answer": {"content": "ok"}})),
+    ];
+    let llm = Llm::new(Arc::new(ScriptedProvider::new(script)));
+    let tools = Tools::default();
+    let resp = run_react(&llm, &Correlation::new("t"), &request(4), &tools)
+        .await
+        .unwrap();
+    assert_eq!(resp.final_answer.unwrap().content, "ok");
+    // Only the valid input reached the tool.
+    let calls = tools.calls.lock().unwrap().clone();
+    assert_eq!(
+        calls,
+        [("extract_facts".to_string(), json!({"text": "Alice"}))]
+    );
+    let trace = resp.trace.unwrap();
+    let err = trace[0].observation.as_ref().unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("\"text\" is a required property"), "{err}");
+    let usage = resp.usage.unwrap();
+    assert_eq!((usage.tool_calls, usage.invalid_steps), (1, 1));
+}
+
+#[tokio::test]
+async fn a_model_failure_mid_loop_returns_the_partial_trace_with_the_error() {
+    // One good step, then the model fails (the script runs out).
+    let script = vec![step(json!({"thought": "extract", "finish": false,
+        "action": {"tool_id": "extract_facts", "input": {"text": "Alice lives in Paris"}},
+        "final_answer": null}))];
+    let llm = Llm::new(Arc::new(ScriptedProvider::new(script)));
+    let resp = run_react(&llm, &Correlation::new("t"), &request(4), &Tools::default())
+        .await
+        .unwrap();
+    let err = resp.error.expect("an error field");
+    assert_eq!(err["code"], "script_exhausted");
+    assert_eq!(resp.trace.unwrap().len(), 1);
+    let usage = resp.usage.unwrap();
+    assert_eq!(usage.stop_reason, "llm_error");
+    assert_eq!(usage.tool_calls, 1);
+    assert!(resp.final_answer.is_some(), "salvaged from the trace");
+
+    // A failure before any progress is the caller's error.
+    let llm = Llm::new(Arc::new(ScriptedProvider::new(Vec::new())));
+    let e = run_react(&llm, &Correlation::new("t"), &request(4), &Tools::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "script_exhausted");
+}

@@ -135,9 +135,8 @@ impl Builder {
     fn registry(&self, llm: Option<Arc<dyn ChatProvider>>) -> Result<Registry, Error> {
         let mut reg = Registry::new();
         weft_builtins::register_all(&mut reg, &self.config.tools.builtin());
-        reg.register(Arc::new(weft_llm::LlmCompleteTool::new(
-            crate::llm::for_tools(llm),
-        )));
+        let model = crate::llm::for_tools(llm);
+        reg.register(Arc::new(weft_llm::LlmCompleteTool::new(Arc::clone(&model))));
         for t in weft_sources::build(&self.config.tools.declared)
             .map_err(|e| Error::Config(e.to_string()))?
         {
@@ -146,6 +145,19 @@ impl Builder {
         for t in &self.tools {
             reg.register(Arc::clone(t));
         }
+        // `agent.react` calls the other tools through the chain, without its instance-only
+        // links: its own call is the step the journal records.
+        let inner = Arc::new(self.chain.apply_outside_instances(&reg));
+        let exec = weft_llm::RegistryExecutor::new(
+            inner,
+            weft_tools::ToolContext::detached("agent.react"),
+        );
+        let available = exec.descriptors(&[]);
+        reg.register(Arc::new(weft_llm::AgentReactTool::new(
+            model,
+            Arc::new(exec),
+            available,
+        )));
         Ok(reg)
     }
 

@@ -315,6 +315,28 @@ pub(crate) async fn react(
     Tenant(tenant): Tenant,
     JsonBody(req): JsonBody<weft_llm::PlannerRequest>,
 ) -> ApiResult<Json<weft_llm::PlannerResponse>> {
+    // Every toolset entry names a tool of this weft (built-in or declared), or nothing runs.
+    let missing: Vec<&str> = req
+        .toolset
+        .iter()
+        .map(|d| d.tool_id.as_str())
+        .filter(|id| state.inner.outside.get(id).is_none())
+        .collect();
+    if !missing.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_tool",
+            format!(
+                "the toolset names tools this server does not have: {}",
+                missing
+                    .iter()
+                    .map(|m| format!("`{m}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+        .hint("declare them in weft.toml ([[tools.declared]]) or pick tools `weft tools` lists"));
+    }
     let llm = llm(&state)?;
     let exec = weft_llm::RegistryExecutor::new(
         Arc::clone(&state.inner.outside),

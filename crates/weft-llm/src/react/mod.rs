@@ -160,7 +160,9 @@ pub async fn run_react(
     let mut trace: Vec<TraceStep> = Vec::new();
     let mut usage = ReactUsage::default();
     let mut answer = None;
+    let mut failure: Option<Value> = None;
     let mut stop = "max_steps";
+    let validators = input_validators(&req.toolset);
     for i in 0..max_steps {
         let now = Instant::now();
         if now >= deadline {
@@ -197,11 +199,20 @@ pub async fn run_react(
         )
         .await
         {
-            Ok(r) => r.inspect_err(|e| {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
                 tel.emit(
                     TelemetryEvent::new(TelemetryKind::Failed, corr, PLANNER).detail(e.to_string()),
                 );
-            })?,
+                // Before any progress the failure is the caller's answer; after some, the
+                // trace so far is worth more than the bare error.
+                if trace.is_empty() {
+                    return Err(e);
+                }
+                failure = Some(json!({"code": e.code(), "message": e.to_string()}));
+                stop = "llm_error";
+                break;
+            }
             Err(_) => {
                 stop = "timeout";
                 break;
@@ -244,6 +255,22 @@ pub async fn run_react(
             Ok(step) => {
                 let Some(action) = step.action else { continue };
                 let tool_id = action.tool_id.clone().unwrap_or_default();
+                // The input must match the toolset's schema before anything is called; a
+                // violation is fed back like any other contract violation.
+                if let Some(problem) = input_problem(&validators, &tool_id, &action.input) {
+                    usage.invalid_steps += 1;
+                    tel.emit(done.detail(format!("invalid input for {tool_id}: {problem}")));
+                    let obs = json!({"error": problem});
+                    messages.push(Message::assistant(raw));
+                    messages.push(Message::user(prompts::react_observation(i, &obs)));
+                    trace.push(TraceStep {
+                        step_index: i,
+                        thought: step.thought,
+                        action: Some(action),
+                        observation: Some(obs),
+                    });
+                    continue;
+                }
                 let t0 = Instant::now();
                 let result = tools.call(&tool_id, action.input.clone()).await;
                 usage.tool_calls += 1;
@@ -273,5 +300,33 @@ pub async fn run_react(
         final_answer: Some(final_answer),
         trace: req.preferences.return_trace.then_some(trace),
         usage: Some(usage),
+        error: failure,
     })
+}
+
+/// A validator per toolset entry whose input schema compiles (one that does not compile
+/// constrains nothing rather than blocking the tool).
+fn input_validators(toolset: &[ToolDescriptor]) -> Vec<(String, jsonschema::Validator)> {
+    toolset
+        .iter()
+        .filter_map(|d| {
+            jsonschema::validator_for(&d.input_schema)
+                .ok()
+                .map(|v| (d.tool_id.clone(), v))
+        })
+        .collect()
+}
+
+/// What is wrong with `input` for `tool_id`'s input schema, if anything.
+fn input_problem(
+    validators: &[(String, jsonschema::Validator)],
+    tool_id: &str,
+    input: &Value,
+) -> Option<String> {
+    let (_, v) = validators.iter().find(|(id, _)| id == tool_id)?;
+    let e = v.iter_errors(input).next()?;
+    Some(format!(
+        "action.input does not match the input_schema of `{tool_id}`: {e} (at `{}`)",
+        e.instance_path()
+    ))
 }

@@ -217,7 +217,9 @@ pub struct ReactUsage {
     pub completion_tokens: u64,
     /// Total tokens.
     pub total_tokens: u64,
-    /// `finish`, `max_steps` (answer salvaged) or `timeout` (answer salvaged).
+    /// `finish`, `max_steps` (answer salvaged), `timeout` (answer salvaged) or `llm_error`
+    /// (the model failed after the loop had made progress: the partial trace is returned
+    /// with the error).
     pub stop_reason: String,
 }
 
@@ -232,4 +234,8 @@ pub struct PlannerResponse {
     /// Usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<ReactUsage>,
+    /// Why the loop stopped early when the model failed after some progress (`code`,
+    /// `message`); the answer is then salvaged from the trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
 }

@@ -1,0 +1,72 @@
+//! `agent.react` is a registered tool of every node: a plan step runs the seed-004 loop
+//! (here with a scripted model), and the loop's own tool calls pass the node's chain.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use weft_llm::{ScriptedExchange, ScriptedProvider};
+use weft_node::{Builder, Config};
+use weft_tools::{BoxFuture, Interceptor, Stage, Tool, ToolContext, ToolError, ToolSpec};
+
+/// A link that logs the names of the tools called through it.
+struct Log(Arc<Mutex<Vec<String>>>);
+struct Logged(Arc<dyn Tool>, Arc<Mutex<Vec<String>>>);
+
+impl Tool for Logged {
+    fn spec(&self) -> &ToolSpec {
+        self.0.spec()
+    }
+    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        self.1.lock().unwrap().push(self.0.spec().name.clone());
+        self.0.call(ctx, args)
+    }
+}
+
+impl Interceptor for Log {
+    fn describe(&self) -> String {
+        "log".into()
+    }
+    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
+        Arc::new(Logged(tool, Arc::clone(&self.0)))
+    }
+}
+
+fn step(v: Value) -> ScriptedExchange {
+    ScriptedExchange::content(v.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_react_runs_in_a_plan_and_its_calls_pass_the_chain() {
+    let script = vec![
+        step(json!({"thought": "look", "finish": false,
+            "action": {"tool_id": "echo", "input": {"said": "hello"}}, "final_answer": null})),
+        step(json!({"thought": "done", "finish": true, "action": null,
+            "final_answer": {"content": "it said hello"}})),
+    ];
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let node = Builder::new(Config::default())
+        .llm(Some(Arc::new(ScriptedProvider::new(script))))
+        .link(Stage::Policy, Arc::new(Log(Arc::clone(&log))))
+        .in_memory()
+        .unwrap();
+    assert!(node.registry().get("agent.react").is_some());
+    let plan = json!({"plan_name": "ask", "graph_type": "acyclic",
+        "events": {"start": {}, "done": {"kind": "output"}},
+        "steps": {"think": {"on": ["start"], "action": "agent.react",
+            "args": {"goal": "what did it say?", "toolset": ["echo"]}, "emits": ["done"]}}});
+    let compiled = node
+        .engine()
+        .register(weft_core::load::plan_from_value(plan, &Default::default()).unwrap())
+        .unwrap();
+    let h = node
+        .engine()
+        .start_with("local", &compiled, json!({}), Default::default());
+    let o = h.wait().await;
+    assert_eq!(o.status, weft_core::Status::Completed, "{o:?}");
+    let out = serde_json::to_value(&o.results).unwrap();
+    assert!(out.to_string().contains("it said hello"), "{out}");
+    // The step's own call and the loop's call of `echo` both passed the chain.
+    assert_eq!(*log.lock().unwrap(), ["agent.react", "echo"]);
+}
