@@ -1,0 +1,155 @@
+//! Seed 004 end to end: the seed's sample `POST /plan/react` request, unchanged, completes
+//! on a server whose configuration declares the tool it names (`extract_facts`), with a
+//! scripted model standing in for the LLM. The tool runs through the node's registry and
+//! chain (its call is counted by the server's metrics), and its result reaches the trace.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+use weft_llm::{ScriptedExchange, ScriptedProvider};
+use weft_server::{AppState, ServerConfig};
+
+/// The seed's sample request (seed 004 §7), byte for byte.
+const SEED_REQUEST: &str = r#"{
+  "caller": "debug-shell",
+  "goal": {
+    "type": "analysis",
+    "description": "Extract structured facts from the provided text and summarize them in 2-3 bullets.",
+    "metadata": {}
+  },
+  "context": {
+    "conversation_history": [
+      { "role": "user", "content": "Here's some info: Alice lives in Paris, works at Acme Corp, and her manager is Bob." }
+    ],
+    "orion_state_snapshot": {},
+    "external_facts": {
+      "text": "Alice lives in Paris, works at Acme Corp, and her manager is Bob."
+    }
+  },
+  "toolset": [
+    {
+      "tool_id": "extract_facts",
+      "description": "Extract structured subject/predicate/object facts from a span of text.",
+      "input_schema": {
+        "type": "object",
+        "properties": {
+          "text": { "type": "string" }
+        },
+        "required": ["text"]
+      },
+      "output_schema": {}
+    }
+  ],
+  "limits": {
+    "max_steps": 4,
+    "max_tokens_reason": 2048,
+    "max_tokens_answer": 1024,
+    "timeout_seconds": 60
+  },
+  "preferences": {
+    "style": "neutral",
+    "allow_internal_thought_logging": true,
+    "return_trace": true
+  }
+}"#;
+
+fn step(v: Value) -> ScriptedExchange {
+    ScriptedExchange::content(v.to_string()).with_usage(40, 10)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_request_completes_with_a_declared_extract_facts() {
+    let facts = json!({"facts": [["Alice", "lives_in", "Paris"], ["Alice", "works_at", "Acme Corp"],
+        ["Bob", "manages", "Alice"]]});
+    let mut config = weft_node::Config::default();
+    config.tools.declared = vec![
+        serde_json::from_value(json!({
+            "name": "extract_facts", "effect": "read", "idempotent": true,
+            "description": "Extract structured subject/predicate/object facts from a span of text.",
+            "input_schema": {"type": "object", "required": ["text"],
+                             "properties": {"text": {"type": "string"}}},
+            "output_schema": {"type": "object", "required": ["facts"]},
+            "source": {"kind": "fixed", "result": facts}
+        }))
+        .unwrap(),
+    ];
+    let script = vec![
+        step(json!({"thought": "Extract the facts first.", "finish": false,
+            "action": {"tool_id": "extract_facts",
+                       "input": {"text": "Alice lives in Paris, works at Acme Corp, and her manager is Bob."}},
+            "final_answer": null})),
+        step(json!({"thought": "Summarize.", "finish": true, "action": null,
+            "final_answer": {"content": "- Alice lives in Paris\n- Alice works at Acme Corp\n- Bob is her manager",
+                             "structured": {}}}))
+        .when_last("Observation for step 0"),
+    ];
+    let dir = std::env::temp_dir().join(format!("weft-server-react-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = weft_store_sqlite::open(&dir.join("weft.db").display().to_string())
+        .await
+        .unwrap();
+    let builder =
+        weft_node::Builder::new(config).llm(Some(Arc::new(ScriptedProvider::new(script))));
+    let (state, _) = AppState::open(builder, Some(store), ServerConfig::default())
+        .await
+        .unwrap();
+    let app = weft_server::app(state);
+    let res = app
+        .clone()
+        .oneshot(
+            Request::post("/plan/react")
+                .header("content-type", "application/json")
+                .body(Body::from(SEED_REQUEST))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = res.status();
+    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert!(
+        v["final_answer"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Bob is her manager"),
+        "{v}"
+    );
+    let trace = v["trace"].as_array().unwrap();
+    assert_eq!(trace.len(), 2, "{v}");
+    assert_eq!(trace[0]["action"]["tool_id"], "extract_facts");
+    assert!(
+        trace[0]["observation"].to_string().contains("Acme Corp"),
+        "the declared tool's result is the observation: {v}"
+    );
+    assert_eq!(v["usage"]["tool_calls"], 1);
+    assert_eq!(v["usage"]["stop_reason"], "finish");
+    assert!(v.get("error").is_none(), "{v}");
+    // The tool's call went through the node's chain: the metrics stage counted it.
+    let res = app
+        .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let text = String::from_utf8(
+        axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    let fired = text
+        .lines()
+        .find(|l| l.starts_with("weft_steps_fired_total"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(fired.ends_with(" 1"), "{fired}\n{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
