@@ -1,4 +1,4 @@
-//! End-to-end tests of `weft serve` (issue #6): the real binary listens on a free loopback port
+//! End-to-end tests of `weft serve`: the real binary listens on a free loopback port
 //! with a temporary SQLite store and is driven over HTTP like any client would — the sample plan
 //! runs to completion, a reactive plan takes 1,000 events exactly once, the SSE stream carries a
 //! run's lifecycle in order, two tenants see nothing of each other, bad input gets a 4xx problem

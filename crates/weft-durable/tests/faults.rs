@@ -1,7 +1,8 @@
 //! Faults between the engine and its store: lifecycle events wait until the records they
 //! report are durable (a store whose writes are held publishes nothing), and a store that
 //! refuses writes pauses the instance (`store_unavailable`) until writes succeed again.
-//! Runs on SQLite and PostgreSQL (skipped with a message without `WEFT_TEST_POSTGRES_URL`).
+//! Runs on SQLite and PostgreSQL (ignored unless `WEFT_TEST_POSTGRES_URL` was set at build
+//! time).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -91,10 +92,12 @@ async fn lifecycle_events_wait_for_durability_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 async fn lifecycle_events_wait_for_durability_postgres() {
-    if let Some(s) = postgres("gate").await {
-        events_wait_for_durability(s).await;
-    }
+    events_wait_for_durability(postgres("gate").await).await;
 }
 
 /// Polls the live status until `pred` holds.
@@ -214,10 +217,12 @@ async fn store_failure_holds_gated_immediate_actions_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 async fn store_failure_holds_gated_immediate_actions_postgres() {
-    if let Some(s) = postgres("gfail").await {
-        store_failure_holds_gated_immediate_actions(s).await;
-    }
+    store_failure_holds_gated_immediate_actions(postgres("gfail").await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,10 +231,12 @@ async fn store_failure_pauses_then_resumes_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 async fn store_failure_pauses_then_resumes_postgres() {
-    if let Some(s) = postgres("fail").await {
-        store_failure_pauses_then_resumes(s).await;
-    }
+    store_failure_pauses_then_resumes(postgres("fail").await).await;
 }
 
 /// A real full disk on SQLite (`PRAGMA max_page_count` caps the file): appends fail with
@@ -302,10 +309,12 @@ async fn store_pause_does_not_survive_recovery_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 async fn store_pause_does_not_survive_recovery_postgres() {
-    if let Some(s) = postgres("repause").await {
-        store_pause_does_not_survive_recovery(s).await;
-    }
+    store_pause_does_not_survive_recovery(postgres("repause").await).await;
 }
 
 /// `a` (`noop`: pure, idempotent, immediate) → `b` (`once`: a write, not idempotent).
@@ -367,10 +376,12 @@ async fn pure_actions_run_before_the_journal_is_durable_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 async fn pure_actions_run_before_the_journal_is_durable_postgres() {
-    if let Some(s) = postgres("pure").await {
-        pure_actions_run_before_the_journal_is_durable(s).await;
-    }
+    pure_actions_run_before_the_journal_is_durable(postgres("pure").await).await;
 }
 
 /// The instance record's status lags the journal: `Durable::wait` returns once the records
@@ -427,8 +438,10 @@ async fn statuses_are_written_by_flush_and_shutdown_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 async fn statuses_are_written_by_flush_and_shutdown_postgres() {
-    if let Some(s) = postgres("status").await {
-        statuses_are_written_by_flush_and_shutdown(s).await;
-    }
+    statuses_are_written_by_flush_and_shutdown(postgres("status").await).await;
 }

@@ -91,10 +91,12 @@ async fn live_and_replayed_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 async fn live_and_replayed_postgres() {
-    if let Some(s) = postgres("live").await {
-        live_and_replayed(s).await;
-    }
+    live_and_replayed(postgres("live").await).await;
 }
 
 /// Waits until the instance's `b` action is durably in flight (and, for a non-idempotent
@@ -182,10 +184,12 @@ async fn recovery_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 async fn recovery_postgres() {
-    if let Some(s) = postgres("recovery").await {
-        recovery(s).await;
-    }
+    recovery(postgres("recovery").await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

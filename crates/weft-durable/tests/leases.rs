@@ -2,8 +2,8 @@
 //! the engine that drives it and every journal write is fenced by that lease, so the
 //! second engine cannot drive the first one's instances, takes them over only after the
 //! lease expired, and from then on the first one's writes are refused (`lease_lost`) and
-//! it stops driving them. Runs on SQLite and PostgreSQL (skipped with a message without
-//! `WEFT_TEST_POSTGRES_URL`).
+//! it stops driving them. Runs on SQLite and PostgreSQL (ignored unless
+//! `WEFT_TEST_POSTGRES_URL` was set at build time).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -149,10 +149,12 @@ async fn second_engine_waits_for_the_lease_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 async fn second_engine_waits_for_the_lease_postgres() {
-    if let Some(s) = postgres("lease").await {
-        second_engine_waits_for_the_lease(s).await;
-    }
+    second_engine_waits_for_the_lease(postgres("lease").await).await;
 }
 
 /// The engine renews the leases of the instances it drives in the background.
@@ -181,10 +183,12 @@ async fn leases_are_renewed_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 async fn leases_are_renewed_postgres() {
-    if let Some(s) = postgres("renew").await {
-        leases_are_renewed(s).await;
-    }
+    leases_are_renewed(postgres("renew").await).await;
 }
 
 /// Graceful shutdown: what was recorded is durable, the engine stops driving its
@@ -251,8 +255,10 @@ async fn shutdown_releases_leases_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 async fn shutdown_releases_leases_postgres() {
-    if let Some(s) = postgres("shutdown").await {
-        shutdown_releases_leases(s).await;
-    }
+    shutdown_releases_leases(postgres("shutdown").await).await;
 }

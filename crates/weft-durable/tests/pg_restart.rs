@@ -3,11 +3,12 @@
 //! (the pool replaces dead connections) and resumes them; every run then completes with
 //! nothing committed lost and every non-idempotent step run exactly once.
 //!
-//! One test in its own binary, so a real server restart disturbs no other test. With
-//! `WEFT_TEST_PG_RESTART_CMD` set (e.g. `pg_ctlcluster 15 main restart`, as `.ci/run` can
-//! set it) that command restarts the server; otherwise every connection of this test is
-//! ended with `pg_terminate_backend`. The test prints which one ran. Skipped with a
-//! message without `WEFT_TEST_POSTGRES_URL`.
+//! Two tests in their own binary, so a real server restart disturbs no other test binary;
+//! a lock keeps the two from overlapping. One ends every connection of its own with
+//! `pg_terminate_backend` (needs `WEFT_TEST_POSTGRES_URL`); the other restarts the server
+//! for real with `WEFT_TEST_PG_RESTART_CMD` (e.g. `pg_ctlcluster 15 main restart`, as
+//! `.ci/run` sets it; needs both variables). Each is ignored unless its variables were set
+//! at build time (`build.rs`).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -75,9 +76,29 @@ fn chain() -> Value {
     json!({"plan_name": "chain", "graph_type": "acyclic", "events": events, "steps": steps})
 }
 
+/// How the server goes away.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Disruption {
+    /// `pg_terminate_backend` on every connection of the test.
+    EndConnections,
+    /// A real restart with `WEFT_TEST_PG_RESTART_CMD`.
+    Restart,
+}
+
+/// The two tests run one at a time (a restart would also end the other's connections).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Restarts the server with the configured command, or ends this test's connections.
-async fn disrupt(url: &str, app: &str) -> String {
-    if let Ok(cmd) = std::env::var("WEFT_TEST_PG_RESTART_CMD") {
+async fn disrupt(how: Disruption, url: &str, app: &str) -> String {
+    if how == Disruption::Restart {
+        let cmd = match std::env::var("WEFT_TEST_PG_RESTART_CMD") {
+            Ok(cmd) if !cmd.trim().is_empty() => cmd,
+            _ => panic!(
+                "this test restarts PostgreSQL and WEFT_TEST_PG_RESTART_CMD is not set (it was \
+                 when the test was built): export WEFT_TEST_PG_RESTART_CMD='pg_ctlcluster \
+                 --skip-systemctl-redirect 15 main restart' (bash .ci/run sets it)"
+            ),
+        };
         let out = tokio::process::Command::new("sh")
             .arg("-c")
             .arg(&cmd)
@@ -106,22 +127,38 @@ async fn disrupt(url: &str, app: &str) -> String {
     drop(client);
     let _ = task.await;
     assert!(!rows.is_empty(), "no connection of the test was found");
-    format!(
-        "ended {} connections with pg_terminate_backend (set WEFT_TEST_PG_RESTART_CMD for a real restart)",
-        rows.len()
-    )
+    format!("ended {} connections with pg_terminate_backend", rows.len())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
+async fn postgres_connections_ended_mid_run_every_run_finishes() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    runs_survive(Disruption::EndConnections, "ended").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(all(weft_postgres, weft_pg_restart)),
+    ignore = "needs a PostgreSQL restart command: set WEFT_TEST_POSTGRES_URL and \
+              WEFT_TEST_PG_RESTART_CMD (bash .ci/run sets both)"
+)]
 async fn postgres_restart_mid_run_pauses_then_finishes() {
-    let Ok(base) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
-        eprintln!("SKIPPED (PostgreSQL): WEFT_TEST_POSTGRES_URL is not set");
-        return;
-    };
-    let app = format!("weft_restart_{}", std::process::id());
+    let _one = ONE_AT_A_TIME.lock().await;
+    runs_survive(Disruption::Restart, "restart").await;
+}
+
+/// `RUNS` chains under way when the server goes away (`how`): each completes, its history
+/// before the disruption unchanged, its chain whole, every step called exactly once.
+async fn runs_survive(how: Disruption, tag: &str) {
+    let base = common::postgres_url();
+    let app = format!("weft_{tag}_{}", std::process::id());
     let sep = if base.contains('?') { '&' } else { '?' };
     let url = format!("{base}{sep}application_name={app}");
-    let schema = format!("durable_restart_{}", std::process::id());
+    let schema = format!("durable_{tag}_{}", std::process::id());
     let store: Arc<dyn Store> = Arc::new(
         weft_store_postgres::PgStore::open_in_schema(&url, Some(&schema))
             .await
@@ -168,8 +205,8 @@ async fn postgres_restart_mid_run_pauses_then_finishes() {
             store.read(h.id(), 1, 10_000).await.unwrap(),
         );
     }
-    let how = disrupt(&url, &app).await;
-    eprintln!("pg_restart: {how}");
+    let what = disrupt(how, &url, &app).await;
+    eprintln!("pg_restart: {what}");
     // A run paused by the outage settles as paused; it resumes by itself once a retried
     // write succeeds. Wait for each to complete.
     for h in &hs {
@@ -210,7 +247,7 @@ async fn postgres_restart_mid_run_pauses_then_finishes() {
         assert_eq!(*n, 1, "{k:?} ran {n} times");
     }
     eprintln!("pg_restart: {paused} of {RUNS} runs paused (store_unavailable) and resumed");
-    if std::env::var("WEFT_TEST_PG_RESTART_CMD").is_ok() {
+    if how == Disruption::Restart {
         assert!(paused > 0, "the server restarted but no run paused");
     }
 }

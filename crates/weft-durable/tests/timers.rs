@@ -2,8 +2,8 @@
 //! "process" runs in its own tokio runtime over the same store, with the engine's manual
 //! clock; dropping the runtime ends every task of the first process (its timers die with
 //! it, as they would with the process), and the second one recovers from the store alone.
-//! Runs on SQLite (same file reopened) and PostgreSQL (same schema reopened; skipped with a
-//! message without `WEFT_TEST_POSTGRES_URL`).
+//! Runs on SQLite (same file reopened) and PostgreSQL (same schema reopened; those tests are
+//! ignored unless `WEFT_TEST_POSTGRES_URL` was set at build time).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -33,11 +33,8 @@ impl Place {
         Place::Sqlite(temp_dir(tag).join("weft.db"))
     }
 
-    fn postgres(tag: &str) -> Option<Place> {
-        let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
-            eprintln!("SKIPPED (PostgreSQL): WEFT_TEST_POSTGRES_URL is not set");
-            return None;
-        };
+    fn postgres(tag: &str) -> Place {
+        let url = postgres_url();
         let schema = format!(
             "durable_{tag}_{}_{}",
             std::process::id(),
@@ -47,7 +44,7 @@ impl Place {
                 .as_nanos()
                 % 1_000_000_000
         );
-        Some(Place::Postgres(url, schema))
+        Place::Postgres(url, schema)
     }
 
     async fn open(&self) -> Arc<dyn Store> {
@@ -84,6 +81,7 @@ async fn durable_at(store: Arc<dyn Store>, clock: &ManualClock) -> Durable {
         EngineOptions {
             registry: Arc::new(reg),
             clock: Arc::new(clock.clone()),
+            cron: Some(Arc::new(weft_builtins::timer::next_occurrence)),
             ..EngineOptions::default()
         },
         DurableConfig::default(),
@@ -245,10 +243,12 @@ fn timer_survives_restart_sqlite() {
 }
 
 #[test]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 fn timer_survives_restart_postgres() {
-    if let Some(p) = Place::postgres("timer") {
-        timer_survives_restart(p);
-    }
+    timer_survives_restart(Place::postgres("timer"));
 }
 
 #[test]
@@ -257,10 +257,12 @@ fn late_timer_fires_at_once_with_its_lateness_sqlite() {
 }
 
 #[test]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 fn late_timer_fires_at_once_with_its_lateness_postgres() {
-    if let Some(p) = Place::postgres("late") {
-        late_timer_fires_at_once_with_its_lateness(p);
-    }
+    late_timer_fires_at_once_with_its_lateness(Place::postgres("late"));
 }
 
 /// A cron timer fires once, the process dies, and the recovered instance gets the two
@@ -330,10 +332,12 @@ fn cron_timer_rearms_across_restart_sqlite() {
 }
 
 #[test]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 fn cron_timer_rearms_across_restart_postgres() {
-    if let Some(p) = Place::postgres("cron") {
-        cron_timer_rearms_across_restart(p);
-    }
+    cron_timer_rearms_across_restart(Place::postgres("cron"));
 }
 
 /// `put` writes the context and the instance waits for `go`; `get` reads it back.
@@ -391,8 +395,10 @@ fn context_survives_restart_sqlite() {
 }
 
 #[test]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 fn context_survives_restart_postgres() {
-    if let Some(p) = Place::postgres("kv") {
-        context_survives_restart(p);
-    }
+    context_survives_restart(Place::postgres("kv"));
 }

@@ -1,5 +1,5 @@
-//! Store-backed transcripts and plan cache on SQLite and PostgreSQL (skipped with a message
-//! when `WEFT_TEST_POSTGRES_URL` is unset): every exchange of a planning run and of a repair
+//! Store-backed transcripts and plan cache on SQLite and PostgreSQL (ignored unless
+//! `WEFT_TEST_POSTGRES_URL` was set at build time): every exchange of a planning run and of a repair
 //! is kept per instance / plan and read back in order by a "new process"; the same
 //! instruction, tool set and model is planned once and then served from the store.
 
@@ -33,21 +33,27 @@ async fn sqlite() -> Arc<dyn Store> {
     )
 }
 
-async fn postgres() -> Option<Arc<dyn Store>> {
-    let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
-        eprintln!("SKIPPED (PostgreSQL): WEFT_TEST_POSTGRES_URL is not set");
-        return None;
+/// A PostgreSQL store in a fresh schema. Its test is ignored unless `WEFT_TEST_POSTGRES_URL`
+/// was set at build time (`cfg(weft_postgres)`), so a missing variable is a failure here.
+async fn postgres() -> Arc<dyn Store> {
+    let url = match std::env::var("WEFT_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "this test needs PostgreSQL and WEFT_TEST_POSTGRES_URL is not set (it was when the \
+             test was built): export WEFT_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test \
+             (bash .ci/run starts the server)"
+        ),
     };
     let schema = format!(
         "llm_stored_{}_{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     );
-    Some(Arc::new(
+    Arc::new(
         weft_store_postgres::PgStore::open_in_schema(&url, Some(&schema))
             .await
             .unwrap(),
-    ))
+    )
 }
 
 fn tools() -> Vec<ToolSpec> {
@@ -196,8 +202,10 @@ async fn transcripts_and_plan_cache_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
 async fn transcripts_and_plan_cache_postgres() {
-    if let Some(s) = postgres().await {
-        transcripts_and_cache(s).await;
-    }
+    transcripts_and_cache(postgres().await).await;
 }

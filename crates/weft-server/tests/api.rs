@@ -1094,6 +1094,30 @@ async fn llm_routes_without_a_model() {
         (StatusCode::SERVICE_UNAVAILABLE, "llm_unavailable"),
         "{v}"
     );
+    // A toolset naming a tool this server does not have is refused before any model call.
+    let mut unknown = seed.clone();
+    unknown["toolset"] = json!([{"tool_id": "extract_facts", "input_schema": {"type": "object"}}]);
+    let (st, v) = s.post("/plan/react", A, &unknown).await;
+    assert_eq!(
+        (st, problem_code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "unknown_tool"),
+        "{v}"
+    );
+    assert!(v["detail"].as_str().unwrap_or("").contains("`extract_facts`"), "{v}");
+    // Declared in the node's configuration, the same request gets past the toolset check.
+    let mut node = weft_node::Config::default();
+    node.tools.declared = vec![
+        serde_json::from_value(json!({"name": "extract_facts", "effect": "read",
+            "source": {"kind": "fixed", "result": {"facts": []}}}))
+        .unwrap(),
+    ];
+    let declared = sqlite_with(node, two_tenants()).await;
+    let (st, v) = declared.post("/plan/react", A, &unknown).await;
+    assert_eq!(
+        (st, problem_code(&v)),
+        (StatusCode::SERVICE_UNAVAILABLE, "llm_unavailable"),
+        "{v}"
+    );
     // Explain works from the template without a model, by document or by name.
     s.create_example("fanout.json", A).await;
     let (st, v) = s.post("/v1/explain", A, &json!({"name": "fanout"})).await;

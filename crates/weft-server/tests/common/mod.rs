@@ -36,18 +36,19 @@ pub(crate) fn two_tenants() -> ServerConfig {
 }
 
 pub(crate) async fn sqlite(config: ServerConfig) -> Srv {
+    sqlite_with(weft_node::Config::default(), config).await
+}
+
+/// [`sqlite`] with a node configuration of the test's own (declared tools, …).
+pub(crate) async fn sqlite_with(node: weft_node::Config, config: ServerConfig) -> Srv {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("weft.db");
     let store: Arc<dyn Store> = weft_store_sqlite::open(path.to_str().expect("utf-8 path"))
         .await
         .expect("open sqlite");
-    let (state, _) = AppState::open(
-        weft_node::Builder::new(weft_node::Config::default()),
-        Some(store),
-        config,
-    )
-    .await
-    .expect("state");
+    let (state, _) = AppState::open(weft_node::Builder::new(node), Some(store), config)
+        .await
+        .expect("state");
     Srv {
         app: weft_server::app(state.clone()),
         state,
@@ -55,12 +56,17 @@ pub(crate) async fn sqlite(config: ServerConfig) -> Srv {
     }
 }
 
-/// A PostgreSQL-backed server in a fresh schema, or `None` (with a visible message) when
-/// `WEFT_TEST_POSTGRES_URL` is not set.
-pub(crate) async fn postgres(config: ServerConfig, test: &str) -> Option<Srv> {
-    let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
-        eprintln!("SKIPPED {test}: WEFT_TEST_POSTGRES_URL is not set");
-        return None;
+/// A PostgreSQL-backed server in a fresh schema at `WEFT_TEST_POSTGRES_URL`. The tests
+/// calling this are ignored unless the variable was set at build time (`cfg(weft_postgres)`,
+/// see `build.rs`), so a missing variable here is a failure with a hint, never a skip.
+pub(crate) async fn postgres(config: ServerConfig, test: &str) -> Srv {
+    let url = match std::env::var("WEFT_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "{test} needs PostgreSQL and WEFT_TEST_POSTGRES_URL is not set (it was when the \
+             test was built): export WEFT_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test \
+             (bash .ci/run starts the server)"
+        ),
     };
     let schema = format!(
         "weft_server_{}_{}",
@@ -82,11 +88,11 @@ pub(crate) async fn postgres(config: ServerConfig, test: &str) -> Option<Srv> {
     )
     .await
     .expect("state");
-    Some(Srv {
+    Srv {
         app: weft_server::app(state.clone()),
         state,
         _dir: None,
-    })
+    }
 }
 
 /// A request builder with an optional bearer token.

@@ -1,5 +1,6 @@
-//! Per-test PostgreSQL schemas: each test gets a fresh schema (random name), dropped after;
-//! without `WEFT_TEST_POSTGRES_URL` the tests print that they are skipped and pass.
+//! Per-test PostgreSQL schemas: each test gets a fresh schema (random name), dropped after.
+//! The tests are ignored unless `WEFT_TEST_POSTGRES_URL` was set at build time
+//! (`cfg(weft_postgres)`, see `build.rs`), so a missing variable here is a failure.
 
 #![allow(dead_code, clippy::unwrap_used)]
 
@@ -7,14 +8,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
-/// The test server's URL, or `None` after printing the skip message.
-pub(crate) fn url() -> Option<String> {
+/// The test server's URL, `WEFT_TEST_POSTGRES_URL`; panics with a hint when it is not set
+/// (the test was built with it: `cfg(weft_postgres)`).
+pub(crate) fn url() -> String {
     match std::env::var("WEFT_TEST_POSTGRES_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            eprintln!("skipped: WEFT_TEST_POSTGRES_URL not set");
-            None
-        }
+        Ok(u) if !u.is_empty() => u,
+        _ => panic!(
+            "this test needs PostgreSQL and WEFT_TEST_POSTGRES_URL is not set (it was when the \
+             test was built): export WEFT_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test \
+             (bash .ci/run starts the server)"
+        ),
     }
 }
 
