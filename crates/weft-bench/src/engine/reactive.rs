@@ -117,7 +117,12 @@ pub(crate) async fn latency() -> Result<Value, String> {
 
 /// `idle`: `n` reactive instances each waiting for an event.
 pub(crate) fn idle(n: usize) -> Result<Value, String> {
-    let engine = Engine::new(EngineOptions::default());
+    let mut registry = Registry::new();
+    weft_builtins::register_pure(&mut registry);
+    let engine = Engine::new(EngineOptions {
+        registry: Arc::new(registry),
+        ..EngineOptions::default()
+    });
     let plan = engine
         .compile_value(reactive_plan("idle", "noop"))
         .map_err(|e| e.to_string())?;
@@ -153,4 +158,15 @@ pub(crate) fn idle(n: usize) -> Result<Value, String> {
             "rss_after_mib": round(after), "seconds_to_create": round(secs),
             "instances_per_second": round(n as f64 / secs), "peak_rss_mib": round(peak_rss_mib())}),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every reactive workload builds its engine with the tools its plan names (a small
+    /// `idle` here: the real one is a million instances).
+    #[test]
+    fn idle_runs_with_the_tools_it_needs() {
+        let v = super::idle(100).expect("idle");
+        assert_eq!(v["workload"], "idle", "{v}");
+    }
 }
