@@ -4,15 +4,9 @@
 //! needing the service are `#[ignore]`d with the reason, so `cargo test` counts them as
 //! ignored instead of passing them unrun.
 
+include!("../../scripts/test_services.rs");
+
 fn main() {
     service("weft_postgres", "WEFT_TEST_POSTGRES_URL");
     service("weft_llm", "WEFT_TEST_LLM_URL");
-}
-
-fn service(cfg: &str, var: &str) {
-    println!("cargo:rustc-check-cfg=cfg({cfg})");
-    println!("cargo:rerun-if-env-changed={var}");
-    if std::env::var_os(var).is_some_and(|v| !v.is_empty()) {
-        println!("cargo:rustc-cfg={cfg}");
-    }
 }

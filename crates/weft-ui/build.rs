@@ -4,10 +4,8 @@
 //! `#[ignore]`d with the reason, so `cargo test` counts them as ignored instead of passing
 //! them unrun.
 
+include!("../../scripts/test_services.rs");
+
 fn main() {
-    println!("cargo:rustc-check-cfg=cfg(weft_browser)");
-    println!("cargo:rerun-if-env-changed=WEFT_TEST_BROWSER");
-    if std::env::var("WEFT_TEST_BROWSER").is_ok_and(|v| !v.is_empty() && v != "0") {
-        println!("cargo:rustc-cfg=weft_browser");
-    }
+    service("weft_browser", "WEFT_TEST_BROWSER");
 }
