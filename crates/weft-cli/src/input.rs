@@ -95,6 +95,20 @@ pub fn catalog(ctx: &Ctx, tools: Option<&Path>) -> anyhow::Result<StaticCatalog>
     for def in &ctx.config.config.tools.declared {
         catalog.insert(def.spec());
     }
+    // MCP servers say which tools they have only when asked: start them once to list them.
+    let mcp = &ctx.config.config.tools.mcp;
+    if !mcp.is_empty() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?;
+        let tools = rt
+            .block_on(weft_sources::discover(mcp))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        for t in tools {
+            catalog.insert(t.spec().clone());
+        }
+    }
     if let Some(path) = tools {
         let name = path.display();
         let file =

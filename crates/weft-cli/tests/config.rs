@@ -158,3 +158,50 @@ fn the_configured_store_is_the_one_run_uses() {
     assert!(dir.join("from-config.db").exists(), "{}", stderr(&o));
     assert!(stderr(&o).contains("journal: instance"), "{}", stderr(&o));
 }
+
+/// An MCP server named in `weft.toml` (the MCP test server over stdio): `weft tools` lists its
+/// tools with their source, `weft validate` accepts a plan calling one, `weft run` runs it.
+#[test]
+#[cfg_attr(
+    not(weft_mcp),
+    ignore = "needs the MCP test server: set WEFT_TEST_MCP_PYTHON (bash scripts/mcp-test-env.sh)"
+)]
+fn an_mcp_server_in_weft_toml_serves_tools_to_validate_and_run() {
+    let python = std::env::var("WEFT_TEST_MCP_PYTHON").expect(
+        "WEFT_TEST_MCP_PYTHON was set when this test was built: \
+         export WEFT_TEST_MCP_PYTHON=$(bash scripts/mcp-test-env.sh)",
+    );
+    let server = root().join("python/mcp-test-server/server.py");
+    let dir = temp_dir("config-mcp");
+    std::fs::write(
+        dir.join("weft.toml"),
+        format!(
+            "[[tools.mcp]]\nname = \"calc\"\ncommand = [{python:?}, {:?}]\n",
+            server.display().to_string()
+        ),
+    )
+    .expect("write");
+    let plan = serde_json::json!({"plan_name": "sum", "graph_type": "acyclic",
+        "events": {"start": {}, "done": {"kind": "output"}},
+        "steps": {"add": {"on": ["start"], "action": "calc.add", "args": {"a": 2, "b": 40},
+                          "emits": ["done"]}}});
+    std::fs::write(dir.join("plan.json"), plan.to_string()).expect("write");
+    let o = weft_env(&dir, &["tools"], &[]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let line = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("calc.add "))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no calc.add in:\n{}", stdout(&o)));
+    assert!(
+        line.contains("mcp (calc)") && line.contains("read"),
+        "{line}"
+    );
+    let o = weft_env(&dir, &["validate", "plan.json"], &[]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let o = weft_env(&dir, &["run", "plan.json", "--json"], &[]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["outcome"], "completed", "{v}");
+    assert!(v["results"].to_string().contains("42"), "{v}");
+}

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use weft_builtins::{EmailConfig, HttpConfig, ProcessConfig, ToolsConfig};
+pub use weft_sources::McpServerDef;
 pub use weft_sources::ToolDef;
 
 /// Everything a running weft is built from.
@@ -76,6 +77,9 @@ pub struct ToolsSection {
     pub process: ProcessConfig,
     /// Tools users declare, each with its source (`weft-sources`).
     pub declared: Vec<ToolDef>,
+    /// MCP servers whose tools join the registry as `<name>.<tool>` (`[[tools.mcp]]`,
+    /// discovered when the node starts: [`crate::Builder::discover_mcp`]).
+    pub mcp: Vec<McpServerDef>,
 }
 
 impl ToolsSection {
@@ -277,7 +281,7 @@ pub(crate) const SECRET_KEYS: &[&str] =
 
 /// Keys whose value is a whole structure (a list of tables), checked by the model's own
 /// types when the configuration is deserialized; no environment variable sets them.
-pub(crate) const STRUCTURED_KEYS: &[&str] = &["tools.declared"];
+pub(crate) const STRUCTURED_KEYS: &[&str] = &["tools.declared", "tools.mcp"];
 
 /// The kind of value a key takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,6 +27,8 @@ pub struct Builder {
     repairer: Option<Arc<dyn Repairer>>,
     llm: Option<Option<Arc<dyn ChatProvider>>>,
     tools: Vec<Arc<dyn Tool>>,
+    /// The tools of the `[[tools.mcp]]` servers, once [`Builder::discover_mcp`] ran.
+    mcp: Option<Vec<Arc<dyn Tool>>>,
     durable: Option<DurableConfig>,
     clock: Option<Arc<dyn Clock>>,
 }
@@ -51,6 +53,7 @@ impl Builder {
             repairer: None,
             llm: None,
             tools: Vec::new(),
+            mcp: None,
             durable: None,
             clock: None,
         }
@@ -119,6 +122,22 @@ impl Builder {
         self
     }
 
+    /// Connects to the `[[tools.mcp]]` servers (starting the stdio ones) and lists their
+    /// tools, which the node then registers as `<name>.<tool>`. Asynchronous, so the
+    /// synchronous [`Builder::in_memory`] and [`Builder::tools`] need it first when MCP
+    /// servers are configured; [`Builder::open`] and [`Builder::open_on`] run it themselves.
+    /// Run it inside the runtime that will run the node: it hosts the connections, which
+    /// restart dead servers in the background. Does nothing the second time.
+    pub async fn discover_mcp(mut self) -> Result<Self, Error> {
+        if self.mcp.is_none() {
+            let tools = weft_sources::discover(&self.config.tools.mcp)
+                .await
+                .map_err(|e| Error::Config(e.to_string()))?;
+            self.mcp = Some(tools);
+        }
+        Ok(self)
+    }
+
     fn llm_provider(&self) -> Result<Option<Arc<dyn ChatProvider>>, Error> {
         match &self.llm {
             Some(p) => Ok(p.clone()),
@@ -141,6 +160,17 @@ impl Builder {
             .map_err(|e| Error::Config(e.to_string()))?
         {
             reg.register(t);
+        }
+        match &self.mcp {
+            Some(tools) => tools.iter().for_each(|t| reg.register(Arc::clone(t))),
+            None if !self.config.tools.mcp.is_empty() => {
+                return Err(Error::Config(
+                    "[[tools.mcp]] servers are not discovered yet: call \
+                     `Builder::discover_mcp().await` first"
+                        .into(),
+                ));
+            }
+            None => {}
         }
         for t in &self.tools {
             reg.register(Arc::clone(t));
@@ -212,7 +242,8 @@ impl Builder {
     }
 
     /// A node without a store: instances live in memory only (`weft run` without a store).
-    /// Call inside a tokio runtime if any tool is asynchronous or timers are used.
+    /// Call inside a tokio runtime if any tool is asynchronous or timers are used, after
+    /// [`Builder::discover_mcp`] when `[[tools.mcp]]` servers are configured.
     pub fn in_memory(self) -> Result<Node, Error> {
         let p = self.parts()?;
         Ok(Node {
@@ -235,6 +266,11 @@ impl Builder {
 
     /// A durable node over an already opened `store`.
     pub async fn open_on(self, store: Arc<dyn Store>) -> Result<Node, Error> {
+        let this = self.discover_mcp().await?;
+        this.open_discovered(store).await
+    }
+
+    async fn open_discovered(self, store: Arc<dyn Store>) -> Result<Node, Error> {
         let p = self.parts()?;
         let durable = Durable::open(store, p.opts, self.durable_settings()).await?;
         let chain = self.chain.with(Stage::Durability, durable.gate_link());

@@ -1103,7 +1103,13 @@ async fn llm_routes_without_a_model() {
         (StatusCode::UNPROCESSABLE_ENTITY, "unknown_tool"),
         "{v}"
     );
-    assert!(v["detail"].as_str().unwrap_or("").contains("`extract_facts`"), "{v}");
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("`extract_facts`"),
+        "{v}"
+    );
     // Declared in the node's configuration, the same request gets past the toolset check.
     let mut node = weft_node::Config::default();
     node.tools.declared = vec![

@@ -87,6 +87,15 @@ pub enum SourceDef {
         /// The result of every call.
         result: Value,
     },
+    /// Asks remote workers over NATS request/reply (`python/weft-worker` is the worker
+    /// side); workers of one tool share its calls ([`crate::worker`]).
+    Worker(crate::worker::WorkerDef),
+    /// POSTs the args as JSON to an HTTP endpoint; the JSON answer is the result
+    /// ([`crate::http`]).
+    Http(crate::http::HttpDef),
+    /// Runs a program (no shell) with the args as JSON on stdin; one JSON value on stdout is
+    /// the result ([`crate::command`]).
+    Command(crate::command::CommandDef),
 }
 
 impl SourceDef {
@@ -94,6 +103,9 @@ impl SourceDef {
     pub fn kind(&self) -> &'static str {
         match self {
             SourceDef::Fixed { .. } => "fixed",
+            SourceDef::Worker(_) => "worker",
+            SourceDef::Http(_) => "http",
+            SourceDef::Command(_) => "command",
         }
     }
 
@@ -102,6 +114,11 @@ impl SourceDef {
         let _ = def;
         match self {
             SourceDef::Fixed { result } => Ok(std::sync::Arc::new(Fixed(result.clone()))),
+            SourceDef::Worker(w) => Ok(std::sync::Arc::new(crate::worker::Worker::open(def, w)?)),
+            SourceDef::Http(h) => Ok(std::sync::Arc::new(crate::http::Http::open(&def.name, h)?)),
+            SourceDef::Command(c) => Ok(std::sync::Arc::new(crate::command::CommandSource::open(
+                &def.name, c,
+            )?)),
         }
     }
 }

@@ -9,11 +9,19 @@
 //! `weft.toml` (`[[tools.declared]]`) and registers them in its one registry, so every call
 //! passes the same tool-call chain as a built-in's.
 
+pub mod command;
 mod declared;
 mod def;
+pub mod http;
+pub mod mcp;
+pub mod worker;
 
+pub use command::CommandDef;
 pub use declared::{DeclaredTool, Source};
 pub use def::{RetryDef, SourceDef, ToolDef};
+pub use http::HttpDef;
+pub use mcp::{McpServerDef, discover};
+pub use worker::{WorkerDef, default_subject, subject_token};
 
 /// Why a declared tool could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +34,20 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// An MCP server (`[[tools.mcp]]`) could not be reached or listed at start.
+    #[error("[mcp_unavailable] MCP server `{server}`: {message}")]
+    McpUnavailable {
+        /// The server's name (its tools' prefix).
+        server: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// One declared tool: `def` wrapped as a [`DeclaredTool`] around the source it names (for
+/// callers that want its [`DeclaredTool::source`] description too).
+pub fn declare(def: &ToolDef) -> Result<DeclaredTool, Error> {
+    DeclaredTool::new(def, def.source.open(def)?)
 }
 
 /// The tools `defs` declare, each wrapped as a [`DeclaredTool`] around its source.

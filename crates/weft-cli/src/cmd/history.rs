@@ -93,9 +93,17 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// An in-memory engine of the configured node, for compiling stored plans.
+/// An in-memory engine of the configured node, for compiling stored plans. Call inside the
+/// multi-threaded [`runtime`] when `[[tools.mcp]]` servers are configured: their tools are
+/// discovered asynchronously, here (synchronous callers) with `block_in_place`.
 pub(crate) fn engine(ctx: &Ctx) -> anyhow::Result<Engine> {
-    let node = ctx.node().in_memory().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut builder = ctx.node();
+    if !builder.config().tools.mcp.is_empty() {
+        let handle = tokio::runtime::Handle::current();
+        builder = tokio::task::block_in_place(|| handle.block_on(builder.discover_mcp()))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let node = builder.in_memory().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(node.engine().clone())
 }
 

@@ -70,7 +70,9 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         let llm = Llm::new(provider).with_transcripts(Arc::new(transcript.clone()));
         let tools: Vec<ToolSpec> = ctx
             .node()
-            .tools()
+            .discover_mcp()
+            .await
+            .and_then(|b| b.tools())
             .map_err(|e| anyhow::anyhow!("{e}"))?
             .iter()
             .map(|t| t.spec().clone())

@@ -240,7 +240,11 @@ async fn execute(
     let node = if ctx.store_configured() {
         builder.open().await
     } else {
-        builder.in_memory()
+        // MCP servers are discovered asynchronously (`open` does it itself).
+        match builder.discover_mcp().await {
+            Ok(b) => b.in_memory(),
+            Err(e) => Err(e),
+        }
     }
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     let durable = node.durable().cloned();

@@ -32,8 +32,14 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
     let builtin = weft_core::StaticCatalog::builtin();
     let source = |name: &str| -> String {
         let declared = &ctx.config.config.tools.declared;
+        let mcp = &ctx.config.config.tools.mcp;
         if let Some(d) = declared.iter().find(|d| d.name == name) {
             format!("declared ({})", d.source.kind())
+        } else if let Some(m) = mcp.iter().find(|m| {
+            name.strip_prefix(m.name.as_str())
+                .is_some_and(|r| r.starts_with('.'))
+        }) {
+            format!("mcp ({})", m.name)
         } else if builtin.iter().any(|t| t.name == name) {
             "builtin".into()
         } else {

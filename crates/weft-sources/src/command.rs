@@ -1,0 +1,470 @@
+//! The `command` source: each call runs a program (no shell), writes the tool's args as JSON
+//! to its stdin and reads one JSON value from its stdout.
+//!
+//! ```toml
+//! [[tools.declared]]
+//! name = "summarize"
+//! description = "Summarize a text"
+//! effect = "pure"
+//! timeout_ms = 20000              # the child is killed when the call runs past it
+//! input_schema = { type = "object", required = ["text"] }
+//! [tools.declared.source]
+//! kind = "command"
+//! program = "python3"             # a name on weft's PATH, or a path
+//! args = ["tools/summarize.py", "--fast"]
+//! env = ["PATH", "LANG", "OPENAI_API_KEY"]   # passed through; nothing else is inherited
+//! cwd = "/srv/tools"              # default: weft's working directory
+//! retry_on_exit = [75]            # exit statuses worth retrying (default: none)
+//! max_output_bytes = 1048576      # stdout cap (the default, 1 MiB)
+//! memory_mb = 512                 # RLIMIT_AS of the child
+//! cpu_seconds = 30                # RLIMIT_CPU of the child
+//! ```
+//!
+//! **The program** is resolved when the tool is built: a bare name on weft's `PATH`, a path
+//! as it is (a relative path against `cwd` when set, else weft's working directory). A
+//! program that is not there or not executable is a build error, so `weft config --check`
+//! reports it before anything runs.
+//!
+//! **The child's environment** holds only the variables `env` lists (with their values in
+//! weft's environment at the time of the call; missing ones are left out) and
+//! `WEFT_INSTANCE`, `WEFT_STEP`, `WEFT_IDEMPOTENCY_KEY` (the same on every retry of a call:
+//! use it to deduplicate side effects) and `WEFT_ATTEMPT`. `PATH` is not inherited unless
+//! listed.
+//!
+//! **The answer.** stdout must hold exactly one JSON value (surrounding whitespace allowed);
+//! stderr is for people, and its last 512 characters go into failure messages. Failures:
+//!
+//! | code | when | retried |
+//! |---|---|---|
+//! | `command_failed` | a non-zero exit status (or death by a signal), with a stderr excerpt | statuses in `retry_on_exit` |
+//! | `command_bad_output` | exit 0 but stdout is not one JSON value (with an excerpt) | no |
+//! | `command_output_too_large` | stdout over `max_output_bytes`: the child is killed at once | no |
+//! | `command_not_found`, `command_spawn_failed` | the program could not be started | no |
+//!
+//! **Limits.** The child runs in a process group of its own; when the call ends early — the
+//! tool's `timeout_ms` passes, the output cap is hit, or the step is abandoned — the whole
+//! group is killed (`SIGKILL`), so neither the program nor what it started lives on.
+//! stderr is read to its end but only its last 4 KiB are kept. `memory_mb` and
+//! `cpu_seconds` become `RLIMIT_AS` and `RLIMIT_CPU` of the child through `prlimit`
+//! (util-linux), looked up on weft's `PATH` when the tool is built: with limits configured
+//! and no `prlimit`, the tool does not build (it never runs unlimited).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use weft_tools::{BoxFuture, ToolContext, ToolError};
+
+use crate::Error;
+use crate::declared::Source;
+use crate::http::excerpt;
+
+/// The `command` source's settings (`source = { kind = "command", … }`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandDef {
+    /// The program: a name looked up on weft's `PATH`, or a path. Run directly, no shell.
+    pub program: String,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Names of environment variables passed through from weft's environment; nothing else
+    /// is inherited.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    /// Working directory of the child (default: weft's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    /// Exit statuses after which the call may be retried (default: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retry_on_exit: Vec<i32>,
+    /// Largest stdout accepted, in bytes (default 1 MiB); past it the child is killed.
+    #[serde(default = "default_max_output_bytes")]
+    pub max_output_bytes: u64,
+    /// Address-space limit of the child in MiB (`RLIMIT_AS`, through `prlimit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// CPU-time limit of the child in seconds (`RLIMIT_CPU`, through `prlimit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<u64>,
+}
+
+fn default_max_output_bytes() -> u64 {
+    1024 * 1024
+}
+
+/// Bytes of stderr kept (the end of it).
+const STDERR_KEEP: usize = 4096;
+/// Length of the excerpts in failure messages, in characters.
+const EXCERPT_CHARS: usize = 512;
+
+/// The `command` source, built from a [`CommandDef`].
+pub(crate) struct CommandSource {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// What is started: `prlimit` when limits are set, else the program.
+    exec: PathBuf,
+    argv: Vec<OsString>,
+    env: Vec<String>,
+    cwd: Option<PathBuf>,
+    retry_on_exit: Vec<i32>,
+    max_output: usize,
+    /// `python3 tool.py`, as configured.
+    shown: String,
+}
+
+impl CommandSource {
+    /// The source `def` describes for tool `name`: resolves the program (and `prlimit`).
+    pub(crate) fn open(name: &str, def: &CommandDef) -> Result<Self, Error> {
+        let invalid = |message: String| Error::Invalid {
+            name: name.to_string(),
+            message,
+        };
+        if def.program.trim().is_empty() {
+            return Err(invalid("source.program is empty".into()));
+        }
+        if def.program.contains('\0') || def.args.iter().any(|a| a.contains('\0')) {
+            return Err(invalid(
+                "source.program and source.args must not contain NUL".into(),
+            ));
+        }
+        for k in &def.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(invalid(format!(
+                    "source.env: `{}` is not a variable name",
+                    excerpt(k, 60)
+                )));
+            }
+        }
+        if let Some(dir) = &def.cwd
+            && !dir.is_dir()
+        {
+            return Err(invalid(format!(
+                "source.cwd `{}` is not a directory",
+                dir.display()
+            )));
+        }
+        if def.max_output_bytes == 0 {
+            return Err(invalid("source.max_output_bytes must be at least 1".into()));
+        }
+        let program = resolve_program(&def.program, def.cwd.as_deref()).map_err(invalid)?;
+
+        let mut limits: Vec<OsString> = Vec::new();
+        if let Some(mb) = def.memory_mb {
+            let bytes = mb
+                .checked_mul(1024 * 1024)
+                .filter(|b| *b > 0)
+                .ok_or_else(|| invalid("source.memory_mb must be between 1 and 2^44".into()))?;
+            limits.push(format!("--as={bytes}").into());
+        }
+        if let Some(s) = def.cpu_seconds {
+            if s == 0 {
+                return Err(invalid("source.cpu_seconds must be at least 1".into()));
+            }
+            limits.push(format!("--cpu={s}").into());
+        }
+        let (exec, argv) = if limits.is_empty() {
+            (program, def.args.iter().map(OsString::from).collect())
+        } else {
+            let prlimit = find_on_path("prlimit").ok_or_else(|| {
+                invalid(
+                    "source.memory_mb and source.cpu_seconds need `prlimit` (util-linux), which \
+                     is not on weft's PATH; install it or remove the limits (the command is \
+                     never run without them)"
+                        .into(),
+                )
+            })?;
+            let mut argv = limits;
+            argv.push("--".into());
+            argv.push(program.into_os_string());
+            argv.extend(def.args.iter().map(OsString::from));
+            (prlimit, argv)
+        };
+        let shown = std::iter::once(def.program.as_str())
+            .chain(def.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ");
+        Ok(CommandSource {
+            inner: Arc::new(Inner {
+                exec,
+                argv,
+                env: def.env.clone(),
+                cwd: def.cwd.clone(),
+                retry_on_exit: def.retry_on_exit.clone(),
+                max_output: usize::try_from(def.max_output_bytes).unwrap_or(usize::MAX),
+                shown,
+            }),
+        })
+    }
+}
+
+/// `program` as an executable file's path: a bare name from weft's `PATH`, a relative path
+/// against `cwd` (or weft's working directory).
+fn resolve_program(program: &str, cwd: Option<&Path>) -> Result<PathBuf, String> {
+    if !program.contains('/') {
+        return find_on_path(program)
+            .ok_or_else(|| format!("source.program `{program}` was not found on weft's PATH"));
+    }
+    let p = Path::new(program);
+    let path = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        let base = match cwd {
+            Some(d) => d.to_path_buf(),
+            None => std::env::current_dir()
+                .map_err(|e| format!("source.program `{program}`: no working directory: {e}"))?,
+        };
+        base.join(p)
+    };
+    if !path.exists() {
+        return Err(format!(
+            "source.program `{}` does not exist",
+            path.display()
+        ));
+    }
+    if !is_executable_file(&path) {
+        return Err(format!(
+            "source.program `{}` is not an executable file",
+            path.display()
+        ));
+    }
+    Ok(path)
+}
+
+/// The first executable `name` on weft's `PATH` (`/usr/bin:/bin` when it is unset).
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(name))
+        .find(|c| is_executable_file(c))
+}
+
+fn is_executable_file(p: &Path) -> bool {
+    let Ok(m) = std::fs::metadata(p) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        m.is_file() && m.permissions().mode() & 0o111 != 0
+    }
+    #[cfg(not(unix))]
+    {
+        m.is_file()
+    }
+}
+
+impl Source for CommandSource {
+    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move { inner.run(&ctx, &args).await })
+    }
+
+    fn describe(&self) -> String {
+        format!("command {}", self.inner.shown)
+    }
+}
+
+/// A started child. Dropped before it was waited for (a timeout, a cap, an abandoned call),
+/// it kills the child's whole process group.
+struct Running {
+    child: Child,
+}
+
+impl Running {
+    fn kill(&mut self) {
+        // `id()` is `None` once the child was reaped: its group id may then belong to
+        // someone else, so nothing is signalled.
+        #[cfg(unix)]
+        if let Some(pid) = self.child.id()
+            && pid > 1
+            && let Some(pgid) = i32::try_from(pid)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+        let _ = self.child.start_kill();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Inner {
+    async fn run(&self, ctx: &ToolContext, args: &Value) -> Result<Value, ToolError> {
+        let input = serde_json::to_vec(args).map_err(|e| {
+            ToolError::fatal("args_invalid", format!("command {}: {e}", self.shown))
+        })?;
+        let mut cmd = Command::new(&self.exec);
+        cmd.args(&self.argv).env_clear();
+        for k in &self.env {
+            if let Some(v) = std::env::var_os(k) {
+                cmd.env(k, v);
+            }
+        }
+        cmd.env("WEFT_INSTANCE", &*ctx.instance)
+            .env("WEFT_STEP", &*ctx.step)
+            .env("WEFT_IDEMPOTENCY_KEY", &*ctx.idempotency_key)
+            .env("WEFT_ATTEMPT", ctx.attempt.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        #[cfg(unix)]
+        cmd.process_group(0);
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
+        }
+        let child = cmd.spawn().map_err(|e| {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                "command_not_found"
+            } else {
+                "command_spawn_failed"
+            };
+            ToolError::fatal(code, format!("starting `{}`: {e}", self.shown))
+        })?;
+        let mut running = Running { child };
+        let stdin = running.child.stdin.take();
+        let stdout = running.child.stdout.take();
+        let stderr = running.child.stderr.take();
+
+        let feed = async {
+            if let Some(mut w) = stdin {
+                // A child that exits without reading its stdin is not an error here; its
+                // exit status says what happened.
+                let _ = w.write_all(&input).await;
+                drop(w);
+            }
+            Ok(())
+        };
+        let out = read_limited(stdout, self.max_output, &self.shown);
+        let err = async { Ok(read_tail(stderr, STDERR_KEEP).await) };
+        let wait = async {
+            running.child.wait().await.map_err(|e| {
+                ToolError::retryable("command_io", format!("waiting for `{}`: {e}", self.shown))
+            })
+        };
+        let ended = tokio::try_join!(feed, out, err, wait);
+        let ((), stdout, stderr, status) = match ended {
+            Ok(r) => r,
+            Err(e) => {
+                running.kill();
+                let _ = running.child.wait().await;
+                return Err(e);
+            }
+        };
+        self.answer(status, &stdout, &stderr)
+    }
+
+    fn answer(&self, status: ExitStatus, stdout: &[u8], stderr: &[u8]) -> Result<Value, ToolError> {
+        let err_text = String::from_utf8_lossy(stderr);
+        let err_tail = tail(err_text.trim(), EXCERPT_CHARS);
+        if !status.success() {
+            return Err(match status.code() {
+                Some(code) => {
+                    let msg = format!("`{}` exited with status {code}: {err_tail}", self.shown);
+                    if self.retry_on_exit.contains(&code) {
+                        ToolError::retryable("command_failed", msg)
+                    } else {
+                        ToolError::fatal("command_failed", msg)
+                    }
+                }
+                None => ToolError::fatal(
+                    "command_failed",
+                    format!("`{}` was killed ({status}): {err_tail}", self.shown),
+                ),
+            });
+        }
+        serde_json::from_slice(stdout).map_err(|e| {
+            let text = String::from_utf8_lossy(stdout);
+            ToolError::fatal(
+                "command_bad_output",
+                format!(
+                    "`{}` did not print one JSON value ({e}): {}",
+                    self.shown,
+                    excerpt(text.trim(), EXCERPT_CHARS)
+                ),
+            )
+        })
+    }
+}
+
+/// Reads `pipe` to its end; more than `max` bytes is a fatal `command_output_too_large`
+/// (the caller kills the child).
+async fn read_limited<R: AsyncRead + Unpin>(
+    pipe: Option<R>,
+    max: usize,
+    shown: &str,
+) -> Result<Vec<u8>, ToolError> {
+    let Some(mut pipe) = pipe else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = pipe.read(&mut buf).await.map_err(|e| {
+            ToolError::retryable(
+                "command_io",
+                format!("reading the output of `{shown}`: {e}"),
+            )
+        })?;
+        if n == 0 {
+            return Ok(out);
+        }
+        if out.len().saturating_add(n) > max {
+            return Err(ToolError::fatal(
+                "command_output_too_large",
+                format!(
+                    "`{shown}` printed more than {max} bytes (source.max_output_bytes) and was \
+                     killed"
+                ),
+            ));
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Reads `pipe` to its end, keeping its last `keep` bytes (so the child never blocks on a
+/// full pipe and a flood costs no memory).
+async fn read_tail<R: AsyncRead + Unpin>(pipe: Option<R>, keep: usize) -> Vec<u8> {
+    let Some(mut pipe) = pipe else {
+        return Vec::new();
+    };
+    let mut kept: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 8 * 1024];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => return kept,
+            Ok(n) => {
+                kept.extend_from_slice(&buf[..n]);
+                if kept.len() > keep {
+                    let cut = kept.len() - keep;
+                    kept.drain(..cut);
+                }
+            }
+        }
+    }
+}
+
+/// At most `max` characters of the end of `s`: `…` and the last `max - 1` when longer.
+fn tail(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    let mut out = String::from("…");
+    out.extend(s.chars().skip(n - max.saturating_sub(1)));
+    out
+}
