@@ -277,8 +277,9 @@ fn shown_url(url: &Url) -> String {
 }
 
 /// One client per tool (its connection pool), on the workspace's one TLS stack: rustls with
-/// the ring provider and the webpki roots, as `http.request` builds it.
-fn build_client(connect_timeout: Duration) -> Result<Client, String> {
+/// the ring provider and the webpki roots, as `http.request` builds it; no proxy, no
+/// redirects. The MCP source's streamable-HTTP client is built here too.
+pub(crate) fn build_client(connect_timeout: Duration) -> Result<Client, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),

@@ -156,32 +156,11 @@ impl McpServerDef {
                 }
                 Ok(Endpoint::Http {
                     url: url.clone(),
-                    client: http_client().map_err(invalid)?,
+                    client: crate::http::build_client(Duration::from_secs(10)).map_err(invalid)?,
                 })
             }
         }
     }
-}
-
-/// The streamable-HTTP client on the workspace's one TLS stack (rustls with ring and the
-/// webpki roots, as the `http` source and `http.request` build it); no redirects, no proxy.
-fn http_client() -> Result<reqwest::Client, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup failed: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|e| e.to_string())
 }
 
 type Client = RunningService<RoleClient, ()>;
