@@ -206,7 +206,11 @@ impl Tool for AgentReactTool {
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
         let req = self.request(&args);
         let llm = Arc::clone(&self.llm);
-        let exec = Arc::clone(&self.executor);
+        // The loop's calls act as this step's tenant, instance and step.
+        let exec = self
+            .executor
+            .for_call(&ctx)
+            .unwrap_or_else(|| Arc::clone(&self.executor));
         Box::pin(async move {
             let req = req?;
             let resp = react::run_react(&llm, &corr_of(&ctx), &req, exec.as_ref())

@@ -340,7 +340,11 @@ pub(crate) async fn react(
     let llm = llm(&state)?;
     let exec = weft_llm::RegistryExecutor::new(
         Arc::clone(&state.inner.outside),
-        weft_tools::ToolContext::detached("react"),
+        weft_tools::ToolContext {
+            // The tools act for the caller's tenant (a worker tool's subject names it).
+            tenant: Arc::from(tenant.as_str()),
+            ..weft_tools::ToolContext::detached("react")
+        },
     );
     let r = weft_llm::run_react(&llm, &Correlation::new(tenant), &req, &exec)
         .await

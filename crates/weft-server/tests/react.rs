@@ -153,3 +153,65 @@ async fn the_seed_request_completes_with_a_declared_extract_facts() {
     assert!(fired.ends_with(" 1"), "{fired}\n{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A tool that records the tenant of the calls it serves.
+struct Probe(weft_tools::ToolSpec, Arc<std::sync::Mutex<Vec<String>>>);
+
+impl weft_tools::Tool for Probe {
+    fn spec(&self) -> &weft_tools::ToolSpec {
+        &self.0
+    }
+    fn call(
+        &self,
+        ctx: weft_tools::ToolContext,
+        args: Value,
+    ) -> weft_tools::BoxFuture<'static, Result<Value, weft_tools::ToolError>> {
+        self.1.lock().unwrap().push(ctx.tenant.to_string());
+        Box::pin(async move { Ok(args) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loop_calls_tools_as_the_callers_tenant() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let spec: weft_tools::ToolSpec = serde_json::from_value(
+        json!({"name": "probe", "description": "records its caller", "effect": "read"}),
+    )
+    .unwrap();
+    let script = vec![
+        step(json!({"thought": "ask", "finish": false,
+            "action": {"tool_id": "probe", "input": {"q": 1}}, "final_answer": null})),
+        step(json!({"thought": "done", "finish": true, "action": null,
+            "final_answer": {"content": "ok"}})),
+    ];
+    let dir = std::env::temp_dir().join(format!("weft-server-react-t-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = weft_store_sqlite::open(&dir.join("weft.db").display().to_string())
+        .await
+        .unwrap();
+    let builder = weft_node::Builder::new(weft_node::Config::default())
+        .llm(Some(Arc::new(ScriptedProvider::new(script))))
+        .tool(Arc::new(Probe(spec, Arc::clone(&seen))));
+    let config = ServerConfig {
+        tokens: [("tok-a".to_string(), "tenant-a".to_string())].into(),
+        ..ServerConfig::default()
+    };
+    let (state, _) = AppState::open(builder, Some(store), config).await.unwrap();
+    let req = json!({"caller": "t", "goal": {"type": "analysis", "description": "ask"},
+        "context": {}, "toolset": [{"tool_id": "probe"}], "limits": {"max_steps": 3},
+        "preferences": {"return_trace": true}});
+    let res = weft_server::app(state)
+        .oneshot(
+            Request::post("/plan/react")
+                .header("content-type", "application/json")
+                .header("authorization", "Bearer tok-a")
+                .body(Body::from(req.to_string()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(*seen.lock().unwrap(), ["tenant-a"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,6 +14,13 @@ use crate::provider::BoxFuture;
 pub trait ReactToolExecutor: Send + Sync {
     /// Calls `tool_id` with `input`; `Err` carries a message the model will see.
     fn call<'a>(&'a self, tool_id: &'a str, input: Value) -> BoxFuture<'a, Result<Value, String>>;
+
+    /// This executor for a loop run by the tool call `ctx` (`agent.react` in a step): its
+    /// calls then act as that call's tenant, instance and step. Default: itself.
+    fn for_call(&self, ctx: &ToolContext) -> Option<Arc<dyn ReactToolExecutor>> {
+        let _ = ctx;
+        None
+    }
 }
 
 /// Runs weft tools from a registry, with a context derived from the caller's.
@@ -49,6 +56,13 @@ impl RegistryExecutor {
 }
 
 impl ReactToolExecutor for RegistryExecutor {
+    fn for_call(&self, ctx: &ToolContext) -> Option<Arc<dyn ReactToolExecutor>> {
+        Some(Arc::new(RegistryExecutor {
+            registry: Arc::clone(&self.registry),
+            ctx: ctx.clone(),
+        }))
+    }
+
     fn call<'a>(&'a self, tool_id: &'a str, input: Value) -> BoxFuture<'a, Result<Value, String>> {
         Box::pin(async move {
             let tool = self
