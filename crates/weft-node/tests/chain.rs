@@ -6,76 +6,18 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::{Counting, Log};
 use serde_json::{Value, json};
 use weft_core::{Effect, Plan, Status, ToolSpec};
 use weft_node::{Builder, Config, Node};
 use weft_runtime::{RepairContext, RepairError, Repairer};
-use weft_tools::{
-    BoxFuture, InlineArgs, InlineContext, Interceptor, Stage, Tool, ToolContext, ToolError,
-};
-
-type Log = Arc<Mutex<Vec<String>>>;
-
-/// The link under test: logs the tool's name, then calls the tool it wraps the same way.
-struct Counting(Log);
-
-struct Counted {
-    inner: Arc<dyn Tool>,
-    log: Log,
-}
-
-impl Counted {
-    fn note(&self) {
-        self.log
-            .lock()
-            .unwrap()
-            .push(self.inner.spec().name.clone());
-    }
-}
-
-impl Tool for Counted {
-    fn spec(&self) -> &ToolSpec {
-        self.inner.spec()
-    }
-    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.note();
-        self.inner.call(ctx, args)
-    }
-    fn is_immediate(&self) -> bool {
-        self.inner.is_immediate()
-    }
-    fn waits_for_journal(&self) -> bool {
-        self.inner.waits_for_journal()
-    }
-    fn call_inline(
-        &self,
-        ctx: InlineContext<'_>,
-        args: InlineArgs<'_>,
-    ) -> Result<Value, ToolError> {
-        self.note();
-        self.inner.call_inline(ctx, args)
-    }
-    fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
-        self.note();
-        self.inner.call_now(ctx, args)
-    }
-}
-
-impl Interceptor for Counting {
-    fn describe(&self) -> String {
-        "counting".into()
-    }
-    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
-        Arc::new(Counted {
-            inner: tool,
-            log: Arc::clone(&self.0),
-        })
-    }
-}
+use weft_tools::{BoxFuture, Stage, Tool, ToolContext, ToolError};
 
 /// A test tool: immediate or not, with an effect class, whose first `fails` attempts fail
 /// and which hangs while `hang` is set.

@@ -7,45 +7,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use weft_core::{Effect, Status, ToolSpec};
+use serde_json::json;
+use weft_core::{Effect, Status};
 use weft_node::{Builder, Inputs, Openers, load_checked};
-use weft_tools::{BoxFuture, Interceptor, Stage, Tool, ToolContext, ToolError};
-
-type Log = Arc<Mutex<Vec<String>>>;
-
-/// A policy-stage link that notes every tool called through it.
-struct Seen(Log);
-struct SeenTool(Arc<dyn Tool>, Log);
-
-impl Tool for SeenTool {
-    fn spec(&self) -> &ToolSpec {
-        self.0.spec()
-    }
-    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.1.lock().unwrap().push(self.0.spec().name.clone());
-        self.0.call(ctx, args)
-    }
-    fn is_immediate(&self) -> bool {
-        self.0.is_immediate()
-    }
-    fn waits_for_journal(&self) -> bool {
-        self.0.waits_for_journal()
-    }
-}
-
-impl Interceptor for Seen {
-    fn describe(&self) -> String {
-        "seen".into()
-    }
-    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
-        Arc::new(SeenTool(tool, Arc::clone(&self.0)))
-    }
-}
+use weft_tools::Stage;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
@@ -96,9 +67,9 @@ async fn a_plan_step_calls_an_mcp_tool_through_the_node() {
         .to_string();
     assert!(e.contains("discover_mcp"), "{e}");
 
-    let seen: Log = Arc::default();
+    let seen: common::Log = Arc::default();
     let node = Builder::new(loaded.config)
-        .link(Stage::Policy, Arc::new(Seen(Arc::clone(&seen))))
+        .link(Stage::Policy, Arc::new(common::Counting(Arc::clone(&seen))))
         .open()
         .await
         .unwrap();

@@ -8,16 +8,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use weft_core::{Status, ToolSpec};
+use weft_core::Status;
 use weft_node::{Builder, Inputs, Openers, load_checked};
-use weft_tools::{BoxFuture, Interceptor, Stage, Tool, ToolContext, ToolError};
+use weft_tools::Stage;
 
 fn var(name: &str, hint: &str) -> String {
     match std::env::var(name) {
@@ -61,37 +63,6 @@ impl Drop for PyWorker {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-type Log = Arc<Mutex<Vec<String>>>;
-
-/// A policy-stage link that notes every tool called through it.
-struct Seen(Log);
-struct SeenTool(Arc<dyn Tool>, Log);
-
-impl Tool for SeenTool {
-    fn spec(&self) -> &ToolSpec {
-        self.0.spec()
-    }
-    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.1.lock().unwrap().push(self.0.spec().name.clone());
-        self.0.call(ctx, args)
-    }
-    fn is_immediate(&self) -> bool {
-        self.0.is_immediate()
-    }
-    fn waits_for_journal(&self) -> bool {
-        self.0.waits_for_journal()
-    }
-}
-
-impl Interceptor for Seen {
-    fn describe(&self) -> String {
-        "seen".into()
-    }
-    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
-        Arc::new(SeenTool(tool, Arc::clone(&self.0)))
     }
 }
 
@@ -149,9 +120,9 @@ async fn a_plan_step_calls_a_python_worker_through_the_node() {
         .collect();
     assert!(declared.contains(&"facts.extract"), "{declared:?}");
 
-    let seen: Log = Arc::default();
+    let seen: common::Log = Arc::default();
     let node = Builder::new(loaded.config)
-        .link(Stage::Policy, Arc::new(Seen(Arc::clone(&seen))))
+        .link(Stage::Policy, Arc::new(common::Counting(Arc::clone(&seen))))
         .open()
         .await
         .unwrap();

@@ -4,35 +4,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use weft_llm::{ScriptedExchange, ScriptedProvider};
 use weft_node::{Builder, Config};
-use weft_tools::{BoxFuture, Interceptor, Stage, Tool, ToolContext, ToolError, ToolSpec};
-
-/// A link that logs the names of the tools called through it.
-struct Log(Arc<Mutex<Vec<String>>>);
-struct Logged(Arc<dyn Tool>, Arc<Mutex<Vec<String>>>);
-
-impl Tool for Logged {
-    fn spec(&self) -> &ToolSpec {
-        self.0.spec()
-    }
-    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.1.lock().unwrap().push(self.0.spec().name.clone());
-        self.0.call(ctx, args)
-    }
-}
-
-impl Interceptor for Log {
-    fn describe(&self) -> String {
-        "log".into()
-    }
-    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
-        Arc::new(Logged(tool, Arc::clone(&self.0)))
-    }
-}
+use weft_tools::{BoxFuture, Stage, Tool, ToolContext, ToolError, ToolSpec};
 
 /// A tool that records the tenant and instance of the calls it serves.
 struct Probe(ToolSpec, Arc<Mutex<Vec<(String, String)>>>);
@@ -71,7 +50,7 @@ async fn agent_react_runs_in_a_plan_and_its_calls_pass_the_chain() {
     let node = Builder::new(Config::default())
         .tool(Arc::new(Probe(spec, Arc::clone(&seen))))
         .llm(Some(Arc::new(ScriptedProvider::new(script))))
-        .link(Stage::Policy, Arc::new(Log(Arc::clone(&log))))
+        .link(Stage::Policy, Arc::new(common::Counting(Arc::clone(&log))))
         .in_memory()
         .unwrap();
     assert!(node.registry().get("agent.react").is_some());

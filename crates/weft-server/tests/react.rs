@@ -14,49 +14,8 @@ use tower::ServiceExt as _;
 use weft_llm::{ScriptedExchange, ScriptedProvider};
 use weft_server::{AppState, ServerConfig};
 
-/// The seed's sample request (seed 004 §7), byte for byte.
-const SEED_REQUEST: &str = r#"{
-  "caller": "debug-shell",
-  "goal": {
-    "type": "analysis",
-    "description": "Extract structured facts from the provided text and summarize them in 2-3 bullets.",
-    "metadata": {}
-  },
-  "context": {
-    "conversation_history": [
-      { "role": "user", "content": "Here's some info: Alice lives in Paris, works at Acme Corp, and her manager is Bob." }
-    ],
-    "orion_state_snapshot": {},
-    "external_facts": {
-      "text": "Alice lives in Paris, works at Acme Corp, and her manager is Bob."
-    }
-  },
-  "toolset": [
-    {
-      "tool_id": "extract_facts",
-      "description": "Extract structured subject/predicate/object facts from a span of text.",
-      "input_schema": {
-        "type": "object",
-        "properties": {
-          "text": { "type": "string" }
-        },
-        "required": ["text"]
-      },
-      "output_schema": {}
-    }
-  ],
-  "limits": {
-    "max_steps": 4,
-    "max_tokens_reason": 2048,
-    "max_tokens_answer": 1024,
-    "timeout_seconds": 60
-  },
-  "preferences": {
-    "style": "neutral",
-    "allow_internal_thought_logging": true,
-    "return_trace": true
-  }
-}"#;
+/// The seed's sample request (seed 004 §7), byte for byte (weft-llm's seed fixture).
+const SEED_REQUEST: &str = include_str!("../../weft-llm/tests/fixtures/seed004-request.json");
 
 fn step(v: Value) -> ScriptedExchange {
     ScriptedExchange::content(v.to_string()).with_usage(40, 10)
