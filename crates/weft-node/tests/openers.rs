@@ -153,6 +153,20 @@ impl Store for Toy {
         self.inner.get_plan(tenant, name, version).await
     }
 
+    async fn put_tool(
+        &self,
+        tenant: &str,
+        name: &str,
+        definition: Option<Value>,
+        now_ms: i64,
+    ) -> Result<u32> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.put_tool(tenant, name, definition, now_ms).await
+    }
+    async fn list_tools(&self, tenant: Option<&str>) -> Result<Vec<weft_store::ToolRecord>> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.list_tools(tenant).await
+    }
     async fn list_plans(&self, tenant: &str) -> Result<Vec<PlanInfo>> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.list_plans(tenant).await

@@ -23,7 +23,7 @@ use serde_json::Value;
 use weft_store::{
     Appended, EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
     LeaseTerms, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot,
-    StatusChange, Store, Timer, check_records,
+    StatusChange, Store, Timer, ToolRecord, check_records,
 };
 
 pub use schema::SCHEMA_VERSION;
@@ -257,6 +257,20 @@ impl Store for PgStore {
         status: PlanStatus,
     ) -> Result<()> {
         ops::set_plan_status(&self.pool, tenant, name, version, status).await
+    }
+
+    async fn put_tool(
+        &self,
+        tenant: &str,
+        name: &str,
+        definition: Option<Value>,
+        now_ms: i64,
+    ) -> Result<u32> {
+        ops::put_tool(&self.pool, tenant, name, definition.as_ref(), now_ms).await
+    }
+
+    async fn list_tools(&self, tenant: Option<&str>) -> Result<Vec<ToolRecord>> {
+        ops::list_tools(&self.pool, tenant).await
     }
 
     async fn write_batch(

@@ -9,7 +9,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use weft_store::{
     EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease, Page,
-    PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Timer,
+    PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Timer, ToolRecord,
 };
 
 use crate::schema::{is_unique_violation, map_err, map_pool};
@@ -463,6 +463,59 @@ pub(crate) async fn list_plans(pool: &Pool, tenant: &str) -> Result<Vec<PlanInfo
     )
     .await?;
     rows.iter().map(info_from).collect()
+}
+
+/// Stores a new version of a tenant's tool (`None`: deleted).
+pub(crate) async fn put_tool(
+    pool: &Pool,
+    tenant: &str,
+    name: &str,
+    definition: Option<&Value>,
+    now: i64,
+) -> Result<u32> {
+    let text = definition.map(json_in).transpose()?;
+    let client = pool.get().await.map_err(map_pool)?;
+    let mut last = None;
+    for _ in 0..10 {
+        let r = client
+            .query_one(
+                "INSERT INTO tools (tenant, name, version, definition, created_at_ms)
+                 SELECT $1, $2, COALESCE(MAX(version), 0) + 1, $3, $4
+                 FROM tools WHERE tenant = $1 AND name = $2 RETURNING version",
+                &[&tenant, &name, &text, &now],
+            )
+            .await;
+        match r {
+            Ok(row) => return version_out(get(&row, 0)?),
+            Err(e) if is_unique_violation(&e) => last = Some(e),
+            Err(e) => return Err(map_err(e)),
+        }
+    }
+    Err(last.map_or_else(|| Error::backend("put_tool kept conflicting"), map_err))
+}
+
+/// Every tool version of `tenant` (every tenant's when `None`).
+pub(crate) async fn list_tools(pool: &Pool, tenant: Option<&str>) -> Result<Vec<ToolRecord>> {
+    let rows = query(
+        pool,
+        "SELECT tenant, name, version, definition, created_at_ms FROM tools
+         WHERE $1::TEXT IS NULL OR tenant = $1 ORDER BY tenant, name, version",
+        &[&tenant],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(ToolRecord {
+                tenant: get(r, 0)?,
+                name: get(r, 1)?,
+                version: version_out(get(r, 2)?)?,
+                definition: get::<Option<String>>(r, 3)?
+                    .map(|d| json_out(&d, "tool definition"))
+                    .transpose()?,
+                created_at_ms: get(r, 4)?,
+            })
+        })
+        .collect()
 }
 
 /// Changes a version's status.

@@ -6,7 +6,7 @@ use tokio_postgres::error::SqlState;
 use weft_store::Error;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Advisory lock key serialising schema creation (any fixed number; "weft" in ASCII).
 const SCHEMA_LOCK: i64 = 0x7765_6674;
@@ -73,6 +73,15 @@ ALTER TABLE leases ALTER COLUMN instance TYPE TEXT COLLATE \"C\",
   ALTER COLUMN owner TYPE TEXT COLLATE \"C\";
 ";
 
+/// Version 4: tenants' declared tools, versioned like plans (a `NULL` definition is a
+/// deletion).
+const DDL_V4: &str = "
+CREATE TABLE IF NOT EXISTS tools (
+  tenant TEXT COLLATE \"C\" NOT NULL, name TEXT COLLATE \"C\" NOT NULL, version BIGINT NOT NULL,
+  definition TEXT COLLATE \"C\", created_at_ms BIGINT NOT NULL,
+  PRIMARY KEY (tenant, name, version));
+";
+
 /// Maps a driver failure: lost connections are `store_unavailable`, the rest `backend`.
 pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
     if e.is_closed() || (e.as_db_error().is_none() && e.code().is_none()) {
@@ -129,6 +138,7 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<(), Error> {
         tx.batch_execute(DDL_V1).await.map_err(map_err)?;
         tx.batch_execute(DDL_V2).await.map_err(map_err)?;
         tx.batch_execute(DDL_V3).await.map_err(map_err)?;
+        tx.batch_execute(DDL_V4).await.map_err(map_err)?;
         tx.execute(
             "INSERT INTO weft_meta VALUES ('schema_version', $1)",
             &[&SCHEMA_VERSION],
@@ -154,11 +164,14 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<(), Error> {
             found: v,
             supported: SCHEMA_VERSION,
         }),
-        Some(v @ (1 | 2)) => {
+        Some(v @ 1..=3) => {
             if v == 1 {
                 tx.batch_execute(DDL_V2).await.map_err(map_err)?;
             }
-            tx.batch_execute(DDL_V3).await.map_err(map_err)?;
+            if v <= 2 {
+                tx.batch_execute(DDL_V3).await.map_err(map_err)?;
+            }
+            tx.batch_execute(DDL_V4).await.map_err(map_err)?;
             tx.execute(
                 "UPDATE weft_meta SET value = $1 WHERE key = 'schema_version'",
                 &[&SCHEMA_VERSION],

@@ -47,7 +47,7 @@ use serde_json::Value;
 use weft_store::{
     Appended, EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease,
     LeaseTerms, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot,
-    StatusChange, Store, Timer, check_records,
+    StatusChange, Store, Timer, ToolRecord, check_records,
 };
 
 pub use journal_log::{LOG_PARTS, partition as log_partition};
@@ -681,6 +681,26 @@ impl Store for SqliteStore {
         let (tenant, name) = (tenant.to_string(), name.to_string());
         self.writer
             .submit(move |c| state::set_plan_status(c, &tenant, &name, version, status))
+            .await
+    }
+
+    async fn put_tool(
+        &self,
+        tenant: &str,
+        name: &str,
+        definition: Option<Value>,
+        now_ms: i64,
+    ) -> Result<u32> {
+        let (tenant, name) = (tenant.to_string(), name.to_string());
+        self.writer
+            .submit(move |c| state::put_tool(c, &tenant, &name, definition.as_ref(), now_ms))
+            .await
+    }
+
+    async fn list_tools(&self, tenant: Option<&str>) -> Result<Vec<ToolRecord>> {
+        let tenant = tenant.map(str::to_string);
+        self.readers
+            .run(move |c| state::list_tools(c, tenant.as_deref()))
             .await
     }
 

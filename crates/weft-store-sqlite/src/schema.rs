@@ -8,7 +8,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use weft_store::Error;
 
 /// The schema version this build writes. Bump it with a migration in `migrate`.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 const DDL_V1: &str = "
 CREATE TABLE weft_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
@@ -106,6 +106,14 @@ INSERT INTO chain_heads_v6 (part, instance, head_seq, head_hash, base_seq, base_
   FROM chain_heads ORDER BY 1, 2;
 DROP TABLE chain_heads;
 ALTER TABLE chain_heads_v6 RENAME TO chain_heads;
+";
+
+/// Version 7: tenants' declared tools, versioned like plans (a `NULL` definition is a
+/// deletion).
+const DDL_V7: &str = "
+CREATE TABLE IF NOT EXISTS tools (
+  tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, definition TEXT,
+  created_at_ms INTEGER NOT NULL, PRIMARY KEY (tenant, name, version)) WITHOUT ROWID;
 ";
 
 /// What `weft_part` says about a row whose instance is not text.
@@ -280,7 +288,7 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
     match stored_version(conn)? {
         None => {
             let ddl = format!(
-                "BEGIN IMMEDIATE; {DDL_V1} {DDL_V2} {} {DDL_V6} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;",
+                "BEGIN IMMEDIATE; {DDL_V1} {DDL_V2} {} {DDL_V6} {DDL_V7} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;",
                 ddl_v5(0)
             );
             conn.execute_batch(&ddl).map_err(|e| {
@@ -311,9 +319,9 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
                 });
             }
             let steps = match v {
-                1 => format!("{DDL_V2} {} {DDL_V6}", ddl_v5(v)),
-                5 => DDL_V6.to_string(),
-                _ => format!("{} {DDL_V6}", ddl_v5(v)),
+                1 => format!("{DDL_V2} {} {DDL_V6} {DDL_V7}", ddl_v5(v)),
+                5 => format!("{DDL_V6} {DDL_V7}"),
+                _ => format!("{} {DDL_V6} {DDL_V7}", ddl_v5(v)),
             };
             let ddl = format!(
                 "BEGIN IMMEDIATE; {steps} UPDATE weft_meta SET value = {SCHEMA_VERSION} WHERE key = 'schema_version'; COMMIT;"
@@ -326,6 +334,15 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
                         message: format!("cannot migrate the journal: {e}"),
                     };
                 }
+                map_err(e)
+            })
+        }
+        Some(6) => {
+            let ddl = format!(
+                "BEGIN IMMEDIATE; {DDL_V7} UPDATE weft_meta SET value = {SCHEMA_VERSION} WHERE key = 'schema_version'; COMMIT;"
+            );
+            conn.execute_batch(&ddl).map_err(|e| {
+                let _ = conn.execute_batch("ROLLBACK");
                 map_err(e)
             })
         }

@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 use weft_store::{
     EffectRecorded, Error, Fence, InstanceRecord, InstanceStatus, Lease, Page, PlanInfo,
-    PlanRecord, PlanStatus, Result, Timer,
+    PlanRecord, PlanStatus, Result, Timer, ToolRecord,
 };
 
 use crate::cache;
@@ -106,6 +106,65 @@ pub(crate) fn list_plans(conn: &Connection, tenant: &str) -> Result<Vec<PlanInfo
         .map_err(map_err)?;
     let rows = st.query_map([tenant], plan_info).map_err(map_err)?;
     rows.map(|r| to_info(r.map_err(map_err)?)).collect()
+}
+
+/// Stores a new version of a tenant's tool (`None`: deleted).
+pub(crate) fn put_tool(
+    conn: &Connection,
+    tenant: &str,
+    name: &str,
+    definition: Option<&Value>,
+    now: i64,
+) -> Result<u32> {
+    let next: i64 = conn
+        .prepare_cached(
+            "SELECT COALESCE(MAX(version), 0) + 1 FROM tools WHERE tenant = ?1 AND name = ?2",
+        )
+        .and_then(|mut s| s.query_row([tenant, name], |r| r.get(0)))
+        .map_err(map_err)?;
+    let text = definition.map(to_json_text).transpose()?;
+    conn.prepare_cached(
+        "INSERT INTO tools (tenant, name, version, definition, created_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .and_then(|mut s| s.execute(params![tenant, name, next, text, now]))
+    .map_err(map_err)?;
+    version_from_sql(next)
+}
+
+/// Every tool version of `tenant` (every tenant's when `None`).
+pub(crate) fn list_tools(conn: &Connection, tenant: Option<&str>) -> Result<Vec<ToolRecord>> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT tenant, name, version, definition, created_at_ms FROM tools
+             WHERE ?1 IS NULL OR tenant = ?1 ORDER BY tenant, name, version",
+        )
+        .map_err(map_err)?;
+    let rows = st
+        .query_map([tenant], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        })
+        .map_err(map_err)?;
+    rows.map(|r| {
+        let (tenant, name, version, definition, created_at_ms) = r.map_err(map_err)?;
+        Ok(ToolRecord {
+            tenant,
+            name,
+            version: version_from_sql(version)?,
+            definition: definition
+                .as_deref()
+                .map(|d| from_json_text(d, "tool definition"))
+                .transpose()?,
+            created_at_ms,
+        })
+    })
+    .collect()
 }
 
 /// Changes a plan version's status.

@@ -293,6 +293,33 @@ async fn data_survives_reopen() {
     assert_eq!(a.first_seq, 6);
 }
 
+/// A version-6 store (before tenants' tools) gains the tools table on open, its journal
+/// and plans intact.
+#[tokio::test]
+async fn version_6_store_is_migrated() {
+    let path = five_records("v6").await;
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store
+            .put_plan("t", "p", serde_json::json!({"plan_name": "p"}), 1)
+            .await
+            .unwrap();
+    }
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "DROP TABLE tools; UPDATE weft_meta SET value = 6 WHERE key = 'schema_version';",
+        )
+        .unwrap();
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.verify("i").await.unwrap().records, 5);
+    assert!(store.get_plan("t", "p", None).await.unwrap().is_some());
+    assert!(store.list_tools(None).await.unwrap().is_empty());
+    assert_eq!(store.put_tool("t", "x", None, 2).await.unwrap(), 1);
+    drop(store);
+    assert_eq!(schema_version(&path), weft_store_sqlite::SCHEMA_VERSION);
+}
+
 /// A store written by the previous schema (version 1: leases without an epoch) is migrated
 /// on open: its leases get epoch 1, its data stays, and fencing works.
 #[tokio::test]

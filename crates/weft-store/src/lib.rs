@@ -54,5 +54,6 @@ pub const DEFAULT_SQLITE_PATH: &str = ".weft/weft.db";
 pub use store::{StatusChange, Store};
 pub use types::{
     Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, LeaseTerms, NewRecord,
-    Page, PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer, check_records, now_ms,
+    Page, PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer, ToolRecord, check_records,
+    now_ms,
 };

@@ -8,7 +8,7 @@ use crate::chain::{Hash, Verifier, VerifyReport};
 use crate::error::{Error, Result};
 use crate::types::{
     Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, LeaseTerms, NewRecord,
-    Page, PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer,
+    Page, PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer, ToolRecord,
 };
 
 /// `(instance, status, reason, now_ms)`: a status change in a batch.
@@ -280,6 +280,23 @@ pub trait Store: Send + Sync + 'static {
         version: u32,
         status: PlanStatus,
     ) -> Result<()>;
+
+    // --- tools ---------------------------------------------------------------------------
+
+    /// Stores a new version of a tenant's declared tool: its definition, or `None` for a
+    /// deletion (kept as a version, so the history stays readable); versions count 1, 2, …
+    /// per (tenant, name).
+    async fn put_tool(
+        &self,
+        tenant: &str,
+        name: &str,
+        definition: Option<Value>,
+        now_ms: i64,
+    ) -> Result<u32>;
+
+    /// Every version of every tool of `tenant` (of every tenant when `None`), by tenant,
+    /// name, then version.
+    async fn list_tools(&self, tenant: Option<&str>) -> Result<Vec<ToolRecord>>;
 
     // --- instances -----------------------------------------------------------------------
 

@@ -138,6 +138,22 @@ pub struct PlanRecord {
     pub document: Value,
 }
 
+/// A stored version of a tenant's declared tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolRecord {
+    /// Owner.
+    pub tenant: String,
+    /// Tool name.
+    pub name: String,
+    /// 1, 2, … per (tenant, name).
+    pub version: u32,
+    /// The definition (`weft_sources::ToolDef` as JSON); `None`: the tool was deleted in
+    /// this version.
+    pub definition: Option<Value>,
+    /// When this version was stored.
+    pub created_at_ms: i64,
+}
+
 /// A stored plan version without its document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanInfo {

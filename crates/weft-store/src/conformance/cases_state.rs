@@ -66,6 +66,46 @@ pub async fn plans_versioned_with_status(s: Arc<dyn Store>) {
     );
 }
 
+/// Tool versions count per (tenant, name), deletions are versions too, and listing is
+/// per tenant or across tenants, ordered by tenant, name and version.
+pub async fn tools_versioned_per_tenant(s: Arc<dyn Store>) {
+    let def = |n: i64| json!({"name": "crm", "source": {"kind": "fixed", "result": n}});
+    assert_eq!(s.put_tool("t1", "crm", Some(def(1)), 10).await.unwrap(), 1);
+    assert_eq!(s.put_tool("t1", "crm", Some(def(2)), 11).await.unwrap(), 2);
+    assert_eq!(s.put_tool("t1", "crm", None, 12).await.unwrap(), 3);
+    assert_eq!(s.put_tool("t2", "crm", Some(def(3)), 13).await.unwrap(), 1);
+    assert_eq!(s.put_tool("t1", "a", Some(def(4)), 14).await.unwrap(), 1);
+    let t1 = s.list_tools(Some("t1")).await.unwrap();
+    let summary: Vec<_> = t1
+        .iter()
+        .map(|r| {
+            (
+                r.tenant.as_str(),
+                r.name.as_str(),
+                r.version,
+                r.definition.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("t1", "a", 1, Some(def(4))),
+            ("t1", "crm", 1, Some(def(1))),
+            ("t1", "crm", 2, Some(def(2))),
+            ("t1", "crm", 3, None),
+        ]
+    );
+    assert_eq!(t1[3].created_at_ms, 12);
+    let all = s.list_tools(None).await.unwrap();
+    assert_eq!(all.len(), 5);
+    assert_eq!(
+        (all[4].tenant.as_str(), all[4].definition.clone()),
+        ("t2", Some(def(3)))
+    );
+    assert!(s.list_tools(Some("t3")).await.unwrap().is_empty());
+}
+
 /// Instances are listed by tenant and status with keyset paging; recovery sees only
 /// non-terminal ones.
 pub async fn instances_created_listed_and_paged(s: Arc<dyn Store>) {

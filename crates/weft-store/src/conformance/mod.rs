@@ -97,6 +97,7 @@ macro_rules! conformance_tests {
             snapshots_latest_and_hash_checked,
             truncate_needs_snapshot_and_verify_starts_at_base,
             plans_versioned_with_status,
+            tools_versioned_per_tenant,
             instances_created_listed_and_paged,
             instance_conflicts_and_missing,
             timers_due_in_order,
