@@ -1,5 +1,10 @@
 //! Runs the analyses in order and settles the verdict: reachability first (cheap and exact),
 //! Karp–Miller only when reachability could not finish, soundness only on complete graphs.
+//!
+//! Which soundness: plan nets get soundness with respect to their outputs; an imported net
+//! gets classical workflow-net soundness (van der Aalst, cycles allowed) against its final
+//! marking, or `[sink]` when it is a workflow net; an imported net with neither is reported
+//! as not a workflow net (A008) and gets no verdict.
 
 use weft_core::{Code, Finding, Plan, Severity};
 
@@ -8,7 +13,7 @@ use crate::compile::CompileOptions;
 use crate::cover::karp_miller;
 use crate::describe::place_label;
 use crate::explore::{Stop, explore};
-use crate::net::{NetKind, PtNet, Role};
+use crate::net::{NetKind, NotWorkflow, PtNet, Role};
 use crate::reduce::{Index, can_enable_with, explore_reduced};
 use crate::report::{AnalysisOptions, AnalysisReport, Verdict};
 
@@ -29,10 +34,31 @@ pub fn analyze_plan(plan: &Plan, opts: &AnalysisOptions) -> AnalysisReport {
 
 /// Analyses a P/T net: deadlocks, dead steps, boundedness and (for acyclic nets) soundness.
 pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
+    let mut findings = Vec::new();
+    // An imported net without a final marking completes in `[sink]` when it is a workflow net.
+    let with_sink;
+    let net = match (net.kind, &net.final_marking) {
+        (NetKind::Imported, None) => match net.workflow_shape() {
+            Ok((_, sink)) => {
+                let mut n = net.clone();
+                let mut fm = vec![0; n.places.len()];
+                fm[sink] = 1;
+                n.final_marking = Some(fm);
+                with_sink = n;
+                &with_sink
+            }
+            Err(why) => {
+                findings.push(not_workflow(net, &why));
+                net
+            }
+        },
+        _ => net,
+    };
+    let classical = checks::classical_final(net).is_some();
     let soundness_applies = match net.kind {
         NetKind::Acyclic => true,
         NetKind::Reactive => false,
-        NetKind::Imported => !net.has_cycle(),
+        NetKind::Imported => classical,
     };
     let mut notes = net.notes.clone();
     let severity = if net.kind == NetKind::Reactive {
@@ -45,16 +71,20 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
     // full graph is tried first (its witnesses are shortest), but only up to `PROBE_STATES`
     // markings there, so a wide fan-out does not pay for a million useless ones first.
     let acyclic = !net.has_cycle();
-    let probe = if acyclic {
+    // The reduction keeps every dead marking; classical proper completion also looks at live
+    // markings, which it keeps only in effect: when the final places are sinks and every
+    // transition produces something, a marking covering the final one with more tokens can
+    // only end in a dead marking that is not final (see `reduction_decides_classical`).
+    let reducible = acyclic && (!classical || reduction_decides_classical(net));
+    let probe = if reducible {
         opts.max_states.min(PROBE_STATES)
     } else {
         opts.max_states
     };
     let mut g = explore(net, probe, soundness_applies);
-    let mut findings = Vec::new();
     let mut reduced = false;
     let mut undecided: Vec<usize> = Vec::new();
-    if g.stop == Stop::StateLimit && acyclic {
+    if g.stop == Stop::StateLimit && reducible {
         let r = explore_reduced(net, opts.max_states);
         if r.stop != Stop::None && probe < opts.max_states {
             // The reduction did not help either: the usual partial exploration, in full.
@@ -79,7 +109,12 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
         Some(true)
     } else {
         let km = karp_miller(net, opts.max_coverability_nodes);
-        findings.extend(checks::unbounded(net, &km.pumps, severity));
+        findings.extend(checks::unbounded(
+            net,
+            &km.pumps,
+            severity,
+            soundness_applies,
+        ));
         if km
             .pumps
             .iter()
@@ -164,6 +199,11 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
             NetKind::Imported => ("net", "transitions"),
             _ => ("plan", "steps"),
         };
+        let notion = if classical {
+            "classical workflow-net soundness, against the final marking"
+        } else {
+            "with respect to the plan's outputs"
+        };
         let explored = if reduced {
             format!(
                 "the {} markings of its partial-order reduced state space were explored",
@@ -173,7 +213,7 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
             format!("all {} reachable markings were explored", g.len())
         };
         let mut msg = format!(
-            "Sound: {explored}; the {what} can always complete, completes cleanly, has no dead {steps} and is bounded."
+            "Sound ({notion}): {explored}; the {what} can always complete, completes cleanly, has no dead {steps} and is bounded."
         );
         if guarded {
             msg.push_str(" This assumes every guard and `when` condition may go either way (they were over-approximated); a guard that is never true can still leave an instance stuck.");
@@ -196,6 +236,75 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
         reduced,
         notes,
     }
+}
+
+/// Is the partial-order reduced graph enough to decide classical soundness of an acyclic
+/// net? It keeps every reachable dead marking. If the final marking's places have no output
+/// arcs and every transition puts a token somewhere, a reachable marking covering the final
+/// marking with more tokens keeps them (or passes them on) until the run ends, so the run
+/// ends in a dead marking that is not the final one: the verdict (not sound) is the same,
+/// reported as a deadlock instead of improper completion.
+fn reduction_decides_classical(net: &PtNet) -> bool {
+    let Some(fm) = net.final_marking.as_deref() else {
+        return false;
+    };
+    net.transitions
+        .iter()
+        .all(|t| !t.post.is_empty() && t.pre.iter().all(|&(p, _)| fm.get(p as usize) == Some(&0)))
+}
+
+/// A008: the net is neither given a final marking nor a workflow net.
+fn not_workflow(net: &PtNet, why: &NotWorkflow) -> Finding {
+    let names = |ns: &[usize], places: bool| -> Vec<String> {
+        ns.iter()
+            .map(|&n| {
+                if places {
+                    net.places[n].name.clone()
+                } else {
+                    net.node_name(n).to_string()
+                }
+            })
+            .collect()
+    };
+    let mut problems = Vec::new();
+    if why.sources.len() != 1 {
+        problems.push(format!(
+            "it has {} source places (no transition produces into them){}",
+            why.sources.len(),
+            if why.sources.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", crate::describe::quoted(&names(&why.sources, true)))
+            }
+        ));
+    }
+    if why.sinks.len() != 1 {
+        problems.push(format!(
+            "it has {} sink places (no transition consumes from them){}",
+            why.sinks.len(),
+            if why.sinks.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", crate::describe::quoted(&names(&why.sinks, true)))
+            }
+        ));
+    }
+    if !why.off_path.is_empty() {
+        problems.push(format!(
+            "{} not on a path from the source to the sink",
+            crate::describe::quoted(&names(&why.off_path, false))
+        ));
+    }
+    Finding::new(
+        Code::NotWorkflowNet,
+        Severity::Warning,
+        "",
+        format!(
+            "Not a workflow net, so soundness is not decided: {}. Deadlocks are judged with every sink place as an end.",
+            problems.join("; ")
+        ),
+    )
+    .hint("Give the file a <finalmarkings> block naming the marking that counts as completion, or make the net have exactly one source place, one sink place and every node on a path between them.")
 }
 
 /// On a reduced graph, `enabled_ever` misses transitions that only some other interleaving

@@ -1,5 +1,11 @@
 //! The behavioural checks, each turning the explored graph into findings: deadlocks, dead
 //! steps, option to complete, proper completion and unbounded events.
+//!
+//! Two notions of completion (see the crate documentation): a net with a final marking (an
+//! imported workflow net) completes exactly in that marking, and classical proper completion
+//! forbids any reachable marking that covers it with more tokens; a plan net completes in a
+//! dead marking with a token on an output event, and proper completion forbids tokens left
+//! on other events there.
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -32,9 +38,25 @@ fn has_leftovers(net: &PtNet, m: &[u32]) -> bool {
         .any(|(p, &k)| k > 0 && !net.places[p].is_output && !net.places[p].is_env)
 }
 
-/// A dead marking that is a proper end: for reactive plans, nothing left waiting; otherwise
-/// some output place holds a token.
+/// The final marking, when completion is classical (imported nets that have one).
+pub(crate) fn classical_final(net: &PtNet) -> Option<&[u32]> {
+    match net.kind {
+        NetKind::Imported => net.final_marking.as_deref(),
+        NetKind::Acyclic | NetKind::Reactive => None,
+    }
+}
+
+/// Does `m` cover the final marking `fm` with more tokens?
+fn covers_strictly(m: &[u32], fm: &[u32]) -> bool {
+    m != fm && m.iter().zip(fm).all(|(a, b)| a >= b)
+}
+
+/// A marking that is a proper end: the final marking when the net has one (classical);
+/// for reactive plans, nothing left waiting; otherwise some output place holds a token.
 pub(crate) fn is_final(net: &PtNet, m: &[u32]) -> bool {
+    if let Some(fm) = classical_final(net) {
+        return m == fm;
+    }
     match net.kind {
         NetKind::Reactive => !has_leftovers(net, m),
         NetKind::Acyclic | NetKind::Imported => has_output(net, m),
@@ -69,7 +91,9 @@ pub(crate) fn deadlocks(net: &PtNet, g: &Graph, severity: Severity) -> (Vec<Find
         let ws = waiting(net, &m);
         let tokens = marked(net, &m);
         let mut msg = format!("Deadlock: {}, nothing can fire", sequence(&labels));
-        if net.kind != NetKind::Reactive {
+        if classical_final(net).is_some() {
+            msg.push_str(" and the final marking is not reached");
+        } else if net.kind != NetKind::Reactive {
             msg.push_str(" and no output event holds a token");
         }
         if ws.is_empty() {
@@ -176,13 +200,28 @@ pub(crate) fn soundness(net: &PtNet, g: &Graph, reported: &[u32]) -> Vec<Finding
     let mut ok = vec![false; n];
     let mut stack: Vec<u32> = Vec::new();
     let mut improper: Option<u32> = None;
-    for &s in &g.dead {
-        let m = g.marking(s);
-        if is_final(net, &m) {
-            ok[s as usize] = true;
-            stack.push(s);
-            if improper.is_none() && has_leftovers(net, &m) {
+    if let Some(fm) = classical_final(net) {
+        // Classical: the final marking may be live, and any marking covering it with more
+        // tokens is improper (the first in BFS order has the shortest witness).
+        let mut m = Vec::with_capacity(fm.len());
+        for s in 0..n as u32 {
+            g.marking_into(s, &mut m);
+            if m == fm {
+                ok[s as usize] = true;
+                stack.push(s);
+            } else if improper.is_none() && covers_strictly(&m, fm) {
                 improper = Some(s);
+            }
+        }
+    } else {
+        for &s in &g.dead {
+            let m = g.marking(s);
+            if is_final(net, &m) {
+                ok[s as usize] = true;
+                stack.push(s);
+                if improper.is_none() && has_leftovers(net, &m) {
+                    improper = Some(s);
+                }
             }
         }
     }
@@ -201,8 +240,12 @@ pub(crate) fn soundness(net: &PtNet, g: &Graph, reported: &[u32]) -> Vec<Finding
             let path = g.path(s);
             let labels = witness(net, &path);
             let guards = uses_guards(net, &path);
+            let goal = match classical_final(net) {
+                Some(fm) => format!("firing sequence can reach the final marking ({})", marked(net, fm).join(", ")),
+                None => "sequence of steps can reach a completed marking (an output event with a token and nothing left to fire)".to_string(),
+            };
             let mut msg = format!(
-                "No option to complete: {}, no sequence of steps can reach a completed marking (an output event with a token and nothing left to fire); tokens are on {}.",
+                "No option to complete: {}, no {goal}; tokens are on {}.",
                 sequence(&labels),
                 marked(net, &g.marking(s)).join(", ")
             );
@@ -221,7 +264,30 @@ pub(crate) fn soundness(net: &PtNet, g: &Graph, reported: &[u32]) -> Vec<Finding
             );
         }
     }
-    if let Some(s) = improper {
+    if let (Some(s), Some(fm)) = (improper, classical_final(net)) {
+        let m = g.marking(s);
+        let path = g.path(s);
+        let labels = witness(net, &path);
+        let msg = format!(
+            "Improper completion: {}, the net reaches {}, which covers the final marking ({}) with more tokens; classical soundness requires that whenever the final marking is covered, nothing else is marked.",
+            sequence(&labels),
+            marked(net, &m).join(", "),
+            marked(net, fm).join(", ")
+        );
+        let extra = (0..m.len())
+            .find(|&p| m[p] > fm[p] && fm[p] > 0)
+            .or_else(|| (0..m.len()).find(|&p| m[p] > fm[p]));
+        out.push(
+            Finding::new(
+                Code::ImproperCompletion,
+                Severity::Warning,
+                extra.map(|p| place_pointer(net, p)).unwrap_or_default(),
+                msg,
+            )
+            .hint("Make every branch of a split end in one join before the final place, so that exactly one token reaches it and nothing is left behind.")
+            .witness(labels),
+        );
+    } else if let Some(s) = improper {
         let m = g.marking(s);
         let path = g.path(s);
         let labels = witness(net, &path);
@@ -259,7 +325,12 @@ pub(crate) fn soundness(net: &PtNet, g: &Graph, reported: &[u32]) -> Vec<Finding
 }
 
 /// A003: one finding per unbounded event, with a pumping witness.
-pub(crate) fn unbounded(net: &PtNet, pumps: &[Pump], severity: Severity) -> Vec<Finding> {
+pub(crate) fn unbounded(
+    net: &PtNet,
+    pumps: &[Pump],
+    severity: Severity,
+    soundness_applies: bool,
+) -> Vec<Finding> {
     let mut seen: HashSet<&str> = HashSet::new();
     let mut out = Vec::new();
     for pump in pumps {
@@ -275,6 +346,9 @@ pub(crate) fn unbounded(net: &PtNet, pumps: &[Pump], severity: Severity) -> Vec<
             sequence(&prefix),
             quoted(&cycle)
         );
+        if soundness_applies {
+            msg.push_str(" A sound workflow net is bounded, so this one is not sound.");
+        }
         if guards {
             msg.push_str(GUARD_NOTE);
         }

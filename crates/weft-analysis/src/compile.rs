@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use weft_core::finding::{event_ptr, step_ptr};
 use weft_core::{Consume, EventKind, OnFail, Plan};
 
+use crate::fold::{Truth, truth};
 use crate::net::{NetKind, Place, PtNet, Role, Transition};
 
 /// Conditional emits per step enumerated as transition variants; more are deferred.
@@ -84,6 +85,11 @@ impl PtNet {
         }
 
         // Places: one per event, or one per consumer for broadcast events with ≥2 consumers.
+        // Outputs: declared ones if the plan declares any, else events no step consumes.
+        let declares_outputs = plan
+            .events
+            .values()
+            .any(|d| d.kind == Some(EventKind::Output));
         let mut places_of: HashMap<&str, Vec<u32>> = HashMap::new();
         let mut copy_of: HashMap<(&str, &str), u32> = HashMap::new();
         for &e in &events {
@@ -93,7 +99,8 @@ impl PtNet {
             let cons = consumers.get(e).map(Vec::as_slice).unwrap_or(&[]);
             let template = Place {
                 name: String::new(),
-                is_output: ev_kind == Some(EventKind::Output) || cons.is_empty(),
+                is_output: ev_kind == Some(EventKind::Output)
+                    || (cons.is_empty() && !declares_outputs),
                 is_input: ev_kind == Some(EventKind::Input),
                 is_env: false,
                 event: Some(e.to_string()),
@@ -173,13 +180,33 @@ impl PtNet {
                 }
             }
             let pointer = step_ptr(sname, "");
-            let has_guard = step.guard.is_some();
+            // Constant conditions decide instead of being over-approximated.
+            let guard = step.guard.as_deref().map_or(Truth::Always, truth);
+            let has_guard = guard == Truth::Maybe;
+            if guard == Truth::Never {
+                // Never enabled: an input place nothing produces keeps every variant dead.
+                let never = net.add_place(Place {
+                    name: place_names.fresh(format!("{sname}.guard=false")),
+                    is_output: false,
+                    is_input: false,
+                    is_env: false,
+                    event: None,
+                });
+                pre.push((never, 1));
+                net.notes.push(format!(
+                    "step `{sname}`: its guard is constant and never true, so the step can never fire"
+                ));
+            }
             let mut unconditional = Vec::new();
             let mut conditional = Vec::new();
             for emit in &step.emits {
-                match emit.when() {
-                    None => unconditional.extend(emit_arcs(emit.event())),
-                    Some(_) => conditional.push(emit.event()),
+                match emit.when().map(truth) {
+                    None | Some(Truth::Always) => unconditional.extend(emit_arcs(emit.event())),
+                    Some(Truth::Maybe) => conditional.push(emit.event()),
+                    Some(Truth::Never) => net.notes.push(format!(
+                        "step `{sname}`: the `when` of its emit of `{}` is constant and never true, so it never emits it",
+                        emit.event()
+                    )),
                 }
             }
             let base = Transition {

@@ -77,6 +77,19 @@ impl Graph {
         }
     }
 
+    /// The marking of state `i` into `out` (no allocation once `out` has room).
+    pub fn marking_into(&self, i: u32, out: &mut Vec<u32>) {
+        out.clear();
+        let r = i as usize * self.width..(i as usize + 1) * self.width;
+        match &self.cells {
+            Cells::Bits(v) => {
+                out.extend((0..self.width).map(|p| ((v[i as usize] >> p) & 1) as u32))
+            }
+            Cells::U8(v) => out.extend(v[r].iter().map(|&c| u32::from(c))),
+            Cells::U16(v) => out.extend(v[r].iter().map(|&c| u32::from(c))),
+        }
+    }
+
     /// Transitions fired from the initial marking to state `i`, in order.
     pub fn path(&self, i: u32) -> Vec<u32> {
         let mut out = Vec::new();

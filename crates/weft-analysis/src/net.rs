@@ -15,7 +15,8 @@ pub enum NetKind {
     Acyclic,
     /// Compiled from a reactive plan: soundness does not apply, findings are warnings.
     Reactive,
-    /// Imported from PNML: deadlocks are errors, soundness applies when the net has no cycle.
+    /// Imported from PNML: deadlocks are errors; classical soundness against the final
+    /// marking (or the sink of a workflow net), cycles allowed.
     Imported,
 }
 
@@ -82,6 +83,10 @@ pub struct PtNet {
     pub transitions: Vec<Transition>,
     /// Tokens per place in the initial marking (same length as `places`).
     pub initial: Vec<u32>,
+    /// The marking that counts as completion, when the net defines one: a PNML file's
+    /// `<finalmarkings>`, or `[sink]` of a workflow net. `None` for plan nets, which complete
+    /// on their outputs (see the crate documentation).
+    pub final_marking: Option<Vec<u32>>,
     /// What the compilation over-approximated or added (environment budgets, caps), in words.
     pub notes: Vec<String>,
 }
@@ -95,6 +100,7 @@ impl PtNet {
             places: Vec::new(),
             transitions: Vec::new(),
             initial: Vec::new(),
+            final_marking: None,
             notes: Vec::new(),
         }
     }
@@ -157,6 +163,90 @@ impl PtNet {
         }
     }
 
+    /// Is this a workflow net (exactly one source place, one sink place, every node on a path
+    /// from the source to the sink)? `Ok((source, sink))`, or what breaks the definition.
+    pub fn workflow_shape(&self) -> Result<(usize, usize), NotWorkflow> {
+        let np = self.places.len();
+        let mut has_in = vec![false; np];
+        let mut has_out = vec![false; np];
+        for t in &self.transitions {
+            for &(p, _) in &t.pre {
+                has_out[p as usize] = true;
+            }
+            for &(p, _) in &t.post {
+                has_in[p as usize] = true;
+            }
+        }
+        let sources: Vec<usize> = (0..np).filter(|&p| !has_in[p]).collect();
+        let sinks: Vec<usize> = (0..np).filter(|&p| !has_out[p]).collect();
+        let mut off_path = Vec::new();
+        if let ([i], [o]) = (sources.as_slice(), sinks.as_slice()) {
+            let fwd = self.reach(*i, true);
+            let bwd = self.reach(*o, false);
+            for (n, (f, b)) in fwd.iter().zip(&bwd).enumerate() {
+                if !(f & b) {
+                    off_path.push(n);
+                }
+            }
+            if off_path.is_empty() {
+                return Ok((*i, *o));
+            }
+        }
+        Err(NotWorkflow {
+            sources,
+            sinks,
+            off_path,
+        })
+    }
+
+    /// Nodes (places `0..P`, then transitions `P..P+T`) reachable from place `from`, along
+    /// the arcs (`forward`) or against them.
+    fn reach(&self, from: usize, forward: bool) -> Vec<bool> {
+        let np = self.places.len();
+        let n = np + self.transitions.len();
+        let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (ti, t) in self.transitions.iter().enumerate() {
+            for &(p, _) in &t.pre {
+                let (a, b) = (p as usize, np + ti);
+                if forward {
+                    succ[a].push(b)
+                } else {
+                    succ[b].push(a)
+                }
+            }
+            for &(p, _) in &t.post {
+                let (a, b) = (np + ti, p as usize);
+                if forward {
+                    succ[a].push(b)
+                } else {
+                    succ[b].push(a)
+                }
+            }
+        }
+        let mut seen = vec![false; n];
+        seen[from] = true;
+        let mut stack = vec![from];
+        while let Some(v) = stack.pop() {
+            for &w in &succ[v] {
+                if !seen[w] {
+                    seen[w] = true;
+                    stack.push(w);
+                }
+            }
+        }
+        seen
+    }
+
+    /// Names of nodes given as indices into places `0..P`, then transitions `P..P+T`.
+    pub fn node_name(&self, n: usize) -> &str {
+        let np = self.places.len();
+        if n < np {
+            &self.places[n].name
+        } else {
+            &self.transitions[n - np].name
+        }
+    }
+
     /// Does the net's place/transition graph contain a cycle?
     pub fn has_cycle(&self) -> bool {
         // Nodes: places 0..P, transitions P..P+T. Iterative three-colour DFS.
@@ -197,6 +287,18 @@ impl PtNet {
         }
         false
     }
+}
+
+/// Why a net is not a workflow net (see [`PtNet::workflow_shape`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotWorkflow {
+    /// Places no transition produces into.
+    pub sources: Vec<usize>,
+    /// Places no transition consumes from.
+    pub sinks: Vec<usize>,
+    /// With one source and one sink: nodes (places `0..P`, transitions `P..P+T`) not on a
+    /// path from the source to the sink.
+    pub off_path: Vec<usize>,
 }
 
 fn normalize_arcs(mut arcs: Vec<(u32, u32)>) -> Vec<(u32, u32)> {

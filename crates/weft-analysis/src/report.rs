@@ -34,15 +34,16 @@ pub enum Verdict {
     NotSound,
     /// Exploration was partial and found no violation: nothing can be concluded.
     Unknown,
-    /// Soundness is defined for acyclic plans; reactive plans (and cyclic imported nets) only
-    /// get deadlock, dead-step and boundedness findings.
+    /// Soundness is defined for acyclic plans and workflow nets; reactive plans (and
+    /// imported nets with no final marking that are not workflow nets, A008) only get
+    /// deadlock, dead-step and boundedness findings.
     NotApplicable,
 }
 
 /// What an analysis run found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AnalysisReport {
-    /// Findings (codes `A001`–`A007`), most severe kinds first as produced.
+    /// Findings (codes `A001`–`A008`), most severe kinds first as produced.
     pub findings: Vec<Finding>,
     /// Reachable markings stored.
     pub states: usize,

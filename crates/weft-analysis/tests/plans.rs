@@ -211,7 +211,7 @@ fn many_conditional_emits_are_deferred_and_noted() {
         .map(|i| format!(r#""c{i}":{{"kind":"output"}}"#))
         .collect();
     let json = format!(
-        r#"{{"plan_name":"many","graph_type":"acyclic","events":{{"start":{{}},"done":{{}},{}}},
+        r#"{{"plan_name":"many","graph_type":"acyclic","events":{{"start":{{}},"done":{{"kind":"output"}},{}}},
         "steps":{{"fan":{{"on":["start"],"action":"t","emits":["done",{}]}}}}}}"#,
         events.join(","),
         emits.join(",")

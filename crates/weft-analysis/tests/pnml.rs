@@ -45,16 +45,24 @@ fn imports_pages_references_weights_and_names() {
 fn analyses_an_imported_net() {
     let net = import(&fixture("choice_deadlock.pnml")).expect("imports");
     let r = analyze_net(&net, &AnalysisOptions::default());
-    // `lost` is a sink, so the marking {p3, lost} counts as reaching an output... but `p3`
-    // is left over: improper completion, and the net is not sound.
-    assert_eq!(r.verdict, Verdict::NotSound, "{r:#?}");
-    assert!(r.complete);
-    let a005 = r
+    // Two sinks (`lost`, `out`) and no final marking: not a workflow net, no verdict.
+    assert_eq!(r.verdict, Verdict::NotApplicable, "{r:#?}");
+    let a008 = r
         .findings
         .iter()
-        .find(|f| f.code == "A005")
-        .expect("improper completion");
-    assert_eq!(a005.witness.as_ref().map(Vec::len), Some(3));
+        .find(|f| f.code == "A008")
+        .expect("not a workflow net");
+    assert!(a008.message.contains("`lost`, `out`"), "{}", a008.message);
+    // With the final marking [out], a run ending on `lost` is a deadlock: not sound.
+    let xml = fixture("choice_deadlock.pnml").replace(
+        "  </net>",
+        r#"<finalmarkings><marking><place idref="o"><text>1</text></place></marking></finalmarkings></net>"#,
+    );
+    let net = import(&xml).expect("imports");
+    let r = analyze_net(&net, &AnalysisOptions::default());
+    assert_eq!(r.verdict, Verdict::NotSound, "{r:#?}");
+    assert!(r.complete);
+    assert!(r.findings.iter().any(|f| f.code == "A001"), "{r:#?}");
 
     let sound = import(&fixture("sound_weighted.pnml")).expect("imports");
     assert_eq!(sound.transitions[0].pre, vec![(0, 2)]);

@@ -285,3 +285,30 @@ fn acyclic_timeout_is_not_a_success() {
     assert_eq!(code(&out), 1, "{}", stdout(&out));
     assert_eq!(json(&out)["outcome"], "stopped");
 }
+
+/// Issue #26: a conditional emit keeps its event name in the trace (it used to print
+/// `emits ?#1` and `"event": null` when two conditional emits feed the same join).
+#[test]
+fn conditional_emits_keep_their_event_names_in_the_trace() {
+    let dir = temp_dir("run-cond-emits");
+    let plan = dir.join("cond.json");
+    std::fs::write(
+        &plan,
+        r#"{"plan_name":"cond","graph_type":"acyclic","events":{"start":{},"a":{},"b":{},"done":{}},
+        "steps":{"split":{"on":["start"],"action":"echo","args":{"ok":true},
+                   "emits":[{"event":"a","when":"result.ok"},{"event":"b","when":"!result.ok"}]},
+                 "join":{"on":["a","b"],"action":"echo","args":{},"emits":["done"]}}}"#,
+    )
+    .expect("write plan");
+    let out = weft_in(&dir, &["run", "--json", &plan.display().to_string()]);
+    let doc = json(&out);
+    let firings = doc["trace"].as_array().expect("a trace");
+    let split = firings
+        .iter()
+        .find(|f| f["step"] == "split")
+        .expect("split fired");
+    assert_eq!(split["emitted"][0]["event"], "a", "{split}");
+    let out = weft_in(&dir, &["run", &plan.display().to_string()]);
+    assert!(!stdout(&out).contains("?#"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("a#1"), "{}", stdout(&out));
+}

@@ -352,6 +352,10 @@ pub struct Waiting {
     pub lacks: Vec<String>,
     /// All inputs hold tokens, but no combination satisfies the guard / correlation.
     pub guard_blocked: bool,
+    /// When guard-blocked: the error the guard raised on the oldest token of each input
+    /// (`Division by zero`, …), which "not enabled" would otherwise hide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard_error: Option<String>,
 }
 
 /// The state of one plan instance: marking, in-flight firings and counters.
@@ -1255,15 +1259,51 @@ impl Instance {
                 .collect();
             let guard_blocked = lacks.is_empty() && self.bind(net, sid as StepId).is_none();
             if !lacks.is_empty() || guard_blocked {
+                let guard_error = if guard_blocked {
+                    self.guard_error(net, sid as StepId)
+                } else {
+                    None
+                };
                 out.push(Waiting {
                     step: s.name.clone(),
                     has,
                     lacks,
                     guard_blocked,
+                    guard_error,
                 });
             }
         }
         out
+    }
+
+    /// The event token `id` sits on, if it is in the marking (a scan: for traces only).
+    pub fn token_event(&self, id: TokenId) -> Option<EventId> {
+        self.marking
+            .slots
+            .iter()
+            .find_map(|sl| sl.tokens.iter().find(|t| t.id == id).map(|t| t.event))
+    }
+
+    /// The error `step`'s guard raises on the oldest token of each input, if it raises one
+    /// (one evaluation: a diagnosis, not a search).
+    pub fn guard_error(&self, net: &Net, step: StepId) -> Option<String> {
+        let s = net.step(step);
+        let g = s.guard.as_ref()?;
+        let slots = &net.input_slots[step as usize];
+        let mut inputs: Vec<(&str, &Value)> = Vec::with_capacity(slots.len());
+        for (&sl, &e) in slots.iter().zip(&s.inputs) {
+            let t = self.marking.slots[sl as usize].tokens.get(0)?;
+            inputs.push((net.event(e).name.as_str(), &*t.payload));
+        }
+        let fresh = String::new();
+        let scope = Scope {
+            inputs: &inputs,
+            result: None,
+            instance: &self.id,
+            plan: &net.plan_name,
+            fresh: &fresh,
+        };
+        g.eval_bool(&scope).err().map(|e| e.message)
     }
 
     /// Tokens on output events, by event name.

@@ -22,8 +22,8 @@ pub type StepId = u32;
 pub struct EventNode {
     /// Event name.
     pub name: String,
-    /// Effective kind: declared, or `output` when consumed by no step, `input` for initial
-    /// events, `internal` otherwise.
+    /// Effective kind: declared, or `output` when consumed by no step (and the plan declares
+    /// no output), `input` for initial events, `internal` otherwise.
     pub kind: EventKind,
     /// Broadcast or exclusive.
     pub consume: Consume,
@@ -31,7 +31,8 @@ pub struct EventNode {
     pub consumers: Vec<StepId>,
     /// Steps that may emit this event.
     pub producers: Vec<StepId>,
-    /// Whether an output event (declared, or consumed by nobody).
+    /// Whether an output event: declared `kind: output`, or, when the plan declares none,
+    /// consumed by nobody. An acyclic instance completes only with a token on one.
     pub is_output: bool,
 }
 
@@ -268,8 +269,11 @@ impl Net {
             .iter()
             .filter_map(|n| event_ids.get(*n).copied())
             .collect();
+        // Outputs: the declared ones when the plan declares any, else every event no step
+        // consumes (an undeclared dead end must not complete a plan that names its results).
+        let declares_outputs = events.iter().any(|e| e.is_output);
         for e in &mut events {
-            if e.consumers.is_empty() {
+            if e.consumers.is_empty() && !declares_outputs {
                 e.is_output = true;
                 if plan.events.get(&e.name).and_then(|d| d.kind).is_none() {
                     e.kind = EventKind::Output;

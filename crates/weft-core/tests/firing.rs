@@ -453,3 +453,27 @@ fn taken_firings_reach_the_recorded_state() {
     // Every step fired once; `shaped` keeps its inputs, so it is never taken.
     assert_eq!(taken["fired"], json!(5));
 }
+
+/// Issue #26: when the plan declares `kind: output` events, only they complete an acyclic
+/// instance; a token left on an undeclared, unconsumed event is `stuck`, not `completed`.
+#[test]
+fn declared_outputs_alone_complete_an_instance() {
+    let plan = |done_kind: Value| {
+        json!({"plan_name":"o","graph_type":"acyclic",
+        "events":{"start":{},"done":done_kind,"log":{}},
+        "steps":{"work":{"on":["start"],"action":"echo",
+            "emits":["log",{"event":"done","when":"start.ok"}]}}})
+    };
+    let n = net(plan(json!({"kind": "output"})));
+    let mut inst = Instance::start(&n, "i1", json!({"ok": false}), 0);
+    drive(&n, &mut inst);
+    assert_eq!(inst.status, Status::Stuck);
+    let mut inst = Instance::start(&n, "i2", json!({"ok": true}), 0);
+    drive(&n, &mut inst);
+    assert_eq!(inst.status, Status::Completed);
+    // Without declared outputs every unconsumed event is one, as before.
+    let n = net(plan(json!({})));
+    let mut inst = Instance::start(&n, "i3", json!({"ok": false}), 0);
+    drive(&n, &mut inst);
+    assert_eq!(inst.status, Status::Completed);
+}

@@ -692,6 +692,11 @@ impl Cell {
                 Completion::Retry { attempt, .. } => e.attempts = *attempt,
                 _ => {}
             }
+            e.emitted_events = e
+                .emitted
+                .iter()
+                .map(|&id| inst.token_event(id).map(|ev| net.event(ev).name.clone()))
+                .collect();
         }
         let sname = &plan.steps[step as usize].name;
         let repair = match &c {
@@ -825,6 +830,7 @@ impl Cell {
                 attempts: 1,
                 outcome: None,
                 emitted: Vec::new(),
+                emitted_events: Vec::new(),
                 started_ms: now,
                 finished_ms: None,
             });

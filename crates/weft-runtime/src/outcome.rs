@@ -112,6 +112,9 @@ pub struct TraceEntry {
     pub outcome: Option<Result<Value, ActionError>>,
     /// Token ids emitted (including an error token).
     pub emitted: Vec<TokenId>,
+    /// The event each of `emitted` went to, in the same order (read off the marking when the
+    /// outcome is applied; `None` only if a token was already gone).
+    pub emitted_events: Vec<Option<String>>,
     /// Clock time the firing started.
     pub started_ms: i64,
     /// Clock time of the outcome.

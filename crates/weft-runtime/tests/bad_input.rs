@@ -177,3 +177,45 @@ async fn unknown_plan_and_instance_are_clear_errors() {
         "unknown_instance"
     );
 }
+
+/// Issue #26: a guard that fails to evaluate (here a division by zero) is reported, not
+/// silently taken for "false": in the stuck diagnosis, the lifecycle events and the reason.
+#[tokio::test]
+async fn a_guard_error_is_surfaced_in_the_stuck_diagnosis_and_events() {
+    let h = harness();
+    let p = h.plan(json!({"plan_name":"gz","graph_type":"acyclic","events":{"start":{},"done":{}},
+        "steps":{"s":{"on":["start"],"guard":"size(start) / 0 > 1","action":"echo","args":{},"emits":["done"]}}}));
+    let mut sub = h.engine.subscribe(weft_runtime::Filter::default());
+    let i = h.engine.start("t", &p, json!({"a": 1})).expect("starts");
+    let o = i.wait().await;
+    assert_eq!(o.status, Status::Stuck);
+    let w = o.waiting.iter().find(|w| w.step == "s").expect("s waits");
+    let e = w.guard_error.as_deref().expect("the guard's error");
+    assert!(e.to_lowercase().contains("division by zero"), "{e}");
+    let mut step_error = None;
+    let mut stuck = None;
+    while let Ok(Some(d)) =
+        tokio::time::timeout(std::time::Duration::from_millis(200), sub.recv()).await
+    {
+        if let weft_runtime::Delivery::Event(ev) = d {
+            match ev.ty.as_str() {
+                "plan.step.error" => step_error = Some(ev.data.clone()),
+                "plan.stuck" => {
+                    stuck = Some(ev.data.clone());
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    let step_error = step_error.expect("a plan.step.error for the guard");
+    assert_eq!(step_error["guard"], json!(true));
+    assert_eq!(step_error["error"]["code"], json!("guard_error"));
+    let stuck = stuck.expect("plan.stuck");
+    assert!(
+        stuck["waiting"][0]["guard_error"]
+            .as_str()
+            .is_some_and(|m| m.to_lowercase().contains("division by zero")),
+        "{stuck}"
+    );
+}

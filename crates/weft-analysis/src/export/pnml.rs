@@ -3,7 +3,8 @@
 //! Ids are sanitised to XML ids with an index prefix (`p3-review.done`), names go in
 //! `<name><text>`. What PNML cannot say (output/input flags, originating events and steps,
 //! guarded transitions, the net kind and notes) goes in `<toolspecific tool="weft">`, which
-//! other tools ignore and `pnml::import` reads back, so export then import is lossless.
+//! other tools ignore and `pnml::import` reads back, so export then import is lossless. A
+//! final marking is written as the `<finalmarkings>` block pm4py and ProM read.
 
 use crate::net::{NetKind, PtNet, Role};
 
@@ -153,6 +154,21 @@ pub fn pnml(net: &PtNet) -> String {
             }
         }
     }
-    o.push_str("    </page>\n  </net>\n</pnml>\n");
+    o.push_str("    </page>\n");
+    // The final marking as pm4py and ProM write it, so their soundness checks use it.
+    if let Some(fm) = &net.final_marking {
+        o.push_str("    <finalmarkings>\n      <marking>\n");
+        for (p, &k) in fm.iter().enumerate() {
+            if k > 0
+                && let Some(id) = pid.get(p)
+            {
+                o.push_str(&format!(
+                    "        <place idref=\"{id}\"><text>{k}</text></place>\n"
+                ));
+            }
+        }
+        o.push_str("      </marking>\n    </finalmarkings>\n");
+    }
+    o.push_str("  </net>\n</pnml>\n");
     o
 }

@@ -118,6 +118,15 @@ pub(super) fn build(raw: Raw) -> Result<PtNet, PnmlError> {
     let mut pre: Vec<Vec<(u32, u32)>> = vec![Vec::new(); raw.transitions.len()];
     let mut post: Vec<Vec<(u32, u32)>> = vec![Vec::new(); raw.transitions.len()];
     for a in &raw.arcs {
+        if let Some(kind) = a.arctype.as_deref().map(str::trim)
+            && kind != "normal"
+        {
+            return Err(err(
+                "P003",
+                format!("arc `{}` is a `{kind}` arc, not a P/T arc", a.id),
+                "weft analyses place/transition nets; inhibitor, reset and read arcs change what can fire. Remove them or replace them with ordinary arcs.",
+            ));
+        }
         let (s, t) = (resolve(&a.source), resolve(&a.target));
         let w = number(
             a.inscription.as_deref(),
@@ -184,6 +193,33 @@ pub(super) fn build(raw: Raw) -> Result<PtNet, PnmlError> {
             pre: std::mem::take(&mut pre[i]),
             post: std::mem::take(&mut post[i]),
         });
+    }
+    if let Some(first) = raw.finals.first() {
+        let mut fm = vec![0u32; net.places.len()];
+        for (idref, count) in first {
+            let id = resolve(idref);
+            let Some(&p) = place_ix.get(id.as_str()) else {
+                return Err(err(
+                    "P004",
+                    format!("the final marking refers to unknown place `{idref}`"),
+                    "A <finalmarkings> <place idref=…> must name a place of the net.",
+                ));
+            };
+            let n = number(
+                count.as_deref(),
+                1,
+                &format!("final marking of place `{idref}`"),
+                MAX_WEIGHT,
+            )?;
+            fm[p as usize] = fm[p as usize].saturating_add(n);
+        }
+        if raw.finals.len() > 1 {
+            net.notes.push(format!(
+                "the file lists {} final markings; only the first is used",
+                raw.finals.len()
+            ));
+        }
+        net.final_marking = Some(fm);
     }
     if raw.weft_net.is_none() {
         // A foreign net: places no transition consumes are its final places.

@@ -2,9 +2,13 @@
 //! net.pnml` checks standard nets and export → import round-trips weft's own nets.
 //!
 //! Reads places (`initialMarking/text`), transitions, arcs (`inscription/text` weights),
-//! nested `<page>`s and reference nodes. weft's `<toolspecific tool="weft">` blocks restore
-//! what PNML cannot say; without them, places consumed by no transition are outputs. Every
-//! problem is a [`PnmlError`] with a stable code and a hint; nothing here panics on input.
+//! nested `<page>`s, reference nodes and the `<finalmarkings>` block that pm4py and ProM
+//! write (net type `ptnet` or `pnmlcoremodel`). Places, transitions and arcs count only as
+//! children of `<net>` or `<page>`; any other element (tool-specific extensions) is skipped.
+//! weft's `<toolspecific tool="weft">` blocks restore what PNML cannot say; without them,
+//! places consumed by no transition are outputs, and the final marking (or the sink of a
+//! workflow net, see `analyze.rs`) defines completion. Every problem is a [`PnmlError`] with
+//! a stable code and a hint; nothing here panics on input.
 
 use std::collections::HashMap;
 
@@ -58,6 +62,8 @@ struct RawArc {
     source: String,
     target: String,
     inscription: Option<String>,
+    /// `<arctype>` (pm4py writes `inhibitor`, `reset`, …); `None` or `normal` for P/T arcs.
+    arctype: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -67,6 +73,8 @@ enum Cur {
     Place(usize),
     Transition(usize),
     Arc(usize),
+    /// A `<place idref>` of final marking `.0`, entry `.1`.
+    Final(usize, usize),
 }
 
 #[derive(Default)]
@@ -79,6 +87,8 @@ struct Raw {
     transitions: Vec<RawNode>,
     arcs: Vec<RawArc>,
     refs: HashMap<String, String>,
+    /// `<finalmarkings>`: per `<marking>`, `(place idref, token text)`.
+    finals: Vec<Vec<(String, Option<String>)>>,
 }
 
 fn attrs(e: &BytesStart<'_>) -> Result<HashMap<String, String>, PnmlError> {
@@ -137,6 +147,8 @@ fn parse(xml: &str) -> Result<Raw, PnmlError> {
     let mut nets = 0usize;
     let mut tool_depth: Option<(usize, bool)> = None; // (stack depth, is weft's)
     let mut text: Option<String> = None;
+    // Depth of the place, transition, arc or final-marking entry being read.
+    let mut node_depth = usize::MAX;
     loop {
         let ev = reader.read_event().map_err(|e| {
             err(
@@ -164,9 +176,16 @@ fn parse(xml: &str) -> Result<Raw, PnmlError> {
                     }
                 }
             } else {
+                let before = cur;
                 open(&name, e, &mut raw, &mut cur, &mut nets, &stack, &mut text)?;
-                if empty && matches!(name.as_str(), "place" | "transition" | "arc") {
-                    cur = Cur::Net;
+                // A node element just opened: it ends at this depth (an element of the same
+                // name nested in something unknown inside it does not end it).
+                if cur != before && before == Cur::Net {
+                    if empty {
+                        cur = Cur::Net;
+                    } else {
+                        node_depth = stack.len();
+                    }
                 }
                 if name == "toolspecific" && !empty {
                     let a = attrs(e)?;
@@ -188,7 +207,10 @@ fn parse(xml: &str) -> Result<Raw, PnmlError> {
                     tool_depth = None;
                 } else if tool_depth.is_none() {
                     match name.as_str() {
-                        "place" | "transition" | "arc" => cur = Cur::Net,
+                        "place" | "transition" | "arc" if stack.len() == node_depth => {
+                            cur = Cur::Net;
+                            node_depth = usize::MAX;
+                        }
                         "net" if cur == Cur::Net => cur = Cur::Outside,
                         _ => {}
                     }
@@ -265,17 +287,36 @@ fn open(
             }
             let a = attrs(e)?;
             let ty = a.get("type").map(String::as_str).unwrap_or("");
-            if !ty.to_ascii_lowercase().contains("ptnet") {
+            let lower = ty.to_ascii_lowercase();
+            // `pnmlcoremodel` (what pm4py and ProM write) is the core model: places,
+            // transitions and arcs, read here as a P/T net.
+            if !lower.contains("ptnet") && !lower.contains("pnmlcoremodel") {
                 return Err(err(
                     "P003",
                     format!("net type `{ty}` is not a place/transition net"),
-                    "weft imports P/T nets (type http://www.pnml.org/version-2009/grammar/ptnet); unfold coloured or high-level nets first.",
+                    "weft imports P/T nets (type http://www.pnml.org/version-2009/grammar/ptnet or …/pnmlcoremodel); unfold coloured or high-level nets first.",
                 ));
             }
             raw.id = a.get("id").cloned().unwrap_or_default();
             *cur = Cur::Net;
         }
-        "place" | "transition" if *cur == Cur::Net => {
+        "marking" if *cur == Cur::Net && stack.last().is_some_and(|p| p == "finalmarkings") => {
+            raw.finals.push(Vec::new());
+        }
+        "place"
+            if *cur == Cur::Net
+                && stack.last().is_some_and(|p| p == "marking")
+                && stack.iter().any(|p| p == "finalmarkings") =>
+        {
+            let a = attrs(e)?;
+            let idref = required(&a, "idref", "place")?;
+            let k = raw.finals.len();
+            if let Some(m) = raw.finals.last_mut() {
+                m.push((idref, None));
+                *cur = Cur::Final(k - 1, m.len() - 1);
+            }
+        }
+        "place" | "transition" if *cur == Cur::Net && in_page(stack) => {
             let id = required(&attrs(e)?, "id", name)?;
             let node = RawNode {
                 id,
@@ -296,13 +337,14 @@ fn open(
                 ));
             }
         }
-        "arc" if *cur == Cur::Net => {
+        "arc" if *cur == Cur::Net && in_page(stack) => {
             let a = attrs(e)?;
             raw.arcs.push(RawArc {
                 id: required(&a, "id", name)?,
                 source: required(&a, "source", name)?,
                 target: required(&a, "target", name)?,
                 inscription: None,
+                arctype: None,
             });
             *cur = Cur::Arc(raw.arcs.len() - 1);
             if raw.arcs.len() > MAX_ARCS {
@@ -313,14 +355,19 @@ fn open(
                 ));
             }
         }
-        "referencePlace" | "referenceTransition" if *cur == Cur::Net => {
+        "referencePlace" | "referenceTransition" if *cur == Cur::Net && in_page(stack) => {
             let a = attrs(e)?;
             raw.refs
                 .insert(required(&a, "id", name)?, required(&a, "ref", name)?);
         }
         "text" => {
             let parent = stack.last().map(String::as_str);
-            if matches!(parent, Some("name" | "initialMarking" | "inscription"))
+            let final_count = parent == Some("place") && matches!(*cur, Cur::Final(..));
+            if (final_count
+                || matches!(
+                    parent,
+                    Some("name" | "initialMarking" | "inscription" | "arctype")
+                ))
                 && *cur != Cur::Outside
             {
                 *text = Some(String::new());
@@ -329,6 +376,11 @@ fn open(
         _ => {}
     }
     Ok(())
+}
+
+/// Is the element being opened a child of `<net>` or `<page>` (where nodes are defined)?
+fn in_page(stack: &[String]) -> bool {
+    stack.last().is_some_and(|p| p == "net" || p == "page")
 }
 
 /// Stores a finished `<text>` (or weft `<note>`) where it belongs.
@@ -349,6 +401,12 @@ fn close_text(raw: &mut Raw, cur: Cur, stack: &[String], elem: &str, t: String) 
         ("name", "transition", Cur::Transition(i)) => raw.transitions[i].name = Some(t),
         ("initialMarking", "place", Cur::Place(i)) => raw.places[i].marking = Some(t),
         ("inscription", "arc", Cur::Arc(i)) => raw.arcs[i].inscription = Some(t),
+        ("arctype", "arc", Cur::Arc(i)) => raw.arcs[i].arctype = Some(t),
+        ("place", "marking", Cur::Final(m, j)) => {
+            if let Some(e) = raw.finals.get_mut(m).and_then(|m| m.get_mut(j)) {
+                e.1 = Some(t);
+            }
+        }
         _ => {}
     }
 }

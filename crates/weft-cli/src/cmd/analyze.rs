@@ -1,6 +1,7 @@
 //! `weft analyze PLAN`: validate, then (when there are no errors) explore the plan's
 //! behaviour on its P/T net: deadlocks with witnesses, dead steps, boundedness and, for
-//! acyclic plans, workflow-net soundness. A PNML file is imported and analysed as a net.
+//! acyclic plans, soundness with respect to their outputs. A PNML file is imported and
+//! analysed as a net: classical workflow-net soundness against its final marking (or sink).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -311,7 +312,9 @@ fn verdict_text(
                 Some(NetKind::Reactive) => {
                     "soundness is defined for acyclic plans; this plan is reactive"
                 }
-                _ => "soundness is defined for acyclic nets; this net has a cycle",
+                _ => {
+                    "soundness is defined for workflow nets; this net is none and has no final marking (see A008)"
+                }
             };
             format!("not applicable ({why})")
         }

@@ -57,8 +57,10 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         Format::Dot => weft_analysis::export::dot(&plan),
         Format::Mermaid => weft_analysis::export::mermaid(&plan),
         Format::Pnml => {
+            // The plan's workflow net (source, `begin`, outputs drained into `sink`, final
+            // marking [sink]) so that classical soundness checkers can read it.
             let net = PtNet::from_plan(&plan, &CompileOptions::default());
-            weft_analysis::export::pnml(&net)
+            weft_analysis::export::pnml(&net.workflow_net())
         }
     };
     out.write_all(text.as_bytes())?;
