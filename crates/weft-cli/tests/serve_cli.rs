@@ -163,7 +163,10 @@ fn serve_answers_and_stops_on_sigterm_keeping_instances() {
         &[("content-type", "application/cloudevents+json")],
         &ev,
     );
-    assert_eq!((st, body.as_str()), (202, "{\"accepted\":1,\"routed\":1}"));
+    assert_eq!(
+        (st, body.as_str()),
+        (202, "{\"accepted\":1,\"routed\":1,\"duplicates\":0}")
+    );
     sigterm_and_wait(srv);
 }
 

@@ -54,7 +54,10 @@ fn chain_plan(name: &str) -> Value {
 }
 
 fn cloud_event(n: u64, ty: &str, instance: Option<&str>) -> Value {
-    let mut e = json!({"specversion": "1.0", "id": format!("e-{n}"), "source": "serve-e2e", "type": ty, "data": {"n": n}});
+    // Unique ids: the server applies an event's `source` + `id` once (deduplication).
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut e = json!({"specversion": "1.0", "id": format!("e-{n}-{k}"), "source": "serve-e2e", "type": ty, "data": {"n": n}});
     if let Some(i) = instance {
         e["weftinstance"] = json!(i);
     }

@@ -66,7 +66,11 @@ pub fn is_bindable_name(name: &str) -> bool {
 
 fn env() -> &'static Arc<cel::Env> {
     static ENV: OnceLock<Arc<cel::Env>> = OnceLock::new();
-    ENV.get_or_init(|| Arc::new(cel::Env::stdlib()))
+    ENV.get_or_init(|| {
+        let mut env = cel::Env::stdlib();
+        crate::cel_budget::register(&mut env);
+        Arc::new(env)
+    })
 }
 
 /// Deepest expression nesting the parser accepts (protects the stack from `((((…`).
@@ -179,6 +183,8 @@ pub struct Expr {
     program: Arc<cel::IdedExpr>,
     /// Variables the expression mentions, so evaluation binds only those.
     uses: Uses,
+    /// Has comprehensions, instrumented to charge the evaluation budget (`cel_budget.rs`).
+    metered: bool,
 }
 
 impl std::fmt::Debug for Expr {
@@ -212,12 +218,30 @@ pub struct CompileError {
 pub struct EvalError {
     /// What went wrong.
     pub message: String,
+    /// The evaluation ran out of its budget ([`crate::cel_budget::Budget`]) or was
+    /// interrupted: the expression does too much work, whatever its inputs were.
+    pub exhausted: bool,
 }
 
 impl EvalError {
     fn new(message: impl Into<String>) -> Self {
         EvalError {
             message: message.into(),
+            exhausted: false,
+        }
+    }
+
+    fn exhausted() -> Self {
+        let b = crate::cel_budget::effective();
+        EvalError {
+            message: format!(
+                "{} (at most {} operations and {} units of values built in loops); \
+                 iterate over less, or nest fewer comprehensions",
+                crate::cel_budget::EXHAUSTED,
+                b.max_cost,
+                b.max_size
+            ),
+            exhausted: true,
         }
     }
 }
@@ -289,6 +313,11 @@ impl Expr {
                 message: format!("expression nests deeper than {MAX_DEPTH} levels"),
             });
         }
+        let metered = crate::cel_budget::has_loop(&program);
+        let mut program = program;
+        if metered {
+            crate::cel_budget::instrument(&mut program);
+        }
         let refs = program.references();
         let uses = Uses {
             inputs: refs.has_variable("inputs"),
@@ -302,6 +331,7 @@ impl Expr {
             source: Arc::from(body),
             program: Arc::new(program),
             uses,
+            metered,
         })
     }
 
@@ -319,54 +349,23 @@ impl Expr {
     /// Top-level names the expression reads (identifiers not bound by a comprehension such
     /// as `items.all(i, i > 0)`), in first-seen order.
     pub fn free_variables(&self) -> Vec<String> {
-        use cel::common::ast::{EntryExpr, Expr as E};
+        use cel::common::ast::Expr as E;
         let mut seen = Vec::new();
         let mut bound: Vec<&str> = Vec::new();
         let mut stack: Vec<&cel::IdedExpr> = vec![&self.program];
         while let Some(e) = stack.pop() {
             match &e.expr {
-                E::Ident(n) if !seen.contains(n) => {
-                    seen.push(n.clone());
-                }
-                E::Call(c) => {
-                    if let Some(t) = &c.target {
-                        stack.push(t);
-                    }
-                    stack.extend(c.args.iter());
-                }
+                E::Ident(n) if !seen.contains(n) => seen.push(n.clone()),
                 E::Comprehension(c) => {
                     bound.push(&c.iter_var);
                     if let Some(v) = &c.iter_var2 {
                         bound.push(v);
                     }
                     bound.push(&c.accu_var);
-                    stack.extend([
-                        &c.iter_range,
-                        &c.accu_init,
-                        &c.loop_cond,
-                        &c.loop_step,
-                        &c.result,
-                    ]);
                 }
-                E::List(l) => stack.extend(l.elements.iter()),
-                E::Map(m) => {
-                    for en in &m.entries {
-                        if let EntryExpr::MapEntry(me) = &en.expr {
-                            stack.push(&me.key);
-                            stack.push(&me.value);
-                        }
-                    }
-                }
-                E::Struct(st) => {
-                    for en in &st.entries {
-                        if let EntryExpr::StructField(f) = &en.expr {
-                            stack.push(&f.value);
-                        }
-                    }
-                }
-                E::Select(sel) => stack.push(&sel.operand),
                 _ => {}
             }
+            crate::cel_budget::push_children(e, &mut stack);
         }
         seen.retain(|n| {
             !bound.contains(&n.as_str())
@@ -379,6 +378,11 @@ impl Expr {
     /// Does the expression mention the variable `name`?
     pub fn mentions(&self, name: &str) -> bool {
         self.program.references().has_variable(name)
+    }
+
+    /// Does the expression contain a comprehension (so that its evaluation is metered)?
+    pub fn is_metered(&self) -> bool {
+        self.metered
     }
 
     /// Does the expression call `fresh()`?
@@ -452,9 +456,18 @@ impl Expr {
                 .map_err(|e| EvalError::new(format!("{e:?}")))?;
         }
         let program = &self.program;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if self.metered {
+            crate::cel_budget::start();
+        }
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             cel::Value::resolve(program, &ctx)
-        })) {
+        }));
+        // An exhausted budget wins over whatever the expression made of the failing
+        // operation (`exists` may absorb an error), so the outcome is the same on every run.
+        if self.metered && crate::cel_budget::exhausted() {
+            return Err(EvalError::exhausted());
+        }
+        match out {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(EvalError::new(e.to_string())),
             Err(_) => Err(EvalError::new("expression evaluation failed unexpectedly")),

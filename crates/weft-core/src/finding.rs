@@ -67,6 +67,8 @@ pub enum Code {
     EmptyPlan,
     /// V017: an expression refers to a name that is not one of the step's inputs.
     UnknownReference,
+    /// V020: a CEL expression exceeded its evaluation budget while being checked.
+    ExprBudget,
     /// A001: a reachable marking in which nothing can fire and the plan has not completed.
     Deadlock,
     /// A002: a step that no reachable marking enables.
@@ -81,6 +83,8 @@ pub enum Code {
     StateLimit,
     /// A007: the plan is a sound workflow net.
     Sound,
+    /// A008: an imported net is not a workflow net and has no final marking.
+    NotWorkflowNet,
 }
 
 impl Code {
@@ -104,6 +108,7 @@ impl Code {
             Code::InvalidPolicy => "V015",
             Code::EmptyPlan => "V016",
             Code::UnknownReference => "V017",
+            Code::ExprBudget => "V020",
             Code::Deadlock => "A001",
             Code::DeadStep => "A002",
             Code::Unbounded => "A003",
@@ -111,6 +116,7 @@ impl Code {
             Code::ImproperCompletion => "A005",
             Code::StateLimit => "A006",
             Code::Sound => "A007",
+            Code::NotWorkflowNet => "A008",
         }
     }
 
@@ -134,6 +140,7 @@ impl Code {
             Code::InvalidPolicy => "invalid-policy",
             Code::EmptyPlan => "empty-plan",
             Code::UnknownReference => "unknown-reference",
+            Code::ExprBudget => "expression-budget",
             Code::Deadlock => "deadlock",
             Code::DeadStep => "dead-step",
             Code::Unbounded => "unbounded",
@@ -141,6 +148,7 @@ impl Code {
             Code::ImproperCompletion => "improper-completion",
             Code::StateLimit => "state-limit",
             Code::Sound => "sound",
+            Code::NotWorkflowNet => "not-workflow-net",
         }
     }
 }

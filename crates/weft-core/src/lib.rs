@@ -5,6 +5,7 @@
 //! plans analysable, executions replayable and the crate property-testable.
 
 pub mod catalog;
+pub mod cel_budget;
 pub mod expr;
 pub mod finding;
 pub mod inflight;

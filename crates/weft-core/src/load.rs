@@ -21,6 +21,11 @@ pub struct Limits {
     pub max_depth: usize,
     /// Longest CEL expression, in bytes (default 4096).
     pub max_expr_len: usize,
+    /// Deepest nesting of child plans (`plan.run` running a plan that runs one, …; default 16).
+    pub max_child_depth: usize,
+    /// The work one CEL evaluation may do (default 1,000,000 operations in loops and 16 Mi
+    /// units of values built in them; `cel_budget.rs`).
+    pub cel_budget: crate::cel_budget::Budget,
 }
 
 impl Default for Limits {
@@ -32,6 +37,8 @@ impl Default for Limits {
             max_name_len: 256,
             max_depth: 64,
             max_expr_len: 4096,
+            max_child_depth: 16,
+            cel_budget: crate::cel_budget::Budget::default(),
         }
     }
 }

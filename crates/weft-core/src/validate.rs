@@ -184,7 +184,27 @@ impl Ctx<'_> {
             plan: "",
             fresh: "",
         };
-        if let Ok(other) = e.eval(&scope)
+        let budget = self.limits.cel_budget;
+        let value = match crate::cel_budget::with_budget(budget, || e.eval(&scope)) {
+            Err(err) if err.exhausted => {
+                let (pointer, what) = at();
+                self.push(
+                    Finding::new(
+                        Code::ExprBudget,
+                        Severity::Error,
+                        pointer,
+                        format!("{what} `{}`: {}", truncate(e.source(), 80), err.message),
+                    )
+                    .hint(
+                        "comprehensions (`map`, `filter`, `all`, `exists`) multiply: \
+                         iterate over the inputs instead of large literals",
+                    ),
+                );
+                return;
+            }
+            other => other,
+        };
+        if let Ok(other) = value
             && !other.is_boolean()
         {
             let (pointer, what) = at();
@@ -569,6 +589,74 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
     Validation { findings, net }
 }
 
+/// String-literal keys the expression reads from the `inputs` map: `inputs["a.b"]` and
+/// `inputs.a` (unless a comprehension rebinds `inputs`, when nothing is reported).
+fn input_keys(e: &Expr) -> Vec<String> {
+    use cel::common::ast::{EntryExpr, Expr as E, LiteralValue};
+    let mut keys: Vec<String> = Vec::new();
+    let mut stack: Vec<&cel::common::ast::Expr> = vec![e.ast()];
+    let is_inputs = |x: &cel::IdedExpr| matches!(&x.expr, E::Ident(n) if n == "inputs");
+    while let Some(x) = stack.pop() {
+        match x {
+            E::Call(c) => {
+                if c.func_name == cel::common::ast::operators::INDEX
+                    && c.target.is_none()
+                    && let [m, k] = c.args.as_slice()
+                    && is_inputs(m)
+                    && let E::Literal(LiteralValue::String(s)) = &k.expr
+                    && !keys.iter().any(|x| x == &**s)
+                {
+                    keys.push(s.to_string());
+                }
+                if let Some(t) = &c.target {
+                    stack.push(&t.expr);
+                }
+                stack.extend(c.args.iter().map(|a| &a.expr));
+            }
+            E::Select(sel) => {
+                // `has(inputs.x)` tests presence: a legitimate question about any key.
+                if !sel.test && is_inputs(&sel.operand) && !keys.contains(&sel.field) {
+                    keys.push(sel.field.clone());
+                }
+                stack.push(&sel.operand.expr);
+            }
+            E::Comprehension(c) => {
+                if c.iter_var == "inputs"
+                    || c.accu_var == "inputs"
+                    || c.iter_var2.as_deref() == Some("inputs")
+                {
+                    return Vec::new();
+                }
+                stack.extend([
+                    &c.iter_range.expr,
+                    &c.accu_init.expr,
+                    &c.loop_cond.expr,
+                    &c.loop_step.expr,
+                    &c.result.expr,
+                ]);
+            }
+            E::List(l) => stack.extend(l.elements.iter().map(|a| &a.expr)),
+            E::Map(m) => {
+                for en in &m.entries {
+                    if let EntryExpr::MapEntry(me) = &en.expr {
+                        stack.push(&me.key.expr);
+                        stack.push(&me.value.expr);
+                    }
+                }
+            }
+            E::Struct(st) => {
+                for en in &st.entries {
+                    if let EntryExpr::StructField(f) = &en.expr {
+                        stack.push(&f.value.expr);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    keys
+}
+
 /// Every name an expression reads must be one of the step's inputs (or `inputs`,
 /// `instance`, `plan`, and `result` in emits). A misspelt or missing input would otherwise
 /// make a guard silently never hold, or fail every firing at run time.
@@ -616,6 +704,33 @@ fn check_references(
                     message,
                 )
                 .hint(hint),
+            );
+        }
+        // `inputs["email.recieved"]` (or `inputs.x`) must name an input too.
+        for key in input_keys(e) {
+            if inputs.contains(&key.as_str()) {
+                continue;
+            }
+            let listed = inputs
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let close = suggest(&key, inputs.iter().copied())
+                .map(|n| format!("did you mean `inputs[\"{n}\"]`? "))
+                .unwrap_or_default();
+            ctx.push(
+                Finding::new(
+                    Code::UnknownReference,
+                    Severity::Error,
+                    pointer.clone(),
+                    format!(
+                        "{what} of step `{sname}` reads `inputs[\"{key}\"]`, but `{key}` is not one of its inputs ({listed})"
+                    ),
+                )
+                .hint(format!(
+                    "{close}`inputs` holds exactly the events in the step's `on`; add `{key}` there or fix the name"
+                )),
             );
         }
     };

@@ -236,3 +236,36 @@ fn expressions_may_only_read_inputs() {
         vec!["the guard of step `s2` refers to `start`, which is not one of its inputs (`a`)"]
     );
 }
+
+/// Issue #26: a misspelt `inputs["…"]` key is caught like a misspelt name (it used to pass
+/// validation and fail at run time).
+#[test]
+fn inputs_keys_must_be_inputs() {
+    let plan = |guard: &str, args: &str| {
+        json!({"plan_name":"p","graph_type":"acyclic",
+        "events":{"email.received":{"kind":"input"},"start":{},"done":{}},
+        "steps":{"s":{"on":["start","email.received"],"action":"echo","guard":guard,
+                      "args":{"x":args},"emits":["done"]}}})
+    };
+    let f = check(plan(
+        "inputs[\"email.recieved\"].ok",
+        "${inputs.start.v + inputs['strat'].v}",
+    ));
+    assert_eq!(
+        f,
+        vec!["V017 error /steps/s/guard", "V017 error /steps/s/args"]
+    );
+    let m = messages(plan("inputs[\"email.recieved\"].ok", "x"));
+    assert_eq!(
+        m,
+        vec![
+            "the guard of step `s` reads `inputs[\"email.recieved\"]`, but `email.recieved` is not one of its inputs (`start`, `email.received`)"
+        ]
+    );
+    // Correct keys, presence tests and a comprehension rebinding `inputs` pass.
+    let ok = check(plan(
+        "inputs[\"email.received\"].ok && has(inputs.other) && [1].all(inputs, inputs > 0)",
+        "${inputs.start}",
+    ));
+    assert!(ok.iter().all(|f| !f.contains("error")), "{ok:?}");
+}

@@ -474,6 +474,40 @@ impl Durable {
         })
     }
 
+    /// [`Engine::ingest_batch`] (all or nothing) with the `X-Request-Id` of the request that
+    /// carried the batch written on the records it causes.
+    pub fn ingest_batch_with(
+        &self,
+        tenant: &str,
+        events: Vec<weft_runtime::BatchEvent>,
+        request_id: Option<&str>,
+    ) -> Result<Vec<usize>, (usize, weft_runtime::Error)> {
+        let Some(r) = request_id else {
+            return self.engine.ingest_batch(tenant, events);
+        };
+        let mut deliveries: Vec<(String, String)> = Vec::new();
+        for e in &events {
+            match &e.instance {
+                Some(i) => deliveries.push((i.clone(), e.event.clone())),
+                None => deliveries.extend(
+                    self.engine
+                        .routed_instances(tenant, &e.event)
+                        .into_iter()
+                        .map(|i| (i, e.event.clone())),
+                ),
+            }
+        }
+        let refs: Vec<(&str, &str)> = deliveries
+            .iter()
+            .map(|(i, e)| (i.as_str(), e.as_str()))
+            .collect();
+        self.journal.with_origins(&refs, r, || {
+            let out = self.engine.ingest_batch(tenant, events);
+            let submitted = matches!(&out, Ok(n) if n.iter().any(|n| *n > 0));
+            (out, submitted)
+        })
+    }
+
     /// Stops a live instance, with the `X-Request-Id` of the request that asked for it
     /// written on its `instance.stopped` record.
     pub fn stop_with(&self, h: &InstanceHandle, request_id: Option<&str>) {
@@ -775,7 +809,9 @@ impl Durable {
         // A repaired instance continues on its revised plan, checked against this
         // engine's tools.
         let plan = match &folded.repaired {
-            Some(r) => self.engine.compile_value(r.document.clone())?,
+            Some(r) => self
+                .engine
+                .compile_value_for(&rec.tenant, r.document.clone())?,
             None => plan,
         };
         let dispatched = std::mem::take(&mut folded.dispatched);

@@ -55,7 +55,7 @@ impl PlanCache {
                     rec.plan_name, rec.plan_version, rec.tenant, rec.id
                 ),
             })?;
-        let p = engine.compile_value(doc.document)?;
+        let p = engine.compile_value_for(&rec.tenant, doc.document)?;
         self.plans
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -236,6 +236,9 @@ pub struct StoreJournal {
     lease_ttl_ms: i64,
     /// [`StoreJournal::shut_down`] ran: new instances are not journaled.
     closed: std::sync::atomic::AtomicBool,
+    /// The last journal write failed (the store refuses writes: a full disk, a lost
+    /// connection); cleared by the next one that succeeds.
+    refusing: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for StoreJournal {
@@ -287,6 +290,7 @@ impl StoreJournal {
             owner,
             lease_ttl_ms: lease_ttl_ms.max(1),
             closed: std::sync::atomic::AtomicBool::new(false),
+            refusing: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -567,6 +571,42 @@ impl StoreJournal {
         out
     }
 
+    /// [`StoreJournal::with_origin`] for a batch: `deliveries` lists every (instance, event)
+    /// the submission will record a token for, in order, so each of those records carries
+    /// `request_id`.
+    pub(crate) fn with_origins<T>(
+        &self,
+        deliveries: &[(&str, &str)],
+        request_id: &str,
+        submit: impl FnOnce() -> (T, bool),
+    ) -> T {
+        let id: Arc<str> = Arc::from(request_id);
+        let mut names: Vec<&str> = deliveries.iter().map(|(i, _)| *i).collect();
+        names.sort_unstable();
+        names.dedup();
+        let lanes: Vec<(&str, Arc<Lane>)> = names
+            .iter()
+            .filter_map(|i| self.existing(i).map(|l| (*i, l)))
+            .collect();
+        let guards: Vec<MutexGuard<'_, ()>> = lanes.iter().map(|(_, l)| lock(&l.order)).collect();
+        for (instance, event) in deliveries {
+            if let Ok(k) = lanes.binary_search_by(|(n, _)| n.cmp(instance)) {
+                lock(&lanes[k].1.st).origins.push_back(PendingOrigin {
+                    event: Some(Box::from(*event)),
+                    id: Arc::clone(&id),
+                });
+            }
+        }
+        let (out, submitted) = submit();
+        if !submitted {
+            for (_, l) in &lanes {
+                lock(&l.st).origins.retain(|o| !Arc::ptr_eq(&o.id, &id));
+            }
+        }
+        drop(guards);
+        out
+    }
+
     /// The request id queued for `entry`, if the next one waiting matches it.
     fn take_origin(s: &mut LaneState, entry: &Entry) -> Option<String> {
         let matches = match (entry, s.origins.front()?) {
@@ -744,6 +784,12 @@ impl StoreJournal {
         let recorded = s.recorded;
         drop(s);
         (lane, recorded)
+    }
+
+    /// Does the store refuse journal writes right now (the last write failed and none has
+    /// succeeded since)? Front ends answer `503` instead of accepting work that would wait.
+    pub fn store_refusing(&self) -> bool {
+        self.refusing.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Resolves once everything recorded for `instance` so far is durable.
@@ -961,6 +1007,8 @@ impl StoreJournal {
                 .await;
             match res {
                 Ok(done) => {
+                    self.refusing
+                        .store(false, std::sync::atomic::Ordering::Relaxed);
                     // Split off the lanes whose lease another owner took (and, never
                     // expected, lanes the store failed alone: retried like a failed batch).
                     let mut ok = Vec::with_capacity(lanes.len());
@@ -1069,6 +1117,8 @@ impl StoreJournal {
         statuses: Vec<Status>,
     ) {
         tracing::error!(error = %e, message = "Journal write failed; retrying with backoff");
+        self.refusing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let reason = format!(
             "store_unavailable: {e} (the journal write is retried and the instance resumes when it succeeds)"
         );

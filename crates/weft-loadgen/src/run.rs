@@ -129,9 +129,23 @@ struct WorkerOut {
     errors: BTreeMap<String, u64>,
 }
 
+/// This run's prefix of event ids: the server applies a CloudEvent (`source`, `id`) once, so a
+/// second run against the same store must not repeat the first run's ids.
+fn run_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        format!("{:x}-{}", nanos, std::process::id())
+    })
+}
+
 fn event(ty: &str, instance: &str, n: u64) -> String {
+    let run = run_id();
     format!(
-        r#"{{"specversion":"1.0","id":"lg-{n}","source":"weft-loadgen","type":"{ty}","weftinstance":"{instance}","data":{{"n":{n}}}}}"#
+        r#"{{"specversion":"1.0","id":"lg-{run}-{n}","source":"weft-loadgen","type":"{ty}","weftinstance":"{instance}","data":{{"n":{n}}}}}"#
     )
 }
 

@@ -129,6 +129,9 @@ pub(crate) struct Cell {
     mailbox: Mutex<Vec<Input>>,
     /// Timers set by this instance that have not fired yet.
     pub timers: AtomicU32,
+    /// How deep in `plan.run` children this instance is (0: started from outside). Not
+    /// journaled: a recovered child counts from 0 again, its ancestors' depth bounded anew.
+    pub depth: AtomicU32,
     /// The instance's key-value context (`context.get` / `context.put`).
     pub kv: Mutex<Option<Box<serde_json::Map<String, Value>>>>,
     /// Restored only: idempotency key → timer id of timers set by firings still in flight.
@@ -168,6 +171,7 @@ impl Cell {
             }),
             mailbox: Mutex::new(Vec::new()),
             timers: AtomicU32::new(0),
+            depth: AtomicU32::new(0),
             kv: Mutex::new(None),
             timer_keys: Mutex::new(std::collections::BTreeMap::new()),
         })
@@ -191,6 +195,12 @@ impl Cell {
     pub(crate) fn set_plan(&self, core: &mut Core, plan: Arc<CompiledPlan>) {
         *self.plan.write().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&plan);
         core.plan = plan;
+    }
+
+    /// Queues an input for whoever holds the loop (the caller holds it, and lets go with
+    /// [`Cell::release`], which applies it).
+    pub(crate) fn enqueue(&self, input: Input) {
+        lock(&self.mailbox).push(input);
     }
 
     /// Delivers an input: runs the loop here if it is free, else leaves the input for the
@@ -568,6 +578,9 @@ impl Cell {
                 "paused" => "plan.paused",
                 _ => "plan.stopped",
             };
+            if name == "stuck" {
+                self.publish_guard_errors(core);
+            }
             self.publish(ty, || self.status_data(core));
             if !core.waiters.is_empty() {
                 let o = self.outcome(core);
@@ -674,6 +687,23 @@ impl Cell {
                     self.release(g);
                     return Poll::Pending;
                 }
+            }
+        }
+    }
+
+    /// A stuck instance whose guards fail to evaluate says so: one `plan.step.error` per
+    /// such step (`"guard": true`), before `plan.stuck`, whose `waiting` carries the errors.
+    fn publish_guard_errors(&self, core: &Core) {
+        if !self.engine.bus.wants() {
+            return;
+        }
+        let Some(i) = &core.inst else { return };
+        for w in i.waiting(&core.plan.net) {
+            if let Some(e) = w.guard_error {
+                self.publish("plan.step.error", || {
+                    serde_json::json!({"step": w.step, "guard": true,
+                        "error": {"code": "guard_error", "message": e}})
+                });
             }
         }
     }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use weft_core::{EventKind, Limits, Plan};
-use weft_tools::{Chain, Registry};
+use weft_tools::{Chain, Registry, TenantTools};
 
 use crate::Error;
 use crate::bus::{Bus, CloudEvent, Filter, InProcessBus, Subscription};
@@ -64,6 +64,9 @@ pub struct EngineOptions {
     pub repair_stuck: bool,
     /// Most repairs one instance may ask for; one more fails it (default 2).
     pub max_repairs: u32,
+    /// The tools tenants declared for themselves: a tenant's plans compile against
+    /// `registry` overlaid with its own (wrapped by the same chain). Default: none.
+    pub tenant_tools: Option<Arc<dyn TenantTools>>,
 }
 
 impl std::fmt::Debug for EngineOptions {
@@ -94,8 +97,22 @@ impl Default for EngineOptions {
             repairer: None,
             repair_stuck: false,
             max_repairs: 2,
+            tenant_tools: None,
         }
     }
+}
+
+/// One event of [`Engine::ingest_batch`].
+#[derive(Debug, Clone)]
+pub struct BatchEvent {
+    /// The event name (the CloudEvent's `type`).
+    pub event: String,
+    /// Its payload.
+    pub payload: Value,
+    /// The correlation it carries, if any.
+    pub correlation: Option<String>,
+    /// The instance it is addressed to; `None` routes it by (tenant, event).
+    pub instance: Option<String>,
 }
 
 /// Per-start options.
@@ -103,6 +120,9 @@ impl Default for EngineOptions {
 pub struct StartOptions {
     /// Record a trace of firings (for `weft run`).
     pub trace: bool,
+    /// How deep in child plans the instance starts (`plan.run` sets its parent's plus one;
+    /// [`weft_core::Limits::max_child_depth`] bounds it).
+    pub depth: u32,
 }
 
 const SHARDS: usize = 16;
@@ -112,9 +132,22 @@ type CellMap = HashMap<u64, Arc<Cell>, foldhash::fast::RandomState>;
 
 type Routes = HashMap<Arc<str>, HashMap<Arc<str>, HashSet<u64>>>;
 
+/// What one tenant's plans compile against: the engine's tools overlaid with the tenant's
+/// own, and the argument validators of that set.
+struct TenantView {
+    /// The tenant's tools as [`TenantTools`] gave them (the view is rebuilt when they change).
+    own: Arc<Registry>,
+    /// The engine's wrapped tools overlaid with the tenant's, wrapped by the same chain.
+    registry: Arc<Registry>,
+    validators: Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>,
+}
+
 /// State shared by the engine handle, instances and the timer task.
 pub(crate) struct Shared {
     pub registry: Arc<Registry>,
+    chain: Chain,
+    tenant_tools: Option<Arc<dyn TenantTools>>,
+    tenant_views: Mutex<HashMap<String, Arc<TenantView>>>,
     pub clock: Arc<dyn Clock>,
     pub bus: Arc<dyn Bus>,
     pub journal: Option<Arc<dyn Journal>>,
@@ -265,6 +298,9 @@ impl Engine {
         let runtime = opts
             .runtime
             .or_else(|| tokio::runtime::Handle::try_current().ok());
+        // CEL evaluations at run time use the engine's budget (a process-wide setting: the
+        // evaluator is reached from the pure core, which takes no configuration per call).
+        weft_core::cel_budget::set_budget(opts.limits.cel_budget);
         Engine {
             inner: Arc::new(Shared {
                 // Every tool is wrapped once here, so every call of this engine, on every
@@ -274,6 +310,9 @@ impl Engine {
                 } else {
                     Arc::new(opts.chain.apply(&opts.registry))
                 },
+                chain: opts.chain,
+                tenant_tools: opts.tenant_tools,
+                tenant_views: Mutex::new(HashMap::new()),
                 clock: opts.clock,
                 bus: opts.bus,
                 journal: opts.journal,
@@ -309,12 +348,30 @@ impl Engine {
         &self.inner
     }
 
-    /// Validates and compiles a plan without registering it.
+    /// Validates and compiles a plan without registering it, against the engine's tools.
     pub fn compile(&self, plan: Plan) -> Result<Arc<CompiledPlan>, Error> {
         let i = &self.inner;
         let mut validators = lock(&i.validators);
         CompiledPlan::compile(plan, &i.registry, &mut validators, i.check_tools, &i.limits)
             .map(Arc::new)
+    }
+
+    /// [`Engine::compile`] for a plan of `tenant`: against the engine's tools overlaid with
+    /// the tenant's own ([`EngineOptions::tenant_tools`]).
+    pub fn compile_for(&self, tenant: &str, plan: Plan) -> Result<Arc<CompiledPlan>, Error> {
+        let Some(view) = self.tenant_view(tenant) else {
+            return self.compile(plan);
+        };
+        let i = &self.inner;
+        let mut validators = lock(&view.validators);
+        CompiledPlan::compile(
+            plan,
+            &view.registry,
+            &mut validators,
+            i.check_tools,
+            &i.limits,
+        )
+        .map(Arc::new)
     }
 
     /// Loads, validates and compiles a plan document given as a JSON value.
@@ -324,11 +381,58 @@ impl Engine {
         self.compile(plan)
     }
 
+    /// [`Engine::compile_value`] for a plan of `tenant` (see [`Engine::compile_for`]).
+    pub fn compile_value_for(&self, tenant: &str, doc: Value) -> Result<Arc<CompiledPlan>, Error> {
+        let plan = weft_core::load::plan_from_value(doc, &self.inner.limits)
+            .map_err(|e| Error::Load(e.to_string()))?;
+        self.compile_for(tenant, plan)
+    }
+
+    /// The tools `tenant`'s steps call, wrapped by the chain: the engine's, overlaid with
+    /// the tenant's own when it has any.
+    pub fn registry_for(&self, tenant: &str) -> Arc<Registry> {
+        match self.tenant_view(tenant) {
+            Some(v) => Arc::clone(&v.registry),
+            None => Arc::clone(&self.inner.registry),
+        }
+    }
+
+    /// The tenant's view, rebuilt when its tools changed since the last one.
+    fn tenant_view(&self, tenant: &str) -> Option<Arc<TenantView>> {
+        let i = &self.inner;
+        let own = i.tenant_tools.as_ref()?.tools(tenant)?;
+        let mut views = lock(&i.tenant_views);
+        if let Some(v) = views.get(tenant)
+            && Arc::ptr_eq(&v.own, &own)
+        {
+            return Some(Arc::clone(v));
+        }
+        let wrapped = if i.chain.is_empty() {
+            (*own).clone()
+        } else {
+            i.chain.apply(&own)
+        };
+        let view = Arc::new(TenantView {
+            registry: Arc::new(i.registry.overlaid(&wrapped)),
+            own,
+            validators: Mutex::new(HashMap::new()),
+        });
+        views.insert(tenant.to_string(), Arc::clone(&view));
+        Some(view)
+    }
+
     /// Validates, compiles and registers a plan under its name (replacing an older one;
     /// running instances keep the version they started with).
     pub fn register(&self, plan: Plan) -> Result<Arc<CompiledPlan>, Error> {
         let c = self.compile(plan)?;
         let mut plans = self.inner.plans.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(cycle) = crate::plans::child_cycle(&c, |n| plans.get(n).cloned()) {
+            return Err(Error::Load(format!(
+                "plan `{}` runs itself through `plan.run`: {}; a plan may not run itself, directly or through others",
+                c.name,
+                cycle.join(" → ")
+            )));
+        }
         plans.insert(c.name.to_string(), Arc::clone(&c));
         Ok(c)
     }
@@ -376,6 +480,7 @@ impl Engine {
             Arc::clone(i),
             opts.trace || i.trace,
         );
+        cell.depth.store(opts.depth, Ordering::Relaxed);
         let now = i.clock.now_ms();
         cell.submit(Input::Start {
             plan: Arc::clone(&plan.name),
@@ -392,18 +497,74 @@ impl Engine {
             .ok_or_else(|| Error::UnknownInstance(instance.to_string()))
     }
 
-    /// Routes an external event: to `instance` if given, else to every live instance of
-    /// `tenant` whose plan declares `event` as an input. Returns how many received it.
-    pub fn ingest(
+    /// Routes a batch of external events all or nothing. Every event's targets are resolved
+    /// and checked first ([`Engine::ingest`]'s rules); then the loops of all targets are held
+    /// while every token of the batch is queued, and only then run. So no event of the batch
+    /// can find its instance ended by an earlier one: either every event is delivered to
+    /// instances that were live when the batch was accepted, or (an `Err` naming the event's
+    /// index) none is. Returns, per event, how many instances received it.
+    pub fn ingest_batch(
+        &self,
+        tenant: &str,
+        events: Vec<BatchEvent>,
+    ) -> Result<Vec<usize>, (usize, Error)> {
+        let now = self.inner.clock.now_ms();
+        let mut targets: Vec<Vec<Arc<Cell>>> = Vec::with_capacity(events.len());
+        for (k, e) in events.iter().enumerate() {
+            targets.push(
+                self.targets(tenant, &e.event, e.instance.as_deref())
+                    .map_err(|err| (k, err))?,
+            );
+        }
+        let mut cells: Vec<Arc<Cell>> = targets.iter().flatten().cloned().collect();
+        cells.sort_by_key(|c| c.id);
+        cells.dedup_by_key(|c| c.id);
+        // Held in id order (every holder of several loops takes them in that order).
+        let guards: Vec<_> = cells.iter().map(|c| lock(&c.core)).collect();
+        let gone = cells.iter().position(|c| {
+            self.inner
+                .cell(c.id)
+                .is_none_or(|live| !Arc::ptr_eq(&live, c))
+        });
+        if let Some(g) = gone {
+            let id = cells[g].name.to_string();
+            let k = events
+                .iter()
+                .position(|e| e.instance.as_deref() == Some(&*id))
+                .unwrap_or(0);
+            for (c, g) in cells.iter().zip(guards) {
+                c.release(g);
+            }
+            return Err((k, Error::UnknownInstance(id)));
+        }
+        let mut counts = Vec::with_capacity(events.len());
+        for (e, cells_k) in events.into_iter().zip(&targets) {
+            counts.push(cells_k.len());
+            for c in cells_k {
+                if let Some(ev) = c.event_id(&e.event) {
+                    c.enqueue(Input::Token {
+                        event: ev,
+                        payload: e.payload.clone(),
+                        correlation: e.correlation.clone(),
+                        now,
+                    });
+                }
+            }
+        }
+        for (c, g) in cells.iter().zip(guards) {
+            c.release(g);
+        }
+        Ok(counts)
+    }
+
+    /// The cells an event goes to ([`Engine::ingest`]'s routing and checks).
+    fn targets(
         &self,
         tenant: &str,
         event: &str,
-        payload: Value,
-        correlation: Option<&str>,
         instance: Option<&str>,
-    ) -> Result<usize, Error> {
-        let now = self.inner.clock.now_ms();
-        let targets: Vec<Arc<Cell>> = match instance {
+    ) -> Result<Vec<Arc<Cell>>, Error> {
+        Ok(match instance {
             Some(id) => {
                 let cell = self.live(Some(tenant), id)?;
                 let plan = cell.plan();
@@ -433,7 +594,21 @@ impl Engine {
                 cells.sort_by_key(|c| c.id);
                 cells
             }
-        };
+        })
+    }
+
+    /// Routes an external event: to `instance` if given, else to every live instance of
+    /// `tenant` whose plan declares `event` as an input. Returns how many received it.
+    pub fn ingest(
+        &self,
+        tenant: &str,
+        event: &str,
+        payload: Value,
+        correlation: Option<&str>,
+        instance: Option<&str>,
+    ) -> Result<usize, Error> {
+        let now = self.inner.clock.now_ms();
+        let targets = self.targets(tenant, event, instance)?;
         let n = targets.len();
         let mut payload = Some(payload);
         for (k, cell) in targets.into_iter().enumerate() {

@@ -26,7 +26,9 @@ mod timers;
 
 pub use bus::{Bus, CloudEvent, Delivery, Filter, InProcessBus, Subscription};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use engine::{CronNext, Engine, EngineOptions, InstanceHandle, StartOptions, WeakEngine};
+pub use engine::{
+    BatchEvent, CronNext, Engine, EngineOptions, InstanceHandle, StartOptions, WeakEngine,
+};
 pub use error::Error;
 pub use journal_hook::{Extras, Input, Journal, MemoryJournal, PendingTimer, Repair};
 pub use outcome::{InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};

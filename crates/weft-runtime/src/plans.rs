@@ -140,3 +140,50 @@ impl CompiledPlan {
             .map(|e| e.name.as_str())
     }
 }
+
+/// The plans a plan runs by a literal name through `plan.run` (`"args": {"plan": "x"}`); a
+/// name computed by an expression cannot be known before the run.
+pub(crate) fn static_children(plan: &Plan) -> Vec<String> {
+    plan.steps
+        .values()
+        .filter(|s| s.action == "plan.run")
+        .filter_map(|s| {
+            let name = s.args.get("plan")?.as_str()?;
+            (!name.contains("${")).then(|| name.to_string())
+        })
+        .collect()
+}
+
+/// A chain of static `plan.run` names from `plan` back to itself, when registering it next
+/// to the plans `registered` gives would make one (`a → b → a`).
+pub(crate) fn child_cycle(
+    plan: &CompiledPlan,
+    registered: impl Fn(&str) -> Option<Arc<CompiledPlan>>,
+) -> Option<Vec<String>> {
+    let root = plan.name.to_string();
+    let children = |name: &str| -> Vec<String> {
+        if name == root {
+            static_children(&plan.plan)
+        } else {
+            registered(name).map_or_else(Vec::new, |p| static_children(&p.plan))
+        }
+    };
+    // Depth-first with an explicit stack: (name, path to it).
+    let mut stack = vec![(root.clone(), vec![root.clone()])];
+    let mut seen = std::collections::HashSet::new();
+    while let Some((name, path)) = stack.pop() {
+        for child in children(&name) {
+            if child == root {
+                let mut cycle = path.clone();
+                cycle.push(child);
+                return Some(cycle);
+            }
+            if seen.insert(child.clone()) {
+                let mut p = path.clone();
+                p.push(child.clone());
+                stack.push((child, p));
+            }
+        }
+    }
+    None
+}

@@ -89,7 +89,12 @@ pub(crate) fn stuck_failure(waiting: &[Waiting]) -> String {
     let parts: Vec<String> = waiting
         .iter()
         .map(|w| {
-            if w.guard_blocked {
+            if let Some(e) = &w.guard_error {
+                format!(
+                    "step `{}` has all its inputs but its guard fails to evaluate: {e}",
+                    w.step
+                )
+            } else if w.guard_blocked {
                 format!(
                     "step `{}` has all its inputs but no combination satisfies its guard",
                     w.step
@@ -210,7 +215,7 @@ impl Cell {
         let compiled = match result {
             Err(e) => Err(format!("repair failed: {e} (after: {failure})")),
             Ok(plan) => Engine::from_shared(Arc::clone(&self.engine))
-                .compile(plan)
+                .compile_for(&self.tenant, plan)
                 .map_err(|e| {
                     format!(
                         "repair failed: [{}] the revised plan is invalid: {e} (after: {failure})",

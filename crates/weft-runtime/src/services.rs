@@ -105,7 +105,21 @@ impl ToolServices for Cell {
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
         let engine = Engine::from_shared(Arc::clone(&self.engine));
         let tenant = Arc::clone(&self.tenant);
+        let depth = self.depth.load(std::sync::atomic::Ordering::Relaxed) + 1;
+        let max = self.engine.limits.max_child_depth;
         Box::pin(async move {
+            if depth as usize > max {
+                return Err(ToolError::fatal(
+                    "child_depth",
+                    format!(
+                        "child plans nest {depth} deep, over the limit of {max} (limits.max_child_depth); does a plan run itself through `plan.run`?"
+                    ),
+                ));
+            }
+            // Never start the child inside the parent's turn: a chain of children would
+            // otherwise nest their loops on one thread's stack. Yielding once makes the
+            // parent's dispatch park this call and run it from its own task.
+            tokio::task::yield_now().await;
             let compiled = match plan {
                 ChildPlan::Named { name, .. } => engine.plan(&name).ok_or_else(|| {
                     ToolError::fatal(
@@ -117,7 +131,15 @@ impl ToolServices for Cell {
                     .compile_value(doc)
                     .map_err(|e| ToolError::fatal("invalid_plan", e.to_string()))?,
             };
-            let h = engine.start_with(&tenant, &compiled, input, StartOptions::default());
+            let h = engine.start_with(
+                &tenant,
+                &compiled,
+                input,
+                StartOptions {
+                    depth,
+                    ..StartOptions::default()
+                },
+            );
             let o = h.wait().await;
             match o.status {
                 Status::Completed => Ok(o.results_json()),

@@ -1,6 +1,7 @@
 //! Request bodies: JSON only (by `Content-Type`), capped in size before anything is read
 //! (a declared `Content-Length` over the cap is refused at once; a chunked body is cut off
-//! at the cap), parsed with the error position in the problem. Also the path and query
+//! at the cap) and in time (`server.body_timeout_ms`, then `408`), parsed with the error
+//! position in the problem. Also the path and query
 //! extractors whose rejections are problems.
 
 use axum::body::Bytes;
@@ -69,18 +70,29 @@ pub(crate) async fn read_capped(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large(limit));
     }
-    axum::body::to_bytes(req.into_body(), limit)
-        .await
-        .map_err(|e| {
-            let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-            while let Some(s) = src {
-                if s.is::<http_body_util::LengthLimitError>() {
-                    return too_large(limit);
-                }
-                src = s.source();
+    let timeout = state.config().body_timeout;
+    let read = tokio::time::timeout(timeout, axum::body::to_bytes(req.into_body(), limit));
+    let Ok(read) = read.await else {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "the request body did not arrive within {} ms",
+                timeout.as_millis()
+            ),
+        )
+        .hint("send the whole body at once; the limit is `server.body_timeout_ms`"));
+    };
+    read.map_err(|e| {
+        let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(s) = src {
+            if s.is::<http_body_util::LengthLimitError>() {
+                return too_large(limit);
             }
-            ApiError::bad_request(format!("cannot read the request body: {e}"))
-        })
+            src = s.source();
+        }
+        ApiError::bad_request(format!("cannot read the request body: {e}"))
+    })
 }
 
 /// Parses JSON with a problem naming line and column.

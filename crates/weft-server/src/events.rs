@@ -2,11 +2,15 @@
 //! (`application/cloudevents+json` or `application/json`) or a batch
 //! (`application/cloudevents-batch+json`), routes each through `Engine::ingest` (to
 //! `weftinstance`, or by (tenant, type) to every waiting instance) and answers `202` once
-//! the receiving instances' journal records are durable. `GET /v1/events/stream` is the
-//! tenant's lifecycle events as Server-Sent Events.
+//! the receiving instances' journal records are durable. A batch is all or nothing
+//! (`Engine::ingest_batch`: every event checked, then all queued while the receiving loops
+//! are held), and an event whose `source` + `id` was applied before is not applied again
+//! (`dedup.rs`; counted in `duplicates`). `GET /v1/events/stream` is the tenant's lifecycle
+//! events as Server-Sent Events.
 
 use std::borrow::Cow;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Json;
@@ -31,6 +35,8 @@ pub(crate) const MAX_BATCH: usize = 10_000;
 /// One incoming event, checked.
 #[derive(Debug)]
 struct Incoming {
+    source: String,
+    id: String,
     ty: String,
     data: Value,
     instance: Option<String>,
@@ -157,11 +163,28 @@ fn check_event(e: RawEvent<'_>, k: Option<usize>) -> Result<Incoming, ApiError> 
         )));
     }
     Ok(Incoming {
+        source: e.source.unwrap_or_default().into_owned(),
+        id: e.id.unwrap_or_default().into_owned(),
         ty,
         data: e.data,
         instance: e.weftinstance,
         correlation: e.weftcorrelation,
     })
+}
+
+/// How often a request waiting for durability checks whether the store refuses writes.
+const REFUSAL_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// `503` while the store refuses journal writes (a full disk, a lost connection).
+fn store_refusing() -> ApiError {
+    let mut e = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+        "the store refuses writes right now; events already accepted are written when it recovers",
+    )
+    .hint("retry after the `Retry-After` seconds with the same CloudEvent ids: an event already applied is answered as a duplicate");
+    e.retry_after = Some(1);
+    e
 }
 
 /// `202` body.
@@ -171,6 +194,9 @@ pub(crate) struct Accepted {
     pub accepted: usize,
     /// Deliveries to instances.
     pub routed: usize,
+    /// Events not applied because the same `source` + `id` was applied before (within
+    /// `server.event_dedup_secs`) or earlier in the same batch: delivered already.
+    pub duplicates: usize,
 }
 
 async fn not_live(state: &AppState, tenant: &str, id: &str) -> ApiError {
@@ -208,13 +234,15 @@ async fn not_live(state: &AppState, tenant: &str, id: &str) -> ApiError {
             (Object = "application/json"),
         )),
     responses(
-        (status = 202, body = Accepted),
+        (status = 202, description = "Every event applied, or recognised as a duplicate (same `source` + `id` within `server.event_dedup_secs`, or repeated in the batch) and counted in `duplicates` instead of being applied again. A batch is all or nothing: any error status means no event of it was applied.", body = Accepted),
         Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 409, body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "`request_timeout`: the body did not arrive within `server.body_timeout_ms`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`instance_terminal`, or `event_in_progress`: another request is ingesting the same event", body = Problem, content_type = "application/problem+json"),
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`store_unavailable` (with `Retry-After`): the store refuses writes; events of this request that were accepted are written when it recovers, and a retry is deduplicated", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub(crate) async fn ingest(
@@ -248,8 +276,17 @@ pub(crate) async fn ingest(
         .map(|(k, e)| check_event(e, many.then_some(k)))
         .collect::<Result<Vec<_>, _>>()?;
     drop(bytes);
+    let journal = Arc::clone(state.inner.durable.journal());
+    if journal.store_refusing() {
+        return Err(store_refusing());
+    }
+    let ids: Vec<(String, String)> = events
+        .iter()
+        .map(|e| (e.source.clone(), e.id.clone()))
+        .collect();
+    let (dup, claim) = crate::dedup::check(&state, &tenant, &ids).await?;
+    let duplicates = dup.iter().filter(|d| **d).count();
     let engine = state.inner.durable.engine();
-    let many = events.len() > 1;
     let at = |k: usize| {
         if many {
             format!("event {k}: ")
@@ -257,108 +294,124 @@ pub(crate) async fn ingest(
             String::new()
         }
     };
-    // A batch is checked whole before anything of it is ingested, so a 4xx means nothing
-    // was accepted. (A single event is checked by the ingest itself, with the same answers.)
-    // A registered instance is not terminal: the engine unregisters an instance in the loop
-    // turn that ends it.
-    if many {
-        for (k, e) in events.iter().enumerate() {
-            let Some(id) = &e.instance else { continue };
-            let Some(h) = engine.handle(id).filter(|h| h.tenant() == tenant) else {
-                let mut err = not_live(&state, &tenant, id).await;
-                err.detail = format!("{}{}", at(k), err.detail);
-                return Err(err);
-            };
-            let plan = h.plan();
-            let net = &plan.net;
-            let accepted = net
-                .event_id(&e.ty)
-                .is_some_and(|ev| net.event(ev).kind == weft_core::EventKind::Input);
-            if !accepted {
-                return Err(ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "event_not_accepted",
-                    format!(
-                        "{}plan `{}` of instance `{id}` has no input event `{}`",
-                        at(k),
-                        plan.name,
-                        e.ty
-                    ),
-                )
-                .hint("the event's `type` must be an input event of the instance's plan"));
-            }
-        }
-    }
     let accepted = events.len();
     let mut targets: Vec<String> = Vec::with_capacity(accepted);
     let mut routed = 0;
     let request_id = crate::request_id::current_request_id();
     let durable = &state.inner.durable;
     let started = Instant::now();
-    for (k, e) in events.into_iter().enumerate() {
-        let Incoming {
-            ty,
-            data,
-            instance,
-            correlation,
-        } = e;
-        match instance {
-            Some(id) => {
-                match durable.ingest_with(
-                    &tenant,
-                    &ty,
-                    data,
-                    correlation.as_deref(),
-                    Some(&id),
-                    request_id.as_deref(),
-                ) {
-                    Ok(n) => routed += n,
-                    Err(weft_runtime::Error::UnknownInstance(_)) => {
-                        let mut err = not_live(&state, &tenant, &id).await;
-                        err.detail = format!("{}{}", at(k), err.detail);
-                        return Err(err);
-                    }
-                    Err(err @ weft_runtime::Error::EventNotAccepted { .. }) => {
-                        return Err(ApiError::new(
-                            StatusCode::UNPROCESSABLE_ENTITY,
-                            "event_not_accepted",
-                            format!("{}{err}", at(k)),
-                        )
-                        .hint("the event's `type` must be an input event of the instance's plan"));
-                    }
-                    Err(err) => return Err(ApiError::internal(err)),
+    let fresh: Vec<(usize, Incoming)> = events
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| !dup[*k])
+        .collect();
+    let applied: Vec<usize> = fresh.iter().map(|(k, _)| *k).collect();
+    let (st, tn) = (&state, &tenant);
+    let refused = |k: usize, err: weft_runtime::Error| async move {
+        match err {
+            weft_runtime::Error::UnknownInstance(id) => {
+                let mut e = not_live(st, tn, &id).await;
+                e.detail = format!("{}{}", at(k), e.detail);
+                e
+            }
+            err @ weft_runtime::Error::EventNotAccepted { .. } => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "event_not_accepted",
+                format!("{}{err}", at(k)),
+            )
+            .hint("the event's `type` must be an input event of the instance's plan"),
+            err => ApiError::internal(err),
+        }
+    };
+    if let [(k, _)] = fresh.as_slice() {
+        // One event: the engine's own checks answer.
+        let k = *k;
+        let Some((_, e)) = fresh.into_iter().next() else {
+            return Err(ApiError::internal("no event"));
+        };
+        match &e.instance {
+            Some(id) => targets.push(id.clone()),
+            None => targets.extend(engine.routed_instances(&tenant, &e.ty)),
+        }
+        match durable.ingest_with(
+            &tenant,
+            &e.ty,
+            e.data,
+            e.correlation.as_deref(),
+            e.instance.as_deref(),
+            request_id.as_deref(),
+        ) {
+            Ok(n) => routed += n,
+            Err(err) => return Err(refused(k, err).await),
+        }
+    } else if !fresh.is_empty() {
+        // A batch: all or nothing (`Engine::ingest_batch`): every event checked, then all
+        // queued while the receiving instances' loops are held.
+        let index: Vec<usize> = fresh.iter().map(|(k, _)| *k).collect();
+        let batch: Vec<weft_runtime::BatchEvent> = fresh
+            .into_iter()
+            .map(|(_, e)| {
+                match &e.instance {
+                    Some(id) => targets.push(id.clone()),
+                    None => targets.extend(engine.routed_instances(&tenant, &e.ty)),
                 }
-                targets.push(id);
-            }
-            None => {
-                targets.extend(engine.routed_instances(&tenant, &ty));
-                routed += durable
-                    .ingest_with(
-                        &tenant,
-                        &ty,
-                        data,
-                        correlation.as_deref(),
-                        None,
-                        request_id.as_deref(),
-                    )
-                    .map_err(ApiError::internal)?;
-            }
+                weft_runtime::BatchEvent {
+                    event: e.ty,
+                    payload: e.data,
+                    correlation: e.correlation,
+                    instance: e.instance,
+                }
+            })
+            .collect();
+        match durable.ingest_batch_with(&tenant, batch, request_id.as_deref()) {
+            Ok(counts) => routed += counts.iter().sum::<usize>(),
+            Err((j, err)) => return Err(refused(index.get(j).copied().unwrap_or(0), err).await),
         }
     }
     if targets.len() > 1 {
         targets.sort_unstable();
         targets.dedup();
     }
-    let journal = state.inner.durable.journal();
-    let waits = targets.iter().map(|t| journal.barrier(t));
-    for r in futures::future::join_all(waits).await {
-        r.map_err(ApiError::internal)?;
+    // Waiting for durability and remembering the events for deduplication run on a task of
+    // their own: a client that gives up (or a `503` below) does not stop them, so an event
+    // applied is always remembered once durable and a retry is never applied twice.
+    let j = Arc::clone(&journal);
+    let mut finish = tokio::spawn(async move {
+        let waits = targets.iter().map(|t| j.barrier(t));
+        for r in futures::future::join_all(waits).await {
+            r?;
+        }
+        crate::dedup::remember(&claim, applied.into_iter()).await;
+        drop(claim);
+        Ok::<(), weft_durable::DurableError>(())
+    });
+    loop {
+        tokio::select! {
+            r = &mut finish => {
+                r.map_err(ApiError::internal)?.map_err(ApiError::internal)?;
+                break;
+            }
+            () = tokio::time::sleep(REFUSAL_CHECK) => {
+                if journal.store_refusing() {
+                    // Applied in memory, durable once the store takes writes again; a retry
+                    // meanwhile is `409 event_in_progress`, afterwards a duplicate.
+                    return Err(store_refusing());
+                }
+            }
+        }
     }
     let m = &state.inner.metrics;
     m.journal_commit.observe(started.elapsed().as_secs_f64());
     m.events_ingested.inc_by(accepted as u64);
     m.events_routed.inc_by(routed as u64);
-    Ok((StatusCode::ACCEPTED, Json(Accepted { accepted, routed })))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(Accepted {
+            accepted,
+            routed,
+            duplicates,
+        }),
+    ))
 }
 
 /// `GET /v1/events/stream` query.

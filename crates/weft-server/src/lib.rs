@@ -19,6 +19,8 @@
 mod app;
 mod auth;
 mod body;
+mod conn;
+mod dedup;
 pub mod error;
 mod events;
 mod instances;
@@ -31,6 +33,7 @@ mod plans;
 pub mod request_id;
 mod state;
 pub mod telemetry;
+mod tools;
 
 use std::net::SocketAddr;
 
@@ -99,13 +102,16 @@ pub async fn serve(
     eprintln!("weft: listening on http://{addr}");
     let s2 = state.clone();
     let durable = state.clone();
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            eprintln!("weft: shutting down (finishing in-flight requests)");
-            s2.begin_shutdown();
-        })
-        .await?;
+    let limits = conn::ConnLimits {
+        header_timeout: state.config().header_timeout,
+        max_connections: state.config().max_connections,
+    };
+    conn::run(listener, app(state), limits, async move {
+        shutdown.await;
+        eprintln!("weft: shutting down (finishing in-flight requests)");
+        s2.begin_shutdown();
+    })
+    .await;
     // Everything recorded made durable, then the instance leases released: another
     // `weft` over the same store takes the instances over at once, not after expiry.
     match durable.inner.durable.shutdown().await {

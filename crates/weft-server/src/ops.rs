@@ -35,6 +35,15 @@ pub(crate) async fn healthz() -> Json<Health> {
     (status = 503, body = Problem, content_type = "application/problem+json"),
 ))]
 pub(crate) async fn readyz(State(state): State<AppState>) -> ApiResult<Json<Health>> {
+    if state.inner.durable.journal().store_refusing() {
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the store refuses journal writes (the last one failed; they are retried)",
+        );
+        e.retry_after = Some(1);
+        return Err(e);
+    }
     let probe = state.store().head("weft.ids");
     match tokio::time::timeout(Duration::from_secs(2), probe).await {
         Ok(Ok(_)) => Ok(Json(Health {

@@ -106,6 +106,8 @@ async fn openapi_is_3_1_and_covers_every_route_with_its_statuses() {
         ("/v1/events", vec!["post"]),
         ("/v1/events/stream", vec!["get"]),
         ("/plan/react", vec!["post"]),
+        ("/v1/tools", vec!["get"]),
+        ("/v1/tools/{name}", vec!["get", "put", "delete"]),
     ] {
         for m in methods {
             let op = &paths[p][m];
@@ -642,7 +644,7 @@ async fn inline_plan_start_stop_and_resume_from_a_checkpoint() {
         )
         .await;
     assert_eq!(st, StatusCode::ACCEPTED, "{r}");
-    assert_eq!(r, json!({"accepted": 1, "routed": 1}));
+    assert_eq!(r, json!({"accepted": 1, "routed": 1, "duplicates": 0}));
     for _ in 0..200 {
         if s.get(&format!("/v1/instances/{id}"), A).await.1["marking"]["seen"].is_array() {
             break;
@@ -714,7 +716,10 @@ async fn events_single_batch_routing_and_invalid_cloudevents() {
     let (st, v) = s.post("/v1/events", A, &cloud_event("tick", 1, None)).await;
     assert_eq!(
         (st, v),
-        (StatusCode::ACCEPTED, json!({"accepted": 1, "routed": 3}))
+        (
+            StatusCode::ACCEPTED,
+            json!({"accepted": 1, "routed": 3, "duplicates": 0})
+        )
     );
     // Batch.
     let batch: Vec<Value> = (0..10)
@@ -730,7 +735,10 @@ async fn events_single_batch_routing_and_invalid_cloudevents() {
         .await;
     assert_eq!(
         (st, v),
-        (StatusCode::ACCEPTED, json!({"accepted": 10, "routed": 10}))
+        (
+            StatusCode::ACCEPTED,
+            json!({"accepted": 10, "routed": 10, "duplicates": 0})
+        )
     );
     // Every accepted event is in the journal once it was acknowledged.
     let (_, j) = s
@@ -747,7 +755,10 @@ async fn events_single_batch_routing_and_invalid_cloudevents() {
     let (st, v) = s.post("/v1/events", B, &cloud_event("tick", 1, None)).await;
     assert_eq!(
         (st, v),
-        (StatusCode::ACCEPTED, json!({"accepted": 1, "routed": 0}))
+        (
+            StatusCode::ACCEPTED,
+            json!({"accepted": 1, "routed": 0, "duplicates": 0})
+        )
     );
     // Invalid CloudEvents.
     for bad in [

@@ -58,7 +58,10 @@ async fn postgres_plans_instances_events_and_tenants() {
         .await;
     assert_eq!(
         (st, v),
-        (StatusCode::ACCEPTED, json!({"accepted": 20, "routed": 20}))
+        (
+            StatusCode::ACCEPTED,
+            json!({"accepted": 20, "routed": 20, "duplicates": 0})
+        )
     );
     let (_, j) = s
         .get(
@@ -89,4 +92,54 @@ async fn postgres_plans_instances_events_and_tenants() {
         StatusCode::NOT_FOUND
     );
     assert_eq!(s.get("/readyz", None).await.0, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
+async fn postgres_deduplicates_events_across_a_restart() {
+    let url = std::env::var("WEFT_TEST_POSTGRES_URL").expect("WEFT_TEST_POSTGRES_URL");
+    let schema = format!(
+        "weft_server_dedup_{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() % 1_000_000_000_000)
+            .unwrap_or_default()
+    );
+    let s = postgres_in(two_tenants(), &url, &schema).await;
+    let (st, v) = s
+        .post(
+            "/v1/instances",
+            Some(TOK_A),
+            &json!({"plan_inline": ticker()}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let ev = json!({"specversion": "1.0", "id": "pg-1", "source": "/pg", "type": "tick",
+        "data": {"n": 1}, "weftinstance": id});
+    let (_, v) = s.post("/v1/events", Some(TOK_A), &ev).await;
+    assert_eq!(v, json!({"accepted": 1, "routed": 1, "duplicates": 0}));
+    let (_, v) = s.post("/v1/events", Some(TOK_A), &ev).await;
+    assert_eq!(v, json!({"accepted": 1, "routed": 0, "duplicates": 1}));
+    s.state.durable().shutdown().await.expect("shutdown");
+    drop(s);
+    let s = postgres_in(two_tenants(), &url, &schema).await;
+    let (_, v) = s.post("/v1/events", Some(TOK_A), &ev).await;
+    assert_eq!(v, json!({"accepted": 1, "routed": 0, "duplicates": 1}));
+    let (_, j) = s
+        .get(
+            &format!("/v1/instances/{id}/journal?limit=1000"),
+            Some(TOK_A),
+        )
+        .await;
+    let tokens = j["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "token.added")
+        .count();
+    assert_eq!(tokens, 1, "{j}");
 }

@@ -290,7 +290,15 @@ async fn execute(
         }
     }
     let started = Instant::now();
-    let handle = engine.start_with(TENANT, &compiled, input, StartOptions { trace: true });
+    let handle = engine.start_with(
+        TENANT,
+        &compiled,
+        input,
+        StartOptions {
+            trace: true,
+            ..StartOptions::default()
+        },
+    );
     let mut undelivered = Vec::new();
     for e in events {
         if let Err(err) = engine.ingest(TENANT, &e.name, e.payload, None, Some(handle.id())) {
@@ -491,9 +499,17 @@ impl<'a> Report<'a> {
                 },
                 emitted: emitted_events(plan, t)
                     .into_iter()
-                    .map(|(id, guess)| TokenRef {
+                    .enumerate()
+                    .map(|(k, (id, guess))| TokenRef {
                         token: id,
-                        event: token_event.get(&id).cloned().or(guess),
+                        // The engine's record first, then a consuming binding, then the plan.
+                        event: t
+                            .emitted_events
+                            .get(k)
+                            .cloned()
+                            .flatten()
+                            .or_else(|| token_event.get(&id).cloned())
+                            .or(guess),
                         payload: None,
                     })
                     .collect(),
@@ -690,7 +706,11 @@ fn waiting_line(w: &Waiting) -> String {
             list(&w.lacks)
         ));
     }
-    if w.guard_blocked {
+    if let Some(e) = &w.guard_error {
+        s.push_str(&format!(
+            " (all inputs present, but its guard fails to evaluate: {e})"
+        ));
+    } else if w.guard_blocked {
         s.push_str(" (all inputs present, but no combination satisfies its guard or correlation)");
     }
     s

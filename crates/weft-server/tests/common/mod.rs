@@ -56,6 +56,30 @@ pub(crate) async fn sqlite_with(node: weft_node::Config, config: ServerConfig) -
     }
 }
 
+/// A server over the SQLite file at `path` (kept by the caller: a second call is a restart).
+pub(crate) async fn sqlite_at(path: &std::path::Path, config: ServerConfig) -> Srv {
+    let store: Arc<dyn Store> = weft_store_sqlite::open(path.to_str().expect("utf-8 path"))
+        .await
+        .expect("open sqlite");
+    on_store(store, config).await
+}
+
+/// A server over `store` (a wrapper injecting faults, say).
+pub(crate) async fn on_store(store: Arc<dyn Store>, config: ServerConfig) -> Srv {
+    let (state, _) = AppState::open(
+        weft_node::Builder::new(weft_node::Config::default()),
+        Some(store),
+        config,
+    )
+    .await
+    .expect("state");
+    Srv {
+        app: weft_server::app(state.clone()),
+        state,
+        _dir: None,
+    }
+}
+
 /// A PostgreSQL-backed server in a fresh schema at `WEFT_TEST_POSTGRES_URL`. The tests
 /// calling this are ignored unless the variable was set at build time (`cfg(weft_postgres)`,
 /// see `build.rs`), so a missing variable here is a failure with a hint, never a skip.
@@ -76,8 +100,13 @@ pub(crate) async fn postgres(config: ServerConfig, test: &str) -> Srv {
             .map(|d| d.as_nanos() % 1_000_000_000_000)
             .unwrap_or_default()
     );
+    postgres_in(config, &url, &schema).await
+}
+
+/// A PostgreSQL-backed server in `schema` (a second call with the same schema is a restart).
+pub(crate) async fn postgres_in(config: ServerConfig, url: &str, schema: &str) -> Srv {
     let store: Arc<dyn Store> = Arc::new(
-        weft_store_postgres::PgStore::open_in_schema(&url, Some(&schema))
+        weft_store_postgres::PgStore::open_in_schema(url, Some(schema))
             .await
             .expect("open postgres"),
     );
@@ -105,6 +134,15 @@ pub(crate) fn req(method: &str, uri: &str, token: Option<&str>) -> axum::http::r
 }
 
 impl Srv {
+    /// A server over an already opened state (tests that reopen a store).
+    pub(crate) fn from_state(state: AppState) -> Srv {
+        Srv {
+            app: weft_server::app(state.clone()),
+            state,
+            _dir: None,
+        }
+    }
+
     pub(crate) async fn send(&self, r: Request<Body>) -> Response<Body> {
         self.app.clone().oneshot(r).await.expect("infallible")
     }
@@ -196,7 +234,10 @@ pub(crate) fn ticker() -> Value {
 }
 
 pub(crate) fn cloud_event(ty: &str, n: u64, instance: Option<&str>) -> Value {
-    let mut e = json!({"specversion": "1.0", "id": format!("e-{n}"), "source": "/test", "type": ty, "data": {"n": n}});
+    // Unique ids: the server applies an event's `source` + `id` once (deduplication).
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut e = json!({"specversion": "1.0", "id": format!("e-{n}-{k}"), "source": "/test", "type": ty, "data": {"n": n}});
     if let Some(i) = instance {
         e["weftinstance"] = json!(i);
     }
