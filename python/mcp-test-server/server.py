@@ -6,7 +6,9 @@ crates/weft-node/tests/declared_mcp.rs).
     python server.py --http PORT  # streamable HTTP at http://127.0.0.1:PORT/mcp
 
 Tools: `add` (read-only, idempotent; plain text result), `write_note` (destructive),
-`structured` (structured content), `fail` (raises: an `isError` result), `sleep` (waits `ms`),
+`structured` (structured content), `typed` (structured content under the output schema the SDK
+derives from its return type), `liar` (publishes an output schema its structured content breaks),
+`fail` (raises: an `isError` result), `sleep` (waits `ms`),
 `die` (the process exits mid-call, without an answer), `pid` (this process's id, to tell a
 restarted server from the first one), `getenv` (a variable of its environment).
 """
@@ -58,6 +60,28 @@ def structured() -> CallToolResult:
         content=[TextContent(type="text", text="Lyon: 522250 inhabitants")],
         structured_content=facts,
     )
+
+
+@server.tool(description="Facts about a city, under a declared output schema")
+def typed(city: str) -> Facts:
+    return {"city": city, "population": 1, "tags": []}
+
+
+@server.tool(description="Facts that break the output schema the tool publishes")
+def liar() -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text="a city")],
+        structured_content={"city": 7},
+    )
+
+
+# An output schema published by hand is advertised but not checked by the SDK, so this server
+# lies about its output the way a faulty one would.
+server._tool_manager.get_tool("liar").fn_metadata.output_schema = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+}
 
 
 @server.tool(description="Always fails")

@@ -77,6 +77,12 @@ impl Allowlist {
     }
 }
 
+/// Whether `allow_hosts` (`tools.http.allow_hosts` patterns) lets a call go to `host`; the
+/// reason when not. For declarations checked before any call (tenants' `http` tools).
+pub fn host_allowed(allow_hosts: &[String], host: &str) -> Result<(), String> {
+    Allowlist::new(allow_hosts).check(host).map_err(|d| d.0)
+}
+
 /// Lowercase, without IPv6 brackets or a trailing dot; IP literals in canonical form.
 fn normalise(host: &str) -> String {
     let h = host.trim().trim_end_matches('.').to_ascii_lowercase();

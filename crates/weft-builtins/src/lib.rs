@@ -24,3 +24,4 @@ pub(crate) use weft_tools::{
 
 pub use builtin::{default_registry, register_all, register_pure};
 pub use config::{EmailConfig, HttpConfig, ProcessConfig, SmtpConfig, SmtpSecurity, ToolsConfig};
+pub use http_guard::host_allowed;

@@ -205,3 +205,58 @@ fn an_mcp_server_in_weft_toml_serves_tools_to_validate_and_run() {
     assert_eq!(v["outcome"], "completed", "{v}");
     assert!(v["results"].to_string().contains("42"), "{v}");
 }
+
+/// `weft tools --tenant T` adds the tools T declared through the API, read from the
+/// configured store, with their source kind and version; without a store it says what to set.
+#[test]
+fn tools_lists_a_tenants_api_tools_from_the_store() {
+    let dir = temp_dir("tools-tenant");
+    let db = dir.join("weft.db");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = weft_store_sqlite::open(db.to_str().unwrap()).await.unwrap();
+        let def = serde_json::json!({"name": "crm.find", "description": "Finds a customer",
+            "effect": "read", "idempotent": true, "source": {"kind": "fixed", "result": 1}});
+        for (tenant, v) in [("acme", 1), ("acme", 2), ("other", 1)] {
+            assert_eq!(
+                store
+                    .put_tool(tenant, "crm.find", Some(def.clone()), 1)
+                    .await
+                    .unwrap(),
+                v
+            );
+        }
+        store
+            .put_tool("acme", "gone", Some(def.clone()), 1)
+            .await
+            .unwrap();
+        store.put_tool("acme", "gone", None, 2).await.unwrap();
+    });
+    let url = format!("sqlite://{}", db.display());
+    let o = weft_env(
+        &dir,
+        &["tools", "--tenant", "acme"],
+        &[("WEFT_STORE_URL", &url)],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = out.lines().find(|l| l.starts_with("crm.find")).expect(&out);
+    assert!(
+        line.contains("api (fixed) v2") && line.contains("Finds a customer"),
+        "{line}"
+    );
+    assert!(!out.contains("gone"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("echo")), "{out}");
+    let o = weft_env(
+        &dir,
+        &["tools", "--tenant", "nobody"],
+        &[("WEFT_STORE_URL", &url)],
+    );
+    assert!(!stdout(&o).contains("crm.find"), "{}", stdout(&o));
+    let o = weft_env(&dir, &["tools", "--tenant", "acme"], &[]);
+    assert_ne!(code(&o), 0);
+    assert!(stderr(&o).contains("store.url"), "{}", stderr(&o));
+}

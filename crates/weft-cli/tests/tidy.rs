@@ -23,8 +23,9 @@ const LAYERS: &[&[&str]] = &[
         "weft-store-postgres",
     ],
     &["weft-durable", "weft-llm"],
-    &["weft-node", "weft-bench"],
-    &["weft-server"],
+    &["weft-node"],
+    // The benchmarks assemble nodes (the tool-source workloads) like a front end does.
+    &["weft-server", "weft-bench"],
     &["weft-cli", "weft-loadgen"],
 ];
 

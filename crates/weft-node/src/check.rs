@@ -125,6 +125,9 @@ pub fn check(loaded: &mut Loaded, openers: &Openers) {
             Some("each tool name is declared once".into()),
         );
     }
+    for (key, message) in crate::planner_bus::problems(&c.planner) {
+        bad(key, message, None);
+    }
     if c.llm.base_url.is_some()
         && let Err(e) = crate::llm::openai_config(&c.llm)
     {

@@ -32,6 +32,8 @@ pub struct Config {
     pub server: ServerSection,
     /// Logs and trace export.
     pub telemetry: TelemetryConfig,
+    /// The ReAct planner served over NATS request/reply by `weft serve`.
+    pub planner: PlannerConfig,
 }
 
 /// `[store]`.
@@ -66,7 +68,7 @@ impl Default for StoreConfig {
 }
 
 /// `[tools]`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ToolsSection {
     /// `http.request`.
@@ -80,6 +82,25 @@ pub struct ToolsSection {
     /// MCP servers whose tools join the registry as `<name>.<tool>` (`[[tools.mcp]]`,
     /// discovered when the node starts: [`crate::Builder::discover_mcp`]).
     pub mcp: Vec<McpServerDef>,
+    /// The NATS server of the `worker` tools tenants declare through the API
+    /// (`PUT /v1/tools/{name}`).
+    pub worker_url: String,
+    /// Most tools one tenant may declare through the API.
+    pub api_max_tools: usize,
+}
+
+impl Default for ToolsSection {
+    fn default() -> Self {
+        ToolsSection {
+            http: HttpConfig::default(),
+            email: EmailConfig::default(),
+            process: ProcessConfig::default(),
+            declared: Vec::new(),
+            mcp: Vec::new(),
+            worker_url: weft_sources::worker::DEFAULT_URL.to_string(),
+            api_max_tools: 1_000,
+        }
+    }
 }
 
 impl ToolsSection {
@@ -158,6 +179,13 @@ pub struct LimitsConfig {
     pub max_expr_len: usize,
     /// Most reachable states `weft analyze` explores.
     pub max_states: usize,
+    /// Deepest nesting of child plans (`plan.run`); deeper fails the step with `child_depth`.
+    pub max_child_depth: usize,
+    /// Operations one CEL evaluation may do inside comprehensions (its budget).
+    pub cel_max_cost: u64,
+    /// Size units (characters, bytes, elements, entries) one CEL evaluation may build inside
+    /// comprehensions.
+    pub cel_max_size: u64,
 }
 
 impl Default for LimitsConfig {
@@ -171,6 +199,9 @@ impl Default for LimitsConfig {
             max_name_len: l.max_name_len,
             max_expr_len: l.max_expr_len,
             max_states: 1_000_000,
+            max_child_depth: l.max_child_depth,
+            cel_max_cost: l.cel_budget.max_cost,
+            cel_max_size: l.cel_budget.max_size,
         }
     }
 }
@@ -185,6 +216,11 @@ impl LimitsConfig {
             max_name_len: self.max_name_len,
             max_depth: self.max_depth,
             max_expr_len: self.max_expr_len,
+            max_child_depth: self.max_child_depth,
+            cel_budget: weft_core::cel_budget::Budget {
+                max_cost: self.cel_max_cost,
+                max_size: self.cel_max_size,
+            },
         }
     }
 }
@@ -212,6 +248,18 @@ pub struct ServerSection {
     pub rate_burst: f64,
     /// Traces of finished instances kept in memory.
     pub trace_retention: usize,
+    /// Milliseconds a client has to send a request's headers; also how long an idle
+    /// keep-alive connection may wait for its next request.
+    pub header_timeout_ms: u64,
+    /// Milliseconds a client has to send a request's body.
+    pub body_timeout_ms: u64,
+    /// Most open connections; more are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// Seconds a CloudEvent's (`source`, `id`) is remembered per tenant: a repeat within
+    /// this window is answered as a duplicate and not applied again.
+    pub event_dedup_secs: u64,
+    /// Plan validations and analyses one tenant may run at once (more wait their turn).
+    pub validate_concurrency: usize,
 }
 
 impl Default for ServerSection {
@@ -225,6 +273,11 @@ impl Default for ServerSection {
             rate_limit: 100_000.0,
             rate_burst: 200_000.0,
             trace_retention: 10_000,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            max_connections: 10_000,
+            event_dedup_secs: 7 * 24 * 3600,
+            validate_concurrency: 2,
         }
     }
 }
@@ -250,6 +303,40 @@ impl Default for TelemetryConfig {
     }
 }
 
+/// `[planner]`: seed 004's ReAct planner served over NATS request/reply, the bus twin of
+/// `POST /plan/react` (`planner_bus.rs`), run by `weft serve`. Unset `nats_url`: off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlannerConfig {
+    /// The NATS server to serve on, e.g. `nats://127.0.0.1:4222` (unset: not served).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats_url: Option<String>,
+    /// The subject requests arrive on (no wildcards); answers go to each request's reply
+    /// subject, or to `<subject>.reply.<trace_id>` for a request published without one.
+    pub subject: String,
+    /// The queue group: several weft nodes serving one subject share its requests.
+    pub queue_group: String,
+    /// The tenant the requests act as (the bus carries no token): its tools are called.
+    pub tenant: String,
+    /// Requests planned at once (at most 65536); one more is answered `busy` at once.
+    pub max_concurrent: usize,
+    /// Largest request payload, in bytes (larger: `payload_too_large`).
+    pub max_request_bytes: usize,
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        PlannerConfig {
+            nats_url: None,
+            subject: "weft.planner.react".to_string(),
+            queue_group: "weft.planner".to_string(),
+            tenant: "local".to_string(),
+            max_concurrent: 16,
+            max_request_bytes: 1 << 20,
+        }
+    }
+}
+
 /// Keys that have no default value (unset unless a file, the environment or a flag sets
 /// them), with the kind of value they take. The keys with defaults come from
 /// [`Config::default`] itself, so this list and the model cannot drift apart unnoticed: a
@@ -266,6 +353,7 @@ pub(crate) const OPTIONAL_KEYS: &[(&str, Kind)] = &[
     ("server.tokens_file", Kind::String),
     ("server.tokens", Kind::String),
     ("telemetry.otlp_endpoint", Kind::String),
+    ("planner.nats_url", Kind::String),
     ("tools.process.cwd", Kind::String),
     ("tools.email.smtp.host", Kind::String),
     ("tools.email.smtp.port", Kind::Integer),

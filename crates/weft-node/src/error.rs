@@ -33,6 +33,9 @@ pub enum Error {
     /// The API tokens could not be read or parsed.
     #[error("[invalid_tokens] {0}")]
     Tokens(String),
+    /// The NATS planner service could not start (`planner_bus.rs`).
+    #[error("[planner_unavailable] {0}")]
+    Planner(String),
 }
 
 impl Error {
@@ -46,6 +49,7 @@ impl Error {
             Error::Durable(e) => e.code(),
             Error::Llm(_) => "invalid_llm",
             Error::Tokens(_) => "invalid_tokens",
+            Error::Planner(_) => "planner_unavailable",
         }
     }
 }

@@ -9,6 +9,9 @@
 //! - `openers.rs` — backends by URL scheme: a new backend is one entry.
 //! - `node.rs` — [`Builder`] → [`Node`].
 //! - `llm.rs`, `tokens.rs` — the LLM provider and the API tokens the configuration names.
+//! - `tenant_tools.rs` — the tools tenants declare through the API ([`tenant_tools::Toolbox`]).
+//! - `planner_bus.rs` — the seed-004 ReAct planner served over NATS request/reply
+//!   (`[planner]`), the bus twin of `POST /plan/react`.
 //!
 //! **Architecture invariant:** no front end (CLI command, server module) builds an engine, a
 //! store or a registry except through this crate.
@@ -20,6 +23,8 @@ pub mod llm;
 pub mod load;
 mod node;
 pub mod openers;
+pub mod planner_bus;
+pub mod tenant_tools;
 pub mod tokens;
 
 pub use check::check;

@@ -17,6 +17,7 @@ use weft_tools::{Chain, Interceptor, Registry, Stage, Tool};
 use crate::Error;
 use crate::config::Config;
 use crate::openers::Openers;
+use crate::tenant_tools::Toolbox;
 
 /// How to build a [`Node`].
 pub struct Builder {
@@ -254,6 +255,7 @@ impl Builder {
             durable: None,
             llm: p.llm,
             chain: self.chain,
+            toolbox: None,
         })
     }
 
@@ -271,7 +273,14 @@ impl Builder {
     }
 
     async fn open_discovered(self, store: Arc<dyn Store>) -> Result<Node, Error> {
-        let p = self.parts()?;
+        let mut p = self.parts()?;
+        // Every tenant's declared tools, before anything compiles a stored plan.
+        let toolbox = Arc::new(Toolbox::new(&self.config));
+        toolbox
+            .refresh(store.as_ref(), None)
+            .await
+            .map_err(|e| Error::Durable(weft_durable::DurableError::from(e)))?;
+        p.opts.tenant_tools = Some(Arc::clone(&toolbox) as Arc<dyn weft_tools::TenantTools>);
         let durable = Durable::open(store, p.opts, self.durable_settings()).await?;
         let chain = self.chain.with(Stage::Durability, durable.gate_link());
         Ok(Node {
@@ -282,6 +291,7 @@ impl Builder {
             durable: Some(durable),
             llm: p.llm,
             chain,
+            toolbox: Some(toolbox),
         })
     }
 }
@@ -304,6 +314,8 @@ pub struct Node {
     durable: Option<Durable>,
     llm: Option<Arc<dyn ChatProvider>>,
     chain: Chain,
+    /// Tenants' declared tools (durable nodes).
+    toolbox: Option<Arc<Toolbox>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -331,6 +343,37 @@ impl Node {
     /// chain without its instance-only links.
     pub fn outside_registry(&self) -> &Arc<Registry> {
         &self.outside
+    }
+
+    /// Tenants' declared tools (`None` for a node without a store).
+    pub fn toolbox(&self) -> Option<&Arc<Toolbox>> {
+        self.toolbox.as_ref()
+    }
+
+    /// [`Node::registry`] overlaid with `tenant`'s declared tools: what `tenant`'s plans are
+    /// validated against.
+    pub fn registry_for(&self, tenant: &str) -> Arc<Registry> {
+        match self.own_tools(tenant) {
+            Some(own) => Arc::new(self.registry.overlaid(&own)),
+            None => Arc::clone(&self.registry),
+        }
+    }
+
+    /// [`Node::outside_registry`] overlaid with `tenant`'s declared tools, wrapped the same
+    /// way: what `tenant`'s calls outside instances (`/plan/react`) may use.
+    pub fn outside_registry_for(&self, tenant: &str) -> Arc<Registry> {
+        match self.own_tools(tenant) {
+            Some(own) => Arc::new(
+                self.outside
+                    .overlaid(&self.chain.apply_outside_instances(&own)),
+            ),
+            None => Arc::clone(&self.outside),
+        }
+    }
+
+    fn own_tools(&self, tenant: &str) -> Option<Arc<Registry>> {
+        use weft_tools::TenantTools;
+        self.toolbox.as_ref()?.tools(tenant)
     }
 
     /// The engine (the durable one's, for a durable node).

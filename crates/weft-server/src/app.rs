@@ -13,7 +13,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::{auth, events, instances, llm, ops, plans, request_id};
+use crate::{auth, events, instances, llm, ops, plans, request_id, tools};
 
 /// The HTTP application over `state` (STYLE §11: tested in-process with `oneshot`).
 pub fn app(state: AppState) -> Router {
@@ -38,6 +38,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/instances/{id}/resume", post(instances::resume))
         .route("/v1/instances/{id}/checkpoint", post(instances::checkpoint))
         .route("/v1/instances/{id}/repair", post(llm::repair))
+        .route("/v1/tools", get(tools::list))
+        .route(
+            "/v1/tools/{name}",
+            get(tools::get).put(tools::put).delete(tools::delete),
+        )
         .route("/v1/events", post(events::ingest))
         .route("/v1/events/stream", get(events::stream))
         .route("/plan/react", post(llm::react))
@@ -104,6 +109,7 @@ impl utoipa::Modify for Security {
         instances::journal, instances::inspect, instances::stop, instances::resume,
         instances::checkpoint,
         events::ingest, events::stream,
+        tools::list, tools::get, tools::put, tools::delete,
     ),
     components(schemas(crate::error::Problem)),
     modifiers(&Security),
@@ -111,6 +117,7 @@ impl utoipa::Modify for Security {
         (name = "plans", description = "Plan templates: validate, analyse, store, draw"),
         (name = "instances", description = "Durable plan instances"),
         (name = "events", description = "CloudEvents in, lifecycle events out (SSE)"),
+        (name = "tools", description = "The tools plans call: the node's, and each tenant's own"),
         (name = "llm", description = "Routes that use a language model"),
         (name = "ops", description = "Health, readiness, metrics, this document"),
         (name = "ui", description = "The web UI"),

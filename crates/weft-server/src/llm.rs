@@ -30,13 +30,16 @@ fn llm(state: &AppState) -> ApiResult<Llm> {
         .ok_or_else(ApiError::llm_unavailable)
 }
 
-fn tools(state: &AppState) -> Vec<ToolSpec> {
-    state
+/// The tools `tenant`'s plans may call (the node's and its own), for the planner's prompt.
+async fn tools(state: &AppState, tenant: &str) -> ApiResult<Vec<ToolSpec>> {
+    crate::tools::refresh(state, tenant).await?;
+    Ok(state
         .inner
-        .registry
+        .node
+        .registry_for(tenant)
         .iter()
         .map(|t| t.spec().clone())
-        .collect()
+        .collect())
 }
 
 fn llm_error(e: weft_llm::Error) -> ApiError {
@@ -110,12 +113,13 @@ pub(crate) async fn generate(
     JsonBody(req): JsonBody<GenerateRequest>,
 ) -> ApiResult<Json<Generated>> {
     let llm = llm(&state)?;
+    let tools = tools(&state, &tenant).await?;
     let opts = PlanOptions {
         correlation: Correlation::new(tenant),
         max_attempts: req.max_attempts.unwrap_or(3).clamp(1, 10),
         ..PlanOptions::default()
     };
-    let o = weft_llm::plan(&llm, &req.instruction, &tools(&state), &opts)
+    let o = weft_llm::plan(&llm, &req.instruction, &tools, &opts)
         .await
         .map_err(llm_error)?;
     state
@@ -272,7 +276,7 @@ pub(crate) async fn repair(
         failure,
         marking,
         journal_excerpt: String::new(),
-        tools: tools(&state),
+        tools: tools(&state, &tenant).await?,
     };
     let opts = PlanOptions {
         correlation: Correlation::new(tenant),
@@ -315,40 +319,18 @@ pub(crate) async fn react(
     Tenant(tenant): Tenant,
     JsonBody(req): JsonBody<weft_llm::PlannerRequest>,
 ) -> ApiResult<Json<weft_llm::PlannerResponse>> {
-    // Every toolset entry names a tool of this weft (built-in or declared), or nothing runs.
-    let missing: Vec<&str> = req
-        .toolset
-        .iter()
-        .map(|d| d.tool_id.as_str())
-        .filter(|id| state.inner.outside.get(id).is_none())
-        .collect();
-    if !missing.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "unknown_tool",
-            format!(
-                "the toolset names tools this server does not have: {}",
-                missing
-                    .iter()
-                    .map(|m| format!("`{m}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )
-        .hint("declare them in weft.toml ([[tools.declared]]) or pick tools `weft tools` lists"));
-    }
-    let llm = llm(&state)?;
-    let exec = weft_llm::RegistryExecutor::new(
-        Arc::clone(&state.inner.outside),
-        weft_tools::ToolContext {
-            // The tools act for the caller's tenant (a worker tool's subject names it).
-            tenant: Arc::from(tenant.as_str()),
-            ..weft_tools::ToolContext::detached("react")
-        },
-    );
-    let r = weft_llm::run_react(&llm, &Correlation::new(tenant), &req, &exec)
-        .await
-        .map_err(llm_error)?;
+    // The request → response logic is shared with the NATS planner subject (weft-node).
+    // The node's tools and the tenant's own.
+    crate::tools::refresh(&state, &tenant).await?;
+    let tools = state.inner.node.outside_registry_for(&tenant);
+    let r = weft_llm::react::answer(
+        state.inner.llm.as_ref(),
+        &tools,
+        &Correlation::new(tenant),
+        &req,
+    )
+    .await
+    .map_err(refusal)?;
     if let Some(u) = &r.usage {
         state
             .inner
@@ -356,4 +338,14 @@ pub(crate) async fn react(
             .llm_usage(u.prompt_tokens, u.completion_tokens);
     }
     Ok(Json(r))
+}
+
+/// A refusal of the shared ReAct service as a problem response (same code, status, hint).
+fn refusal(r: weft_llm::react::Refusal) -> ApiError {
+    let status = StatusCode::from_u16(r.kind.status()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let e = ApiError::new(status, r.code, r.message);
+    match r.hint {
+        Some(h) => e.hint(h),
+        None => e,
+    }
 }

@@ -164,16 +164,45 @@ pub(crate) fn check(bytes: &[u8], registry: &weft_tools::Registry, analyse: bool
     }
 }
 
+/// [`check`] on a blocking thread, against the node's tools and `tenant`'s own.
 pub(crate) async fn check_async(
     state: &AppState,
+    tenant: &str,
     bytes: Bytes,
     analyse: bool,
 ) -> ApiResult<Checked> {
-    let registry = Arc::clone(&state.inner.registry);
-    tokio::task::spawn_blocking(move || check(&bytes, &registry, analyse))
-        .await
-        .map_err(ApiError::internal)
+    crate::tools::refresh(state, tenant).await?;
+    let registry = state.inner.node.registry_for(tenant);
+    // One tenant's checks wait for each other past `server.validate_concurrency`, so a
+    // tenant sending expensive plans holds that many blocking threads at most, never the
+    // request path; each check's CEL evaluations also stop at `CHECK_DEADLINE`.
+    let slots = {
+        let mut m = state
+            .inner
+            .validating
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let n = state.config().validate_concurrency.max(1);
+        Arc::clone(
+            m.entry(tenant.to_string())
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(n))),
+        )
+    };
+    let _permit = slots.acquire_owned().await.map_err(ApiError::internal)?;
+    tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + CHECK_DEADLINE;
+        weft_core::cel_budget::with_interrupt(
+            Arc::new(move || std::time::Instant::now() >= deadline),
+            || check(&bytes, &registry, analyse),
+        )
+    })
+    .await
+    .map_err(ApiError::internal)
 }
+
+/// The longest the CEL evaluations of one plan check may take together (the budget of each
+/// evaluation bounds it too; this bounds a plan with many expensive expressions).
+const CHECK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn invalid_plan(c: &Checked) -> ApiError {
     ApiError::new(
@@ -205,7 +234,7 @@ pub(crate) async fn store_plan(
     tenant: &str,
     doc: PlanDoc,
 ) -> ApiResult<(String, u32, Arc<Checked>)> {
-    let checked = check_async(state, doc.bytes, true).await?;
+    let checked = check_async(state, tenant, doc.bytes, true).await?;
     if checked.invalid {
         return Err(invalid_plan(&checked));
     }
@@ -248,7 +277,7 @@ async fn stored_check(
         return Ok(Arc::clone(c));
     }
     let bytes = Bytes::from(serde_json::to_vec(doc).map_err(ApiError::internal)?);
-    let c = Arc::new(check_async(state, bytes, true).await?);
+    let c = Arc::new(check_async(state, tenant, bytes, true).await?);
     lock(&state.inner.analyses).insert(key, Arc::clone(&c));
     Ok(c)
 }
@@ -696,10 +725,10 @@ pub(crate) struct Validated {
     security(("bearer" = [])))]
 pub(crate) async fn validate(
     State(state): State<AppState>,
-    _t: Tenant,
+    Tenant(tenant): Tenant,
     doc: PlanDoc,
 ) -> ApiResult<Json<Validated>> {
-    let c = check_async(&state, doc.bytes, false).await?;
+    let c = check_async(&state, &tenant, doc.bytes, false).await?;
     Ok(Json(Validated {
         ok: !c.invalid,
         findings: c.findings,
@@ -729,10 +758,10 @@ pub(crate) struct Analyzed {
     security(("bearer" = [])))]
 pub(crate) async fn analyze(
     State(state): State<AppState>,
-    _t: Tenant,
+    Tenant(tenant): Tenant,
     doc: PlanDoc,
 ) -> ApiResult<Json<Analyzed>> {
-    let c = check_async(&state, doc.bytes, true).await?;
+    let c = check_async(&state, &tenant, doc.bytes, true).await?;
     Ok(Json(Analyzed {
         analysis: c.analysis(),
         findings: c.findings,

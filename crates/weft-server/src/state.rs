@@ -12,7 +12,6 @@ use serde_json::Value;
 use weft_durable::Durable;
 use weft_runtime::{CompiledPlan, TraceEntry};
 use weft_store::Store;
-use weft_tools::Registry;
 
 use crate::error::ApiError;
 use crate::limit::RateLimiter;
@@ -40,6 +39,17 @@ pub struct ServerConfig {
     pub keep_alive: Duration,
     /// Traces of finished instances kept in memory for `GET …/trace`.
     pub trace_retention: usize,
+    /// Time a client has to send a request's headers, and an idle keep-alive connection to
+    /// start its next request; then the connection is closed.
+    pub header_timeout: Duration,
+    /// Time a client has to send a request's body (`408 request_timeout` after it).
+    pub body_timeout: Duration,
+    /// Most open connections; connections over it are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// How long a CloudEvent's (`source`, `id`) is remembered per tenant for deduplication.
+    pub dedup_window: Duration,
+    /// Plan validations and analyses one tenant may run at once.
+    pub validate_concurrency: usize,
 }
 
 impl Default for ServerConfig {
@@ -53,6 +63,11 @@ impl Default for ServerConfig {
             rate_burst: 200_000.0,
             keep_alive: Duration::from_secs(15),
             trace_retention: 10_000,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+            dedup_window: Duration::from_secs(7 * 24 * 3600),
+            validate_concurrency: 2,
         }
     }
 }
@@ -75,6 +90,11 @@ impl ServerConfig {
             rate_per_sec: s.rate_limit,
             rate_burst: s.rate_burst,
             trace_retention: s.trace_retention,
+            header_timeout: Duration::from_millis(s.header_timeout_ms.max(1)),
+            body_timeout: Duration::from_millis(s.body_timeout_ms.max(1)),
+            max_connections: s.max_connections.max(1),
+            dedup_window: Duration::from_secs(s.event_dedup_secs),
+            validate_concurrency: s.validate_concurrency.max(1),
             ..ServerConfig::default()
         })
     }
@@ -123,11 +143,9 @@ impl std::fmt::Debug for AppState {
 
 pub(crate) struct Inner {
     pub config: ServerConfig,
+    /// The node: its tools and every tenant's declared ones.
+    pub node: weft_node::Node,
     pub durable: Durable,
-    /// The tools as registered (validation, the planner's catalog).
-    pub registry: Arc<Registry>,
-    /// The tools for calls outside any instance (`/plan/react`), through the chain.
-    pub outside: Arc<Registry>,
     pub llm: Option<Arc<dyn weft_llm::ChatProvider>>,
     pub limiter: RateLimiter,
     pub metrics: Metrics,
@@ -144,6 +162,10 @@ pub(crate) struct Inner {
     pub handles: Mutex<HashMap<String, weft_runtime::InstanceHandle>>,
     /// Flipped on shutdown: SSE streams end.
     pub shutdown: tokio::sync::watch::Sender<bool>,
+    /// Deduplication keys of CloudEvents being ingested right now (`events.rs`).
+    pub ingesting: Mutex<std::collections::HashSet<String>>,
+    /// Per tenant: the validations and analyses it may run at once (`plans.rs`).
+    pub validating: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl AppState {
@@ -182,9 +204,8 @@ impl AppState {
             inner: Arc::new(Inner {
                 config,
                 durable,
-                registry: Arc::clone(node.registry()),
-                outside: Arc::clone(node.outside_registry()),
                 llm: node.llm().cloned(),
+                node,
                 limiter,
                 metrics,
                 plans: Mutex::new(HashMap::new()),
@@ -193,6 +214,8 @@ impl AppState {
                 traces: Mutex::new((HashMap::new(), VecDeque::new())),
                 handles: Mutex::new(HashMap::new()),
                 shutdown,
+                ingesting: Mutex::new(std::collections::HashSet::new()),
+                validating: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -205,6 +228,11 @@ impl AppState {
     /// The configuration.
     pub fn config(&self) -> &ServerConfig {
         &self.inner.config
+    }
+
+    /// The node it serves (`weft serve` also serves its planner over NATS).
+    pub fn node(&self) -> &weft_node::Node {
+        &self.inner.node
     }
 
     /// Ends SSE streams (called on shutdown).
@@ -253,11 +281,13 @@ impl AppState {
         if let Some(p) = lock(&self.inner.plans).get(&key) {
             return Ok((Arc::clone(p), v));
         }
+        // Against the tenant's tools as the store has them now.
+        crate::tools::refresh(self, tenant).await?;
         let compiled = self
             .inner
             .durable
             .engine()
-            .compile_value(rec.document)
+            .compile_value_for(tenant, rec.document)
             .map_err(|e| {
                 ApiError::new(
                     axum::http::StatusCode::UNPROCESSABLE_ENTITY,
@@ -287,7 +317,10 @@ impl AppState {
                 plan,
                 version,
                 input,
-                weft_runtime::StartOptions { trace },
+                weft_runtime::StartOptions {
+                    trace,
+                    ..Default::default()
+                },
                 crate::request_id::current_request_id().as_deref(),
             )
         };

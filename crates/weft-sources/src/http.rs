@@ -99,6 +99,22 @@ fn default_connect_timeout_ms() -> u64 {
     5_000
 }
 
+impl HttpDef {
+    /// The endpoint's host (a name, an IPv4 literal or a bracketed IPv6 literal), or why
+    /// the URL has none.
+    pub fn host(&self) -> Result<String, String> {
+        let url = Url::parse(&self.url).map_err(|e| format!("source.url: {e}"))?;
+        url.host_str()
+            .map(str::to_string)
+            .ok_or_else(|| format!("source.url `{}` has no host", self.url))
+    }
+
+    /// Whether any value comes from the node's environment (`bearer_env`, an `env:` header).
+    pub fn reads_environment(&self) -> bool {
+        self.bearer_env.is_some() || self.headers.values().any(|v| v.starts_with("env:"))
+    }
+}
+
 /// Headers weft sets on every call; a definition may not set them itself.
 const RESERVED: &[&str] = &[
     "idempotency-key",

@@ -319,7 +319,7 @@ pub async fn discover(defs: &[McpServerDef]) -> Result<Vec<Arc<dyn Tool>>, Error
                 name: format!("{}.{}", def.name, t.name),
                 description: t.description.as_deref().unwrap_or_default().to_string(),
                 input_schema: Value::Object((*t.input_schema).clone()),
-                output_schema: None,
+                output_schema: output_schema(&def.name, &t),
                 effect: if ann.and_then(|a| a.read_only_hint) == Some(true) {
                     Effect::Read
                 } else {
@@ -342,6 +342,22 @@ pub async fn discover(defs: &[McpServerDef]) -> Result<Vec<Arc<dyn Tool>>, Error
         }
     }
     Ok(tools)
+}
+
+/// The output schema `t` publishes, checked against every result as a declared tool's is;
+/// one that does not compile is left out (with a warning) rather than losing the server.
+fn output_schema(server: &str, t: &rmcp::model::Tool) -> Option<Value> {
+    let schema = Value::Object((**t.output_schema.as_ref()?).clone());
+    match jsonschema::validator_for(&schema) {
+        Ok(_) => Some(schema),
+        Err(e) => {
+            tracing::warn!(
+                server, tool = %t.name,
+                "the tool's outputSchema does not compile and is not checked: {e}"
+            );
+            None
+        }
+    }
 }
 
 /// One tool of one server.

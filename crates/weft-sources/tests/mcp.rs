@@ -143,9 +143,11 @@ async fn the_tools_are_listed_with_prefixed_names_schemas_and_effects() {
             "notes.die",
             "notes.fail",
             "notes.getenv",
+            "notes.liar",
             "notes.pid",
             "notes.sleep",
             "notes.structured",
+            "notes.typed",
             "notes.write_note"
         ]
     );
@@ -211,6 +213,17 @@ async fn calls_over_stdio_return_text_and_structured_content() {
     // Wrong arguments are the server's refusal or its tool error: never a success.
     let e = call(&tools, "t.add", json!({"a": "x"})).await.unwrap_err();
     assert!(!e.retryable, "{e:?}");
+    // A published outputSchema checks every result: one that keeps it passes, one that
+    // breaks it is a step failure, never a silent pass.
+    assert_eq!(
+        call(&tools, "t.typed", json!({"city": "Lyon"}))
+            .await
+            .unwrap()["city"],
+        "Lyon"
+    );
+    let e = call(&tools, "t.liar", json!({})).await.unwrap_err();
+    assert_eq!(e.code, "output_invalid", "{e:?}");
+    assert!(e.message.contains("output_schema"), "{e:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

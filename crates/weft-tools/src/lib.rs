@@ -25,7 +25,7 @@ pub use weft_core::catalog::{Effect, ToolSpec};
 pub use weft_core::instance::Args;
 
 pub use chain::{Chain, Interceptor, Stage};
-pub use registry::Registry;
+pub use registry::{Registry, TenantTools};
 
 /// A boxed future, as returned by tools.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

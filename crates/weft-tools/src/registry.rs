@@ -1,5 +1,6 @@
 //! The tool registry: the one table of tools that both the validator (through its
-//! [`ToolCatalog`] view) and the runtime (to call them) use.
+//! [`ToolCatalog`] view) and the runtime (to call them) use, and [`TenantTools`], the
+//! tools one tenant adds to it (declared through the API).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,6 +53,26 @@ impl Registry {
     pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
         self.order.iter().filter_map(|n| self.tools.get(n))
     }
+
+    /// This registry with `extra`'s tools added after its own; a tool of `extra` whose name
+    /// this registry already has is left out (the node's tools cannot be shadowed).
+    pub fn overlaid(&self, extra: &Registry) -> Registry {
+        let mut out = self.clone();
+        for t in extra.iter() {
+            if !out.tools.contains_key(&t.spec().name) {
+                out.register(Arc::clone(t));
+            }
+        }
+        out
+    }
+}
+
+/// The tools each tenant declared for itself (`PUT /v1/tools/{name}`), beside the node's
+/// own: the engine compiles a tenant's plans against the node's tools overlaid with these.
+pub trait TenantTools: Send + Sync {
+    /// `tenant`'s tools as registered (outside the tool-call chain), or `None` when it has
+    /// none. A changed set is a new `Arc`, so callers may cache by pointer.
+    fn tools(&self, tenant: &str) -> Option<Arc<Registry>>;
 }
 
 impl ToolCatalog for Registry {

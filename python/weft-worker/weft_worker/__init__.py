@@ -7,7 +7,9 @@ workers share the calls), answering weft's requests (a CloudEvent ``weft.tool.ca
 ``{"result": ...}`` or ``{"error": {"code", "message", "retryable"}}``.
 
 ``python -m weft_worker describe MODULE`` prints the ``[[tools.declared]]`` entries to paste
-into ``weft.toml``; ``python -m weft_worker serve MODULE`` serves the module's tools.
+into ``weft.toml``; ``python -m weft_worker serve MODULE`` serves the module's tools and, given
+``--register URL``, declares them to that running weft (``PUT /v1/tools/{name}``: the tenant's
+own tools, see :func:`register`).
 
 Duplicates: weft retries a call that got no reply (a worker died, or was too slow) with the same
 idempotency key. A worker remembers the reply of every key it has seen (the last
@@ -31,14 +33,19 @@ import signal
 import sys
 import types
 import typing
+import urllib.error
+import urllib.parse
+import urllib.request
 from typing import Any, Callable
 
 __all__ = [
     "DEFAULT_URL",
     "Tool",
     "ToolError",
+    "RegistrationError",
     "Worker",
     "describe",
+    "register",
     "input_schema",
     "registered",
     "subject",
@@ -446,6 +453,71 @@ def describe(tools: list[Tool], url: str = DEFAULT_URL) -> str:
     return "\n\n".join(out) + "\n"
 
 
+# --- registering with a running weft ------------------------------------------------------------
+
+
+def definition(t: Tool) -> dict:
+    """``t``'s declaration as the JSON body of ``PUT /v1/tools/{name}`` (a ``worker`` tool on
+    the weft node's own NATS server and its tenant's subject)."""
+    d: dict = {
+        "name": t.name,
+        "description": t.description,
+        "input_schema": t.input_schema,
+        "effect": t.effect,
+        "idempotent": t.idempotent,
+        "source": {"kind": "worker"},
+    }
+    if t.timeout_ms is not None:
+        d["timeout_ms"] = int(t.timeout_ms)
+    if t.retry is not None:
+        d["retry"] = {"max": int(t.retry)}
+    return d
+
+
+class RegistrationError(Exception):
+    """weft refused a tool declaration: ``code`` and ``hint`` are weft's (``host_not_allowed``,
+    ``tool_exists``, ``invalid_tool``, ``unauthorized``, …; ``unreachable`` when weft could not
+    be reached)."""
+
+    def __init__(self, tool: str, status: int, code: str, detail: str, hint: str = ""):
+        super().__init__(f"weft refused tool `{tool}`: [{code}] {detail}" + (f" ({hint})" if hint else ""))
+        self.tool, self.status, self.code, self.detail, self.hint = tool, status, code, detail, hint
+
+
+def register(weft_url: str, tools: list, token: str | None = None, timeout: float = 10.0) -> list[dict]:
+    """Declares ``tools`` to the weft at ``weft_url`` as the token's tenant's own tools
+    (``PUT /v1/tools/{name}``; an unchanged declaration keeps its version). Returns weft's
+    description of each; raises :class:`RegistrationError` on the first refusal. Blocking."""
+    out = []
+    base = weft_url.rstrip("/")
+    for t in [getattr(x, "__weft_tool__", x) for x in tools]:
+        body = json.dumps(definition(t)).encode()
+        req = urllib.request.Request(
+            f"{base}/v1/tools/{urllib.parse.quote(t.name, safe='')}",
+            data=body,
+            method="PUT",
+            headers={"content-type": "application/json"},
+        )
+        if token:
+            req.add_header("authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                out.append(json.loads(r.read() or b"null"))
+        except urllib.error.HTTPError as e:
+            try:
+                p = json.loads(e.read() or b"{}")
+            except ValueError:
+                p = {}
+            raise RegistrationError(
+                t.name, e.code, p.get("code", f"http_{e.code}"), p.get("detail", str(e)), p.get("hint", "")
+            ) from None
+        except (urllib.error.URLError, OSError) as e:
+            raise RegistrationError(
+                t.name, 0, "unreachable", f"cannot reach weft at {base}: {e}", "is `weft serve` running there?"
+            ) from None
+    return out
+
+
 # --- serving -----------------------------------------------------------------------------------
 
 
@@ -458,7 +530,9 @@ def _error(code: str, message: str, retryable: bool = False) -> bytes:
 class Worker:
     """Serves tools over NATS for one tenant.
 
-    ``tools`` defaults to every tool marked in the process. ``serve()`` blocks until SIGTERM
+    ``tools`` defaults to every tool marked in the process. With ``register`` (a weft URL, and
+    ``token`` when weft has API tokens), ``start()`` declares the tools to that weft once they
+    are served; ``tenant`` must then be the token's tenant (weft calls ``weft.tool.<tenant>.…``). ``serve()`` blocks until SIGTERM
     or SIGINT, then drains: it stops taking calls, lets the running ones finish (up to
     ``drain_timeout`` seconds) and replies to them. ``start()``/``stop()`` do the same
     inside a running event loop.
@@ -473,9 +547,14 @@ class Worker:
         dedupe_max: int = 100_000,
         drain_timeout: float = 30.0,
         name: str | None = None,
+        register: str | None = None,
+        token: str | None = None,
     ):
         self.url = url
         self.tenant = tenant
+        #: A running weft to declare the tools to once they are served (see :func:`register`).
+        self.register_url = register
+        self.token = token
         ts = registered() if tools is None else [getattr(t, "__weft_tool__", t) for t in tools]
         for t in ts:
             if not isinstance(t, Tool):
@@ -508,6 +587,9 @@ class Worker:
             )
             self._subs.append(sub)
         await self._nc.flush()
+        if self.register_url:
+            # Declared only once served, so weft's first call finds a worker.
+            await asyncio.to_thread(register, self.register_url, self.tools, self.token)
 
     def _callback(self, t: Tool):
         async def on_message(msg) -> None:

@@ -1,7 +1,7 @@
 """``python -m weft_worker``: print a module's tool declarations, or serve its tools.
 
     python -m weft_worker describe MODULE [--url URL]
-    python -m weft_worker serve MODULE [--url URL] [--tenant TENANT]
+    python -m weft_worker serve MODULE [--url URL] [--tenant TENANT] [--register WEFT_URL] [--token TOKEN]
 
 MODULE is an importable module name (``my_tools``, ``pkg.tools``) or a path to a ``.py`` file.
 """
@@ -15,7 +15,7 @@ import os
 import sys
 import types
 
-from . import DEFAULT_URL, Worker, describe, tools_of
+from . import DEFAULT_URL, RegistrationError, Worker, describe, tools_of
 
 
 def load(module: str) -> types.ModuleType:
@@ -45,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("module")
     s.add_argument("--url", default=os.environ.get("NATS_URL", DEFAULT_URL))
     s.add_argument("--tenant", default="local")
+    s.add_argument(
+        "--register",
+        default=os.environ.get("WEFT_URL"),
+        help="declare the tools to this running weft (PUT /v1/tools/{name}) once served",
+    )
+    s.add_argument("--token", default=os.environ.get("WEFT_TOKEN"), help="weft API token (the tenant's)")
     a = p.parse_args(argv)
     mod = load(a.module)
     tools = tools_of(mod)
@@ -55,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(f"# The tools of {a.module} (python -m weft_worker describe); paste into weft.toml.\n")
         sys.stdout.write(describe(tools, a.url))
         return 0
-    Worker(a.url, a.tenant, tools).serve()
+    try:
+        Worker(a.url, a.tenant, tools, register=a.register, token=a.token).serve()
+    except RegistrationError as e:
+        print(f"weft_worker: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -16,12 +16,10 @@ use serde_json::{Value, json};
 use weft_core::{Effect, ToolSpec};
 use weft_durable::{Durable, DurableConfig};
 use weft_runtime::EngineOptions;
-use weft_store::{Page, Store};
+use weft_store::Store;
 use weft_tools::{BoxFuture, Registry, Tool, ToolContext, ToolError};
 
 const TENANT: &str = "crash";
-/// Pseudo-journal of launches: which runs each process started, from which id.
-const LAUNCHES: &str = "crash.launches";
 
 /// A side-effecting tool: waits a little (so kills land mid-flight), records its effect,
 /// returns its input plus `{step: outcome}`.
@@ -130,112 +128,7 @@ async fn run(db: &str, effects: &str, n: u64) -> Result<(), String> {
     d.register(TENANT, plan())
         .await
         .map_err(|e| e.to_string())?;
-    let rep = d.recover().await.map_err(|e| e.to_string())?;
-    if !rep.errors.is_empty() {
-        return Err(format!("recovery errors: {:?}", rep.errors));
-    }
-    eprintln!(
-        "recovered: {} restored, {} finished, {} re-dispatched, {} outcome_unknown",
-        rep.restored, rep.finished, rep.redispatched, rep.unknown
-    );
-    // Which runs were durably started (by any process)? Each launch records, before it
-    // starts anything, the first instance id it will use and the runs it starts in order
-    // (ids are consecutive: nothing else takes ids in this process), so an instance id in
-    // the store maps to its run without reading its journal.
-    let mut id_to_k: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
-    for r in store
-        .read(LAUNCHES, 1, 100_000)
-        .await
-        .map_err(|e| e.to_string())?
-    {
-        let v: Value = r.json().map_err(|e| e.to_string())?;
-        let first = v["first"].as_u64().unwrap_or(0);
-        let mut id = first;
-        for range in v["ranges"].as_array().into_iter().flatten() {
-            let (a, b) = (
-                range[0].as_u64().unwrap_or(0),
-                range[1].as_u64().unwrap_or(0),
-            );
-            for k in a..b {
-                id_to_k.insert(id, k);
-                id += 1;
-            }
-        }
-    }
-    let mut started = vec![false; n as usize];
-    let mut page = Page::first(10_000);
-    loop {
-        let recs = store
-            .list_instances(TENANT, None, page.clone())
-            .await
-            .map_err(|e| e.to_string())?;
-        let Some(last) = recs.last() else { break };
-        page.after = Some(last.id.clone());
-        for r in &recs {
-            let id = r.id.strip_prefix('i').and_then(|s| s.parse::<u64>().ok());
-            match id.and_then(|id| id_to_k.get(&id)) {
-                Some(&k) if k < n => started[k as usize] = true,
-                Some(_) => {}
-                None => return Err(format!("instance {} is in no launch record", r.id)),
-            }
-        }
-        if recs.len() < 10_000 {
-            break;
-        }
-    }
-    let mut ranges: Vec<[u64; 2]> = Vec::new();
-    for (k, s) in started.iter().enumerate() {
-        let k = k as u64;
-        if !s {
-            match ranges.last_mut() {
-                Some(r) if r[1] == k => r[1] = k + 1,
-                _ => ranges.push([k, k + 1]),
-            }
-        }
-    }
-    let mut handles = rep.handles;
-    if !ranges.is_empty() {
-        let first: u64 = d
-            .engine()
-            .allocate_id()
-            .trim_start_matches('i')
-            .parse::<u64>()
-            .map_err(|e| e.to_string())?
-            + 1;
-        store
-            .append(
-                LAUNCHES,
-                vec![
-                    weft_store::NewRecord::json(
-                        "launch",
-                        &json!({"first": first, "ranges": ranges}),
-                        weft_store::now_ms(),
-                    )
-                    .map_err(|e| e.to_string())?,
-                ],
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        for [a, b] in &ranges {
-            for k in *a..*b {
-                handles.push(
-                    d.start(TENANT, "crash", json!({"k": k}))
-                        .map_err(|e| e.to_string())?,
-                );
-            }
-        }
-    }
-    eprintln!("waiting for {} instances", handles.len());
-    let outs = futures::future::join_all(handles.iter().map(|h| d.wait(h))).await;
-    for o in outs {
-        o.map_err(|e| e.to_string())?;
-    }
-    // The instance records' statuses go with the journal's next batch after each wait:
-    // write them before reporting (a fixed sleep here lost them when that batch took
-    // longer, and the test then found finished runs still `running`).
-    d.flush().await.map_err(|e| e.to_string())?;
-    println!("DONE");
-    Ok(())
+    weft_bench::crash::drive(&store, &d, TENANT, "crash", n).await
 }
 
 fn main() {

@@ -2,8 +2,10 @@
 //! `many`) plus weft's `latency` (external event → tool called) and `idle` (a million idle
 //! reactive instances), run in process by `weft_bench::engine`, and W4 (`durable`,
 //! `durable_concurrent`, `durable_recovery`, `durable_compaction`) on the embedded durable
-//! store by `weft_bench::durable`. One JSON line per workload on stdout, progress on stderr.
-//! `idle` and the W4 workloads are slow, so they run only when named.
+//! store by `weft_bench::durable`, and `tools` (the round trip weft adds to each kind of
+//! declared tool, and worker throughput over NATS) by `weft_bench::tools`. One JSON line per
+//! workload (per tool kind for `tools`) on stdout, progress on stderr. `idle`, the W4
+//! workloads and `tools` are slow or need services, so they run only when named.
 
 use std::io::Write;
 
@@ -13,7 +15,7 @@ use super::{Ctx, Status};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Workloads to run: chain, fanout, many, latency, idle, durable, durable_concurrent,
-    /// durable_recovery, durable_compaction. Default: chain, fanout, many, latency.
+    /// durable_recovery, durable_compaction, tools. Default: chain, fanout, many, latency.
     #[arg(value_name = "WORKLOAD")]
     pub workloads: Vec<String>,
 }
@@ -39,6 +41,8 @@ pub fn run(args: &Args, _ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Statu
         let one = std::slice::from_ref(name);
         if weft_bench::durable::DEFAULT.contains(&name.as_str()) {
             weft_bench::durable::run_w4(one, out)
+        } else if weft_bench::tools::DEFAULT.contains(&name.as_str()) {
+            weft_bench::tools::run(out)
         } else {
             weft_bench::engine::run(one, out)
         }

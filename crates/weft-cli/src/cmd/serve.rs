@@ -4,7 +4,9 @@
 //! 127.0.0.1:8080. Tokens (`[server] tokens_file`, `--tokens FILE` or `WEFT_API_TOKENS`) turn
 //! on authentication and tenants; a `postgres://` store selects PostgreSQL; `[llm]`
 //! (`WEFT_LLM_*`) configures the model for the LLM routes; `[telemetry] otlp_endpoint` (or
-//! the standard `OTEL_EXPORTER_OTLP_ENDPOINT`) exports request and step spans over OTLP/HTTP.
+//! the standard `OTEL_EXPORTER_OTLP_ENDPOINT`) exports request and step spans over OTLP/HTTP;
+//! `[planner] nats_url` also serves the ReAct planner over NATS request/reply
+//! (`weft_node::planner_bus`), stopped with the server.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -135,7 +137,24 @@ pub fn run(_args: &Args, ctx: &Ctx, _out: &mut dyn Write) -> anyhow::Result<Stat
                 report.errors.len()
             );
         }
-        weft_server::serve(state, weft_server::shutdown_signal()).await?;
+        // `[planner] nats_url`: the ReAct planner also answers on a NATS subject.
+        let planner = match &cfg.planner.nats_url {
+            Some(url) => {
+                let bus = weft_node::planner_bus::spawn_node(&cfg.planner, state.node()).await?;
+                eprintln!(
+                    "weft: serving the ReAct planner on NATS subject {} at {url} (tenant {})",
+                    bus.subject(),
+                    cfg.planner.tenant
+                );
+                Some(bus)
+            }
+            None => None,
+        };
+        let served = weft_server::serve(state, weft_server::shutdown_signal()).await;
+        if let Some(bus) = planner {
+            bus.stop().await;
+        }
+        served?;
         eprintln!("weft: stopped");
         Ok::<_, anyhow::Error>(())
     });

@@ -19,11 +19,24 @@ pub struct Args {
     /// Print the catalog as a tool description file (JSON) instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also list the tools this tenant declared through the API (`PUT /v1/tools/{name}`),
+    /// read from the configured store.
+    #[arg(long, value_name = "TENANT")]
+    pub tenant: Option<String>,
 }
 
 /// Runs `weft tools`.
 pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
-    let catalog = input::catalog(ctx, args.tools.as_deref())?;
+    let mut catalog = input::catalog(ctx, args.tools.as_deref())?;
+    let api = match &args.tenant {
+        Some(tenant) => api_tools(ctx, tenant)?,
+        None => Vec::new(),
+    };
+    for (def, _) in &api {
+        if weft_core::catalog::ToolCatalog::spec(&catalog, &def.name).is_none() {
+            catalog.insert(def.spec());
+        }
+    }
     if args.json {
         output::json(out, &catalog.to_json())?;
         return Ok(Status::Clean);
@@ -33,7 +46,9 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
     let source = |name: &str| -> String {
         let declared = &ctx.config.config.tools.declared;
         let mcp = &ctx.config.config.tools.mcp;
-        if let Some(d) = declared.iter().find(|d| d.name == name) {
+        if let Some((d, version)) = api.iter().find(|(d, _)| d.name == name) {
+            format!("api ({}) v{version}", d.source.kind())
+        } else if let Some(d) = declared.iter().find(|d| d.name == name) {
             format!("declared ({})", d.source.kind())
         } else if let Some(m) = mcp.iter().find(|m| {
             name.strip_prefix(m.name.as_str())
@@ -79,4 +94,31 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         )?;
     }
     Ok(Status::Clean)
+}
+
+/// The tools `tenant` declared through the API, with their versions, from the store.
+fn api_tools(ctx: &Ctx, tenant: &str) -> anyhow::Result<Vec<(weft_sources::ToolDef, u32)>> {
+    if !ctx.store_configured() {
+        anyhow::bail!(
+            "--tenant reads the tools a tenant declared from the store, and no store is \
+             configured: set store.url (weft.toml, WEFT_STORE_URL)"
+        );
+    }
+    let records = super::history::runtime()?.block_on(async {
+        let store = ctx.open_store().await?;
+        anyhow::Ok(store.list_tools(Some(tenant)).await?)
+    })?;
+    weft_node::tenant_tools::live(records)
+        .into_iter()
+        .map(|r| {
+            let def = serde_json::from_value(r.definition.unwrap_or_default()).map_err(|e| {
+                anyhow::anyhow!(
+                    "stored tool `{}` v{} is not a definition: {e}",
+                    r.name,
+                    r.version
+                )
+            })?;
+            Ok((def, r.version))
+        })
+        .collect()
 }

@@ -2,9 +2,11 @@
 //! with its `final_answer`, otherwise its `action` runs through the [`ReactToolExecutor`] and
 //! the observation goes back to the model. Invalid step JSON or a broken rule gets corrective
 //! feedback (and counts as a step), never a crash. When `max_steps` or the timeout is reached
-//! without an answer, one is salvaged from the last step, as the seed says.
+//! without an answer, one is salvaged from the last step, as the seed says. [`answer`]
+//! (`service.rs`) is the request → response service every front end shares.
 
 pub mod executor;
+pub mod service;
 pub mod types;
 
 use std::time::{Duration, Instant};
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 pub use executor::{ReactToolExecutor, RegistryExecutor};
+pub use service::{Refusal, RefusalKind, answer};
 pub use types::{
     Action, Context, FinalAnswer, Goal, Limits, PlannerRequest, PlannerResponse, Preferences,
     ReactStep, ReactUsage, ToolDescriptor, TraceStep, Turn,

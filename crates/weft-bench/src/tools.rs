@@ -1,0 +1,631 @@
+//! `weft bench tools`: what weft adds to a call of each kind of declared tool (issue #24's goal:
+//! under 50 µs p99 added by weft itself), and the throughput of `worker` calls over NATS.
+//!
+//! For each kind the same endpoint is called three ways, one call at a time, the ways taking
+//! turns within each sample (their order rotating, so drift hits them alike):
+//! - **direct**: the same client library and protocol as the source, without weft — `http`:
+//!   reqwest POSTs the JSON args (with the same headers) to an axum endpoint on loopback in this
+//!   process that echoes them; `command`: tokio starts `/bin/cat` (no shell), writes the args to
+//!   its stdin and parses its stdout; `worker`: async-nats sends the same CloudEvent to two
+//!   Python workers (`fixtures/tools_worker.py`, `python/weft-worker`) and parses the reply;
+//! - **tool**: the declared tool alone (its source and the declared-tool wrapper), outside
+//!   the engine;
+//! - **weft**: a one-step instance whose step calls the tool declared as `[[tools.declared]]`
+//!   declares it, on a node `weft-node` assembles (registry, tool-call chain, engine dispatch,
+//!   the declared-tool wrapper: timeout, output rules), from `start` until `wait` returns the
+//!   checked result — in memory, and on the durable SQLite journal as a second figure (which
+//!   includes the fsync'd commits the durability contract requires).
+//!
+//! The measuring code runs as a task of a two-worker runtime, as a server's handlers do.
+//!
+//! A `fixed` tool (no I/O) gives weft's own cost of such a step alone. The reported
+//! difference is p50(weft) − p50(direct) and p99(weft) − p99(direct). Worker throughput:
+//! 20,000 calls, 256 in flight, through the engine (one instance per call), through the
+//! declared tool alone and with a raw async-nats client, all against the same two workers.
+//!
+//! The worker parts need NATS (`WEFT_TEST_NATS_URL`, default `nats://127.0.0.1:4222`) and the
+//! Python venv of `scripts/python-env.sh` (`WEFT_TEST_PYTHON`); without them they are skipped
+//! with a message on stderr. `mcp` is not measured. Figures: `docs/performance.md`.
+
+use std::future::Future;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use weft_durable::Durable;
+use weft_runtime::{CompiledPlan, Engine, StartOptions};
+use weft_tools::{Tool, ToolContext};
+
+use crate::engine::{line, round};
+
+/// The workload names this module runs.
+pub const DEFAULT: &[&str] = &["tools"];
+
+/// The tenant of every call: one of this process's own (`bench<pid>`), so that no other
+/// process's workers share its NATS subjects.
+fn tenant() -> &'static str {
+    static T: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    T.get_or_init(|| format!("bench{}", std::process::id()))
+}
+
+/// Samples per kind (direct and weft each), after a tenth as many untimed.
+fn samples(kind: &str) -> usize {
+    let env = std::env::var(format!("WEFT_BENCH_TOOLS_{}", kind.to_ascii_uppercase()))
+        .ok()
+        .and_then(|s| s.parse().ok());
+    env.unwrap_or(match kind {
+        "fixed" => 20_000,
+        "command" => 1_000,
+        _ => 5_000,
+    })
+}
+
+/// Samples of the durable figure (each has fsync'd commits).
+fn durable_samples() -> usize {
+    std::env::var("WEFT_BENCH_TOOLS_DURABLE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(500)
+}
+
+/// Runs `tools`: one JSON line per kind and one for worker throughput, on `out`.
+pub fn run(out: &mut dyn Write) -> Result<(), String> {
+    // Two runtime workers, as `weft serve` has on this machine (`WEFT_BENCH_TOOLS_THREADS`
+    // changes it, to see what moving between threads costs).
+    let threads = std::env::var("WEFT_BENCH_TOOLS_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a tokio runtime: {e}"))?;
+    // The measuring task is a runtime task, as a server's request handler is (not the
+    // `block_on` thread); its lines come back over a channel.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let task = rt.spawn(run_all(tx));
+    rt.block_on(async {
+        while let Some(v) = rx.recv().await {
+            emit(out, &v)?;
+        }
+        task.await
+            .map_err(|e| format!("the benchmark task failed: {e}"))?
+    })
+}
+
+/// The NATS URL and Python interpreter for the worker parts, or why they are skipped.
+async fn worker_env() -> Result<(String, String, PathBuf), String> {
+    let url = std::env::var("WEFT_TEST_NATS_URL")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| weft_sources::worker::DEFAULT_URL.into());
+    let python = std::env::var("WEFT_TEST_PYTHON")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .ok_or("WEFT_TEST_PYTHON is not set (the venv python of scripts/python-env.sh)")?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tools_worker.py");
+    if !script.exists() {
+        return Err(format!(
+            "{} is not here (run from a checkout)",
+            script.display()
+        ));
+    }
+    let probe = tokio::time::timeout(Duration::from_secs(2), async_nats::connect(&*url)).await;
+    match probe {
+        Ok(Ok(_)) => Ok((url, python, script)),
+        Ok(Err(e)) => Err(format!("no NATS server at {url}: {e}")),
+        Err(_) => Err(format!("no NATS server at {url} (connect timed out)")),
+    }
+}
+
+/// A Python worker process; killed when dropped.
+struct PyWorker(Child);
+
+impl Drop for PyWorker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_worker(python: &str, script: &Path, url: &str, tenant: &str) -> Result<PyWorker, String> {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/weft-worker");
+    let mut child = Command::new(python)
+        .arg(script)
+        .args(["--url", url, "--tenant", tenant, "--mode", "bench"])
+        .env("PYTHONPATH", lib)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {python}: {e}"))?;
+    let mut lines = BufReader::new(child.stderr.take().ok_or("no stderr")?).lines();
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    let w = PyWorker(child);
+    if !first.contains("serving") {
+        return Err(format!("the Python worker did not start: {first}"));
+    }
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
+    Ok(w)
+}
+
+/// The echo endpoint on loopback (its own runtime thread); returns its URL.
+async fn http_echo() -> Result<String, String> {
+    let app = axum::Router::new().route(
+        "/echo",
+        axum::routing::post(|axum::Json(v): axum::Json<Value>| async move { axum::Json(v) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(format!("http://{addr}/echo"))
+}
+
+/// The declared tools, as `[[tools.declared]]` entries.
+fn defs(http: &str, nats: Option<&str>) -> Result<Vec<weft_sources::ToolDef>, String> {
+    let mut v = vec![
+        json!({"name": "t.fixed", "effect": "pure", "idempotent": true,
+            "source": {"kind": "fixed", "result": {"n": 0}}}),
+        json!({"name": "t.http", "effect": "read", "idempotent": true,
+            "source": {"kind": "http", "url": http}}),
+        json!({"name": "t.command", "effect": "pure", "idempotent": true,
+            "source": {"kind": "command", "program": "/bin/cat"}}),
+    ];
+    if let Some(url) = nats {
+        v.push(
+            json!({"name": "bench.echo", "effect": "pure", "idempotent": true,
+            "source": {"kind": "worker", "url": url}}),
+        );
+    }
+    v.into_iter()
+        .map(|d| serde_json::from_value(d).map_err(|e| e.to_string()))
+        .collect()
+}
+
+fn config(defs: Vec<weft_sources::ToolDef>) -> weft_node::Config {
+    let mut c = weft_node::Config::default();
+    c.tools.declared = defs;
+    c
+}
+
+fn plan(kind: &str, action: &str) -> Value {
+    json!({"plan_name": format!("tools_{kind}"), "graph_type": "acyclic",
+        "events": {"start": {}, "done": {"kind": "output"}},
+        "steps": {"s": {"on": ["start"], "action": action, "args": {"n": "${start.n}"},
+            "emits": ["done"]}}})
+}
+
+/// Latencies in µs, sorted.
+struct Dist(Vec<f64>);
+
+impl Dist {
+    fn new(mut v: Vec<f64>) -> Dist {
+        v.sort_by(f64::total_cmp);
+        Dist(v)
+    }
+    fn p(&self, q: f64) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        let k = ((self.0.len() as f64 - 1.0) * q).round() as usize;
+        self.0[k.min(self.0.len() - 1)]
+    }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// One way of making call `i`.
+type Way<'a> = Box<dyn Fn(usize) -> BoxFuture<'a, Result<(), String>> + Send + Sync + 'a>;
+
+/// `n` samples of each way, the ways taking turns within a sample (their order rotating from
+/// one sample to the next, so drift and caches hit them alike), after `n / 10` untimed rounds.
+async fn rounds(n: usize, ways: &[Way<'_>]) -> Result<Vec<Dist>, String> {
+    let warm = n / 10;
+    let mut d: Vec<Vec<f64>> = ways.iter().map(|_| Vec::with_capacity(n)).collect();
+    for i in 0..warm + n {
+        for j in 0..ways.len() {
+            let w = (i + j) % ways.len();
+            let t = Instant::now();
+            ways[w](i).await?;
+            let took = us(t.elapsed());
+            if i >= warm {
+                d[w].push(took);
+            }
+        }
+    }
+    Ok(d.into_iter().map(Dist::new).collect())
+}
+
+/// Call `i` of the declared tool itself, outside any instance and the engine (its source
+/// and the declared-tool wrapper only); checks the result as [`check`] does.
+async fn via_tool(tool: &Arc<dyn Tool>, i: usize, fixed: bool) -> Result<(), String> {
+    let mut ctx = ToolContext::detached("s");
+    ctx.tenant = tenant().into();
+    ctx.idempotency_key = format!("tool/{i}").into();
+    let v = tool
+        .call(ctx, json!({"n": i}))
+        .await
+        .map_err(|e| e.to_string())?;
+    check(&json!({ "done": v }), i, fixed)
+}
+
+/// One instance of `plan` with input `{"n": i}`; checks its result is `{"n": i}` (`fixed`:
+/// `{"n": 0}`).
+async fn via_engine(
+    engine: &Engine,
+    plan: &Arc<CompiledPlan>,
+    i: usize,
+    fixed: bool,
+) -> Result<(), String> {
+    let h = engine.start_with(tenant(), plan, json!({"n": i}), StartOptions::default());
+    let o = h.wait().await;
+    check(&o.results_json(), i, fixed)
+}
+
+fn check(results: &Value, i: usize, fixed: bool) -> Result<(), String> {
+    let want = if fixed { 0 } else { i };
+    if results["done"]["n"] == want {
+        Ok(())
+    } else {
+        Err(format!("call {i}: wrong result {results}"))
+    }
+}
+
+async fn via_durable(d: &Durable, plan: &str, i: usize, fixed: bool) -> Result<(), String> {
+    let h = d
+        .start(tenant(), plan, json!({"n": i}))
+        .map_err(|e| e.to_string())?;
+    let o = d.wait(&h).await.map_err(|e| e.to_string())?;
+    check(&o.results_json(), i, fixed)
+}
+
+/// The same request the `http` source sends: JSON args, the same headers.
+async fn direct_http(client: &reqwest::Client, url: &str, i: usize) -> Result<(), String> {
+    let resp = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("idempotency-key", format!("direct/{i}"))
+        .header("x-weft-instance", "direct")
+        .header("x-weft-step", "s")
+        .header("x-weft-attempt", "1")
+        .body(serde_json::to_vec(&json!({"n": i})).map_err(|e| e.to_string())?)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("status {}", resp.status()));
+    }
+    let body = resp.bytes().await.map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+    (v["n"] == i)
+        .then_some(())
+        .ok_or(format!("wrong reply {v}"))
+}
+
+/// What the `command` source does, without weft: start the program in a process group of
+/// its own with a cleared environment, args on stdin, one JSON value on stdout.
+async fn direct_command(i: usize) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut cmd = tokio::process::Command::new("/bin/cat");
+    cmd.env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    cmd.process_group(0);
+    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+    let input = serde_json::to_vec(&json!({"n": i})).map_err(|e| e.to_string())?;
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    stdin.write_all(&input).await.map_err(|e| e.to_string())?;
+    drop(stdin);
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut buf = Vec::new();
+    stdout
+        .read_to_end(&mut buf)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = child.wait().await.map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("cat exited {status}"));
+    }
+    let v: Value = serde_json::from_slice(&buf).map_err(|e| e.to_string())?;
+    (v["n"] == i)
+        .then_some(())
+        .ok_or(format!("wrong reply {v}"))
+}
+
+/// The CloudEvent the `worker` source sends for call `i`.
+fn event(tenant: &str, i: usize) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "specversion": "1.0", "type": "weft.tool.call", "source": "weft",
+        "id": format!("direct-{i}:1"), "subject": "bench.echo",
+        "datacontenttype": "application/json",
+        "data": {"tool": "bench.echo", "tenant": tenant, "instance": "direct", "plan": "direct",
+                 "step": "s", "idempotency_key": format!("direct-{i}"), "attempt": 1,
+                 "deadline_ms": 0, "args": {"n": i}}
+    }))
+    .unwrap_or_default()
+}
+
+async fn direct_worker(
+    client: &async_nats::Client,
+    subject: &str,
+    tenant: &str,
+    i: usize,
+) -> Result<(), String> {
+    let m = client
+        .request(subject.to_string(), event(tenant, i).into())
+        .await
+        .map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_slice(&m.payload).map_err(|e| e.to_string())?;
+    (v["result"]["n"] == i)
+        .then_some(())
+        .ok_or(format!("wrong reply {v}"))
+}
+
+/// One output line of a kind.
+fn kind_line(
+    kind: &str,
+    direct: Option<&Dist>,
+    tool: &Dist,
+    mem: &Dist,
+    durable: Option<&Dist>,
+) -> Value {
+    let (d50, d99) = direct.map_or((0.0, 0.0), |d| (d.p(0.5), d.p(0.99)));
+    let added99 = mem.p(0.99) - d99;
+    let mut extra = json!({
+        "samples": mem.0.len(),
+        "direct_p50_us": round(d50),
+        "direct_p99_us": round(d99),
+        "tool_p50_us": round(tool.p(0.5)),
+        "tool_p99_us": round(tool.p(0.99)),
+        "weft_p50_us": round(mem.p(0.5)),
+        "weft_p99_us": round(mem.p(0.99)),
+        "added_p50_us": round(mem.p(0.5) - d50),
+        "added_p99_us": round(added99),
+    });
+    if let Some(d) = durable {
+        extra["durable_samples"] = json!(d.0.len());
+        extra["durable_p50_us"] = json!(round(d.p(0.5)));
+        extra["durable_p99_us"] = json!(round(d.p(0.99)));
+        extra["durable_added_p50_us"] = json!(round(d.p(0.5) - d50));
+        extra["durable_added_p99_us"] = json!(round(d.p(0.99) - d99));
+    }
+    line(
+        &format!("tools_{kind}"),
+        "added_p99_us",
+        added99,
+        "µs",
+        extra,
+    )
+}
+
+/// Up to `n` samples of the durable figure for `kind` (after a tenth as many untimed).
+async fn durable_dist(d: &Durable, kind: &str, n: usize) -> Result<Dist, String> {
+    let name = format!("tools_{kind}");
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let t = Instant::now();
+        via_durable(d, &name, i, kind == "fixed").await?;
+        if i >= n / 10 {
+            v.push(us(t.elapsed()));
+        }
+    }
+    Ok(Dist::new(v))
+}
+
+fn send(out: &tokio::sync::mpsc::UnboundedSender<Value>, v: Value) -> Result<(), String> {
+    out.send(v).map_err(|_| "the output is gone".to_string())
+}
+
+fn emit(out: &mut dyn Write, v: &Value) -> Result<(), String> {
+    writeln!(out, "{v}").map_err(|e| e.to_string())?;
+    let _ = out.flush();
+    Ok(())
+}
+
+async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), String> {
+    let http = http_echo().await?;
+    let worker = match worker_env().await {
+        Ok(w) => Some(w),
+        Err(why) => {
+            eprintln!("weft bench tools: skipping the worker kind and its throughput: {why}");
+            None
+        }
+    };
+    let mut workers = Vec::new();
+    if let Some((url, python, script)) = &worker {
+        for _ in 0..2 {
+            workers.push(start_worker(python, script, url, tenant())?);
+        }
+    }
+    let nats = worker.as_ref().map(|(u, _, _)| u.as_str());
+    let defs = defs(&http, nats)?;
+    let mut kinds = vec![
+        ("fixed", "t.fixed"),
+        ("http", "t.http"),
+        ("command", "t.command"),
+    ];
+    if worker.is_some() {
+        kinds.push(("worker", "bench.echo"));
+    }
+
+    // In memory.
+    let node = weft_node::Builder::new(config(defs.clone()))
+        .llm(None)
+        .in_memory()
+        .map_err(|e| e.to_string())?;
+    let engine = node.engine().clone();
+    // Durable, on a fresh SQLite file.
+    let dir = std::env::temp_dir().join(format!("weft-bench-tools-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let store: Arc<dyn weft_store::Store> = Arc::new(
+        weft_store_sqlite::SqliteStore::open(dir.join("weft.db"))
+            .await
+            .map_err(|e| e.to_string())?,
+    );
+    let dnode = weft_node::Builder::new(config(defs.clone()))
+        .llm(None)
+        .open_on(store)
+        .await
+        .map_err(|e| e.to_string())?;
+    let durable = dnode.durable().ok_or("the node is not durable")?.clone();
+
+    let client = crate_http_client()?;
+    let nats_client = match nats {
+        Some(url) => Some(async_nats::connect(url).await.map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let subject = weft_sources::default_subject(tenant(), "bench.echo");
+
+    for (kind, action) in &kinds {
+        eprintln!("weft bench tools: {kind} …");
+        let compiled = engine
+            .compile_value(plan(kind, action))
+            .map_err(|e| e.to_string())?;
+        durable
+            .register(tenant(), plan(kind, action))
+            .await
+            .map_err(|e| e.to_string())?;
+        let fixed = *kind == "fixed";
+        let n = samples(kind);
+        let tool = node
+            .registry()
+            .get(action)
+            .cloned()
+            .ok_or(format!("{action} is not registered"))?;
+        let direct: Way<'_> = match *kind {
+            "fixed" => Box::new(|_| Box::pin(async { Ok(()) })),
+            "http" => Box::new(|i| Box::pin(direct_http(&client, &http, i))),
+            "command" => Box::new(|i| Box::pin(direct_command(i))),
+            _ => {
+                let c = nats_client.as_ref().ok_or("no NATS client")?;
+                let subject = subject.as_str();
+                Box::new(move |i| Box::pin(direct_worker(c, subject, tenant(), i)))
+            }
+        };
+        let ways: Vec<Way<'_>> = vec![
+            direct,
+            Box::new(|i| Box::pin(via_tool(&tool, i, fixed))),
+            Box::new(|i| Box::pin(via_engine(&engine, &compiled, i, fixed))),
+        ];
+        let mut d = rounds(n, &ways).await?.into_iter();
+        let (dd, td, md) = (d.next(), d.next(), d.next());
+        let (Some(dd), Some(td), Some(md)) = (dd, td, md) else {
+            return Err("missing samples".into());
+        };
+        let direct = (!fixed).then_some(dd);
+        let dn = durable_samples().min(n);
+        let dur = durable_dist(&durable, kind, dn).await?;
+        send(&out, kind_line(kind, direct.as_ref(), &td, &md, Some(&dur)))?;
+    }
+
+    if let Some(c) = &nats_client {
+        eprintln!("weft bench tools: worker throughput …");
+        let tool = node
+            .registry()
+            .get("bench.echo")
+            .cloned()
+            .ok_or("bench.echo is not registered")?;
+        let v = throughput(&engine, c, &subject, tool).await?;
+        send(&out, v)?;
+    }
+    drop(workers);
+    drop(dnode);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// The HTTP client for direct calls: reqwest as the `http` source builds it (rustls with ring,
+/// no proxy, no redirects).
+fn crate_http_client() -> Result<reqwest::Client, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// Runs `n` calls of `f`, `c` at a time; returns calls/s.
+async fn rate<F, Fut>(n: usize, c: usize, f: F) -> Result<f64, String>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let t = Instant::now();
+    let results: Vec<Result<(), String>> = futures::stream::iter(0..n)
+        .map(f)
+        .buffer_unordered(c)
+        .collect()
+        .await;
+    let secs = t.elapsed().as_secs_f64();
+    results.into_iter().collect::<Result<Vec<()>, String>>()?;
+    Ok(n as f64 / secs)
+}
+
+/// Worker calls per second with two Python workers: through the engine (an instance per
+/// call), through the declared tool alone, and with a raw async-nats client.
+async fn throughput(
+    engine: &Engine,
+    raw: &async_nats::Client,
+    subject: &str,
+    tool: Arc<dyn Tool>,
+) -> Result<Value, String> {
+    let n: usize = std::env::var("WEFT_BENCH_TOOLS_THROUGHPUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000);
+    let c = 256;
+    let compiled = engine
+        .compile_value(plan("worker", "bench.echo"))
+        .map_err(|e| e.to_string())?;
+    let via_engine = |i: usize| {
+        let (engine, compiled) = (engine.clone(), Arc::clone(&compiled));
+        async move { via_engine(&engine, &compiled, i, false).await }
+    };
+    let via_tool = |i: usize| {
+        let tool = Arc::clone(&tool);
+        async move { via_tool(&tool, i, false).await }
+    };
+    let via_raw = |i: usize| direct_worker(raw, subject, tenant(), i);
+    // Warm-up, then each way in turn.
+    rate(n / 10, c, via_engine).await?;
+    let engine_rate = rate(n, c, via_engine).await?;
+    let tool_rate = rate(n, c, via_tool).await?;
+    let raw_rate = rate(n, c, via_raw).await?;
+    Ok(line(
+        "tools_worker_throughput",
+        "calls_per_second",
+        engine_rate,
+        "calls/s",
+        json!({
+            "calls": n,
+            "in_flight": c,
+            "python_workers": 2,
+            "engine_calls_per_second": round(engine_rate),
+            "declared_tool_calls_per_second": round(tool_rate),
+            "raw_async_nats_calls_per_second": round(raw_rate),
+        }),
+    ))
+}
