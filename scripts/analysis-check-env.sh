@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python environment of the analysis cross-check (python/analysis-check): a venv at
 # ${WEFT_ANALYSIS_VENV:-$HOME/.cache/weft-analysis-check} with pm4py and its dependencies
-# pinned (python/analysis-check/requirements.txt). Not part of CI (pm4py's venv is about
-# 550 MB): it regenerates the fixtures that crates/weft-analysis/tests/differential.rs checks.
+# pinned (python/analysis-check/requirements.txt), about 550 MB. `.ci/run` uses it for a live
+# differential run (fresh nets each run); it also regenerates the committed fixtures that
+# crates/weft-analysis/tests/differential.rs checks on every `cargo test`.
 # Idempotent: the venv is rebuilt only when the requirements change.
 # Prints the venv's python on stdout (everything else goes to stderr), so:
 #   PY=$(bash scripts/analysis-check-env.sh)
