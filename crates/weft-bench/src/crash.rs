@@ -129,3 +129,18 @@ pub async fn drive(
     println!("DONE");
     Ok(())
 }
+
+/// Runs a crash-test binary's `work` on a two-thread runtime; prints `name: error` and exits
+/// 1 when the runtime cannot start or `work` fails.
+pub fn block_on(name: &str, work: impl std::future::Future<Output = Result<(), String>>) {
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| rt.block_on(work));
+    if let Err(e) = result {
+        eprintln!("{name}: {e}");
+        std::process::exit(1);
+    }
+}

@@ -228,9 +228,7 @@ impl Toolbox {
     }
 
     fn build(&self, r: &ToolRecord) -> Result<Arc<dyn Tool>, String> {
-        let def: ToolDef = serde_json::from_value(r.definition.clone().unwrap_or_default())
-            .map_err(|e| e.to_string())?;
-        let tool = weft_sources::declare(&def).map_err(|e| e.to_string())?;
+        let tool = weft_sources::declare(&definition(r)?).map_err(|e| e.to_string())?;
         Ok(Arc::new(tool))
     }
 
@@ -275,6 +273,20 @@ pub fn live(records: Vec<ToolRecord>) -> Vec<ToolRecord> {
     }
     out.retain(|r| r.definition.is_some());
     out
+}
+
+/// The definition a stored version holds (a deleted version holds none).
+pub fn definition(r: &ToolRecord) -> Result<ToolDef, String> {
+    let def = r
+        .definition
+        .clone()
+        .ok_or_else(|| format!("tool `{}` version {} is a deletion", r.name, r.version))?;
+    serde_json::from_value(def).map_err(|e| {
+        format!(
+            "stored tool `{}` version {} is not a definition: {e}",
+            r.name, r.version
+        )
+    })
 }
 
 /// `definition` as shown to API callers: header values redacted (they may hold the

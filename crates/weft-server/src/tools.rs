@@ -77,27 +77,29 @@ fn effect_name(e: weft_core::Effect) -> String {
         .unwrap_or_default()
 }
 
-fn api_info(r: &weft_store::ToolRecord) -> ToolInfo {
-    let def = r.definition.clone().unwrap_or(Value::Null);
-    let field = |k: &str| def.get(k).cloned();
+fn api_info(r: &weft_store::ToolRecord, spec: &weft_core::ToolSpec) -> ToolInfo {
     ToolInfo {
-        name: r.name.clone(),
-        description: field("description")
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default(),
-        effect: field("effect")
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_else(|| "write".into()),
-        idempotent: field("idempotent")
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false),
-        input_schema: field("input_schema")
-            .unwrap_or_else(|| serde_json::json!({"type": "object"})),
         source: "api".into(),
         version: Some(r.version),
         created_at_ms: Some(r.created_at_ms),
-        definition: Some(weft_node::tenant_tools::redacted(def)),
+        definition: r.definition.clone().map(weft_node::tenant_tools::redacted),
+        ..node_info(spec)
     }
+}
+
+/// The tenant's own tools, as last refreshed: each live version with the spec of the tool
+/// built from it.
+fn own_tools(state: &AppState, tenant: &str) -> ApiResult<Vec<ToolInfo>> {
+    use weft_tools::TenantTools as _;
+    let toolbox = toolbox(state)?;
+    let Some(registry) = toolbox.tools(tenant) else {
+        return Ok(Vec::new());
+    };
+    Ok(toolbox
+        .records(tenant)
+        .iter()
+        .filter_map(|r| Some(api_info(r, registry.get(&r.name)?.spec())))
+        .collect())
 }
 
 /// The toolbox, or `501` for a server without one (never: the server is durable).
@@ -139,7 +141,7 @@ pub(crate) async fn list(
         .iter()
         .map(|t| node_info(t.spec()))
         .collect();
-    tools.extend(toolbox(&state)?.records(&tenant).iter().map(api_info));
+    tools.extend(own_tools(&state, &tenant)?);
     Ok(Json(ToolList { tools }))
 }
 
@@ -162,11 +164,10 @@ pub(crate) async fn get(
         return Ok(Json(node_info(t.spec())));
     }
     refresh(&state, &tenant).await?;
-    toolbox(&state)?
-        .records(&tenant)
-        .iter()
-        .find(|r| r.name == name)
-        .map(|r| Json(api_info(r)))
+    own_tools(&state, &tenant)?
+        .into_iter()
+        .find(|t| t.name == name)
+        .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("tool `{name}`")))
 }
 
@@ -230,12 +231,11 @@ pub(crate) async fn put(
             StatusCode::CREATED
         }
     };
-    let record = toolbox
-        .records(&tenant)
+    let info = own_tools(&state, &tenant)?
         .into_iter()
-        .find(|r| r.name == name)
+        .find(|t| t.name == name)
         .ok_or_else(|| ApiError::internal(format!("tool `{name}` was stored but is not listed")))?;
-    Ok((status, Json(api_info(&record))))
+    Ok((status, Json(info)))
 }
 
 /// Delete one of the tenant's own tools (a new version marks it deleted; instances running

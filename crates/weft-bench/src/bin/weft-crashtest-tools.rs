@@ -94,19 +94,5 @@ fn main() {
         eprintln!("usage: weft-crashtest-tools DB_PATH HTTP_BASE_URL NATS_URL TENANT INSTANCES");
         std::process::exit(2);
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("weft-crashtest-tools: {e}");
-            std::process::exit(1);
-        }
-    };
-    if let Err(e) = rt.block_on(run(db, http, nats, tenant, n)) {
-        eprintln!("weft-crashtest-tools: {e}");
-        std::process::exit(1);
-    }
+    weft_bench::crash::block_on("weft-crashtest-tools", run(db, http, nats, tenant, n));
 }

@@ -141,19 +141,5 @@ fn main() {
         eprintln!("usage: weft-crashtest DB_PATH EFFECTS_PATH INSTANCES");
         std::process::exit(2);
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("weft-crashtest: {e}");
-            std::process::exit(1);
-        }
-    };
-    if let Err(e) = rt.block_on(run(db, effects, n)) {
-        eprintln!("weft-crashtest: {e}");
-        std::process::exit(1);
-    }
+    weft_bench::crash::block_on("weft-crashtest", run(db, effects, n));
 }

@@ -111,13 +111,7 @@ fn api_tools(ctx: &Ctx, tenant: &str) -> anyhow::Result<Vec<(weft_sources::ToolD
     weft_node::tenant_tools::live(records)
         .into_iter()
         .map(|r| {
-            let def = serde_json::from_value(r.definition.unwrap_or_default()).map_err(|e| {
-                anyhow::anyhow!(
-                    "stored tool `{}` v{} is not a definition: {e}",
-                    r.name,
-                    r.version
-                )
-            })?;
+            let def = weft_node::tenant_tools::definition(&r).map_err(anyhow::Error::msg)?;
             Ok((def, r.version))
         })
         .collect()
