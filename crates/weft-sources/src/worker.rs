@@ -310,7 +310,10 @@ fn nats_runtime() -> Result<&'static tokio::runtime::Handle, ToolError> {
 type Cell = Arc<tokio::sync::OnceCell<async_nats::Client>>;
 
 /// The clients, by URL and by the runtime their connection task runs on.
-static CLIENTS: OnceLock<Mutex<HashMap<(Arc<str>, tokio::runtime::Id), Entry>>> = OnceLock::new();
+static CLIENTS: OnceLock<Mutex<Clients>> = OnceLock::new();
+
+/// Clients by URL and runtime.
+type Clients = HashMap<(Arc<str>, tokio::runtime::Id), Entry>;
 
 /// One client: its connection and a token that lives as long as the runtime its
 /// connection task runs on.
