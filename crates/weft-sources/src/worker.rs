@@ -16,13 +16,11 @@
 //! that is not one of the two shapes is a fatal `worker_bad_reply`; a worker's error keeps
 //! its code, message and retryability.
 //!
-//! Connections: one client per URL and tokio runtime, made on the first call (building a
-//! tool is synchronous and does no I/O) and shared by every worker tool of that runtime;
-//! async-nats reconnects it. Its connection task runs on the runtime of the calls, so a
-//! request and its reply stay on that runtime's threads (a process of several runtimes,
-//! such as a test binary, has a client on each; a runtime's client goes when it shuts down).
-//! A call polled outside any tokio runtime uses a small runtime of its own (thread
-//! `weft-nats`).
+//! Connections: one client per URL for the whole process, made on the first call (building
+//! a tool is synchronous and does no I/O) and shared by every worker tool; async-nats
+//! reconnects it. The clients' connection tasks run on one small runtime of their own
+//! (thread `weft-nats`), so a client outlives the runtime of the call that opened it (tests
+//! and CLI commands each have their own runtime); callers only send to it.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -280,8 +278,8 @@ fn parse_reply(subject: &str, bytes: &[u8]) -> Result<Value, ToolError> {
     })
 }
 
-/// The runtime for connections opened outside any tokio runtime: one thread, started on
-/// first use, for the life of the process.
+/// The runtime the NATS connections run on: one thread, started on first use, for the
+/// life of the process.
 fn nats_runtime() -> Result<&'static tokio::runtime::Handle, ToolError> {
     static RUNTIME: OnceLock<Result<tokio::runtime::Handle, String>> = OnceLock::new();
     RUNTIME
@@ -309,62 +307,22 @@ fn nats_runtime() -> Result<&'static tokio::runtime::Handle, ToolError> {
 
 type Cell = Arc<tokio::sync::OnceCell<async_nats::Client>>;
 
-/// The clients, by URL and by the runtime their connection task runs on.
-static CLIENTS: OnceLock<Mutex<Clients>> = OnceLock::new();
-
-/// Clients by URL and runtime.
-type Clients = HashMap<(Arc<str>, tokio::runtime::Id), Entry>;
-
-/// One client: its connection and a token that lives as long as the runtime its
-/// connection task runs on.
-struct Entry {
-    cell: Cell,
-    alive: std::sync::Weak<()>,
-}
-
-/// The client for `url` on the runtime polling this call, connecting on first use (a
-/// failed connection is not kept: the next call tries again). A request and its reply then
-/// never cross to another thread's scheduler (that cost ~30 µs a call, `docs/performance.md`).
-/// Clients of runtimes that have shut down are dropped when the next one is made.
+/// The process's client for `url`, connecting on first use. A failed connection is not
+/// kept: the next call tries again.
 async fn client(url: &Arc<str>, shown: &str) -> Result<async_nats::Client, ToolError> {
-    let handle = match tokio::runtime::Handle::try_current() {
-        Ok(h) => h,
-        Err(_) => nats_runtime()?.clone(),
-    };
+    static CLIENTS: OnceLock<Mutex<HashMap<Arc<str>, Cell>>> = OnceLock::new();
     let cell: Cell = {
         let mut map = CLIENTS
             .get_or_init(Mutex::default)
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = (Arc::clone(url), handle.id());
-        if let Some(e) = map.get(&key) {
-            Arc::clone(&e.cell)
-        } else {
-            map.retain(|_, e| e.alive.strong_count() > 0);
-            // A task holding the token until its runtime drops it at shutdown.
-            let token = Arc::new(());
-            let alive = Arc::downgrade(&token);
-            handle.spawn(async move {
-                let _token = token;
-                std::future::pending::<()>().await
-            });
-            let cell = Cell::default();
-            map.insert(
-                key,
-                Entry {
-                    cell: Arc::clone(&cell),
-                    alive,
-                },
-            );
-            cell
-        }
+        Arc::clone(map.entry(Arc::clone(url)).or_default())
     };
     let c = cell
         .get_or_try_init(|| async {
+            let rt = nats_runtime()?;
             let url = Arc::clone(url);
-            // Spawned on the runtime the client belongs to, so that its connection task
-            // (spawned by `connect`) runs there.
-            let connect = handle.spawn(async move {
+            let connect = rt.spawn(async move {
                 async_nats::ConnectOptions::new()
                     .name("weft")
                     .connection_timeout(Duration::from_secs(5))
@@ -481,40 +439,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-
-    /// A runtime's calls share one client whose connection task runs on that runtime; another
-    /// runtime gets its own, and the client of a runtime that shut down is dropped.
-    #[test]
-    #[cfg_attr(not(weft_nats), ignore = "needs NATS (WEFT_TEST_NATS_URL)")]
-    fn each_runtime_has_its_own_client() {
-        let url: Arc<str> = std::env::var("WEFT_TEST_NATS_URL")
-            .unwrap_or_else(|_| DEFAULT_URL.into())
-            .into();
-        let runtime = || {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap()
-        };
-        let id = |c: &async_nats::Client| c.server_info().client_id;
-        let (a, b) = (runtime(), runtime());
-        let a1 = a.block_on(client(&url, "nats")).unwrap();
-        let a2 = a.block_on(client(&url, "nats")).unwrap();
-        assert_eq!(id(&a1), id(&a2), "one client per runtime");
-        let b1 = b.block_on(client(&url, "nats")).unwrap();
-        assert_ne!(id(&a1), id(&b1), "each runtime has its own client");
-        let a_id = a.handle().id();
-        drop(a);
-        // The connection task went with its runtime.
-        assert!(b.block_on(a1.flush()).is_err());
-        b.block_on(b1.flush()).unwrap();
-        // Making the next client drops the dead runtime's.
-        let c = runtime();
-        c.block_on(client(&url, "nats")).unwrap();
-        let map = CLIENTS.get().unwrap().lock().unwrap();
-        assert!(!map.contains_key(&(Arc::clone(&url), a_id)));
-    }
 
     #[test]
     fn names_are_one_token_each() {
