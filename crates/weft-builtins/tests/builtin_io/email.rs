@@ -221,7 +221,8 @@ async fn smtp_relay(reply_to_rcpt: &'static str) -> (u16, Arc<Mutex<Vec<String>>
 
 fn smtp_config(port: u16) -> EmailConfig {
     EmailConfig {
-        outbox_dir: temp_dir("outbox-unused-by-smtp"),
+        // One directory per relay: tests run in parallel and `temp_dir` empties it.
+        outbox_dir: temp_dir(&format!("outbox-unused-by-smtp-{port}")),
         smtp: Some(SmtpConfig {
             host: "127.0.0.1".into(),
             port: Some(port),
