@@ -36,6 +36,15 @@ impl Store for Toy {
         "toy"
     }
 
+    fn chaining(&self) -> &weft_store::Chaining {
+        self.inner.chaining()
+    }
+
+    async fn status_seq(&self, instance: &str) -> Result<Option<u64>> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.status_seq(instance).await
+    }
+
     async fn append(&self, instance: &str, records: Vec<NewRecord>) -> Result<Appended> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.append(instance, records).await

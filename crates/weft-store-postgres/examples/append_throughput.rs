@@ -5,7 +5,7 @@
 //! (b) `concurrent`: all instances at once, sharing commits through group commit.
 //! Prints one JSON line per (backend, mode) with records/s and commits (fsyncs) per record.
 //!
-//! `cargo run --release -p weft-store-postgres --example append_throughput -- \
+//! `cargo run --profile perf -p weft-store-postgres --example append_throughput -- \
 //!    [--instances N] [--strict-instances N] [--postgres URL]`
 //! (it lives here because this crate may dev-depend on both backends.)
 

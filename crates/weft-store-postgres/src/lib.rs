@@ -38,6 +38,8 @@ const POOL_SIZE: usize = 8;
 pub struct PgStore {
     pool: Pool,
     writer: Writer,
+    /// How the journal is hashed.
+    chaining: weft_store::Chaining,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -63,6 +65,17 @@ impl PgStore {
     /// Like [`PgStore::open`], with every table in the PostgreSQL schema `schema` (created
     /// if missing): several stores can share one database (the tests use one per case).
     pub async fn open_in_schema(url: &str, schema: Option<&str>) -> Result<Self> {
+        Self::open_in_schema_keyed(url, schema, None).await
+    }
+
+    /// [`PgStore::open_in_schema`] with the journal key of a keyed chain (`None`: none
+    /// configured); see [`weft_store::Chaining::resolve`] for what an existing store
+    /// accepts (`chain_key_mismatch` otherwise).
+    pub async fn open_in_schema_keyed(
+        url: &str,
+        schema: Option<&str>,
+        key: Option<weft_store::ChainKey>,
+    ) -> Result<Self> {
         let mut config: tokio_postgres::Config = url.parse().map_err(|e| Error::InvalidUrl {
             message: format!("bad PostgreSQL URL: {e}"),
         })?;
@@ -97,8 +110,10 @@ impl PgStore {
             .build()
             .map_err(|e| Error::backend(format!("PostgreSQL pool: {e}")))?;
         schema::migrate(&pool).await?;
+        let chaining = schema::resolve_chaining(&pool, key.as_ref()).await?;
         Ok(PgStore {
-            writer: Writer::start(pool.clone()),
+            writer: Writer::start(pool.clone(), chaining.clone()),
+            chaining,
             pool,
         })
     }
@@ -137,19 +152,37 @@ impl PgStore {
 
 /// Opens a store from a `postgres://…` (or `postgresql://…`) URL.
 pub async fn open(location: &str) -> Result<Arc<dyn Store>> {
+    open_keyed(location, None).await
+}
+
+/// [`open`] with the journal key of a keyed chain.
+pub async fn open_keyed(
+    location: &str,
+    key: Option<weft_store::ChainKey>,
+) -> Result<Arc<dyn Store>> {
     let url = location.trim();
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(Error::InvalidUrl {
             message: format!("`{url}` is not a postgres:// URL"),
         });
     }
-    Ok(Arc::new(PgStore::open(url).await?))
+    Ok(Arc::new(
+        PgStore::open_in_schema_keyed(url, None, key).await?,
+    ))
 }
 
 #[async_trait]
 impl Store for PgStore {
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    fn chaining(&self) -> &weft_store::Chaining {
+        &self.chaining
+    }
+
+    async fn status_seq(&self, instance: &str) -> Result<Option<u64>> {
+        ops::status_seq(&self.pool, instance).await
     }
 
     async fn append(&self, instance: &str, records: Vec<NewRecord>) -> Result<Appended> {

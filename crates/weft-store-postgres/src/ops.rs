@@ -631,13 +631,28 @@ pub(crate) async fn update_statuses(
     let nows: Vec<i64> = rows.iter().map(|r| r.3).collect();
     execute(
         pool,
-        "UPDATE instances AS i SET status = u.status, reason = u.reason, updated_at_ms = u.now
+        "UPDATE instances AS i SET status = u.status, reason = u.reason, updated_at_ms = u.now,
+           status_seq = coalesce((SELECT h.head_seq FROM chain_heads h WHERE h.instance = u.id), 0)
          FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS u(id, status, reason, now)
          WHERE i.id = u.id",
         &[&ids, &sts, &reasons, &nows],
     )
     .await?;
     Ok(())
+}
+
+/// The head seq an instance's status was last set at (`None`: no such instance).
+pub(crate) async fn status_seq(pool: &Pool, id: &str) -> Result<Option<u64>> {
+    let rows = query(
+        pool,
+        "SELECT status_seq FROM instances WHERE id = $1",
+        &[&id],
+    )
+    .await?;
+    Ok(rows
+        .first()
+        .map(|r| r.get::<_, i64>(0))
+        .map(|v| v.max(0) as u64))
 }
 
 /// Updates an instance's status.
@@ -650,7 +665,9 @@ pub(crate) async fn update_status(
 ) -> Result<()> {
     let n = execute(
         pool,
-        "UPDATE instances SET status = $2, reason = $3, updated_at_ms = $4 WHERE id = $1",
+        "UPDATE instances SET status = $2, reason = $3, updated_at_ms = $4,
+           status_seq = coalesce((SELECT h.head_seq FROM chain_heads h WHERE h.instance = $1), 0)
+         WHERE id = $1",
         &[&id, &status.as_str(), &reason, &now],
     )
     .await?;
@@ -698,7 +715,7 @@ pub(crate) async fn non_terminal(pool: &Pool, page: &Page) -> Result<Vec<Instanc
     let limit = i64::from(page.checked_limit()?);
     instances(
         pool,
-        "status IN ('running', 'stuck', 'paused') AND ($1::text IS NULL OR id > $1)
+        "status IN ('running', 'waiting', 'stuck', 'paused') AND ($1::text IS NULL OR id > $1)
          ORDER BY id LIMIT $2",
         &[&page.after, &limit],
     )
@@ -935,7 +952,8 @@ pub(crate) async fn update_statuses_owned(
     let nows: Vec<i64> = rows.iter().map(|r| r.3).collect();
     execute(
         pool,
-        "UPDATE instances AS i SET status = u.status, reason = u.reason, updated_at_ms = u.now
+        "UPDATE instances AS i SET status = u.status, reason = u.reason, updated_at_ms = u.now,
+           status_seq = coalesce((SELECT h.head_seq FROM chain_heads h WHERE h.instance = u.id), 0)
          FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS u(id, status, reason, now)
          WHERE i.id = u.id
            AND EXISTS (SELECT 1 FROM leases l WHERE l.instance = u.id AND l.owner = $5)",

@@ -6,7 +6,7 @@ use tokio_postgres::error::SqlState;
 use weft_store::Error;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Advisory lock key serialising schema creation (any fixed number; "weft" in ASCII).
 const SCHEMA_LOCK: i64 = 0x7765_6674;
@@ -82,6 +82,52 @@ CREATE TABLE IF NOT EXISTS tools (
   PRIMARY KEY (tenant, name, version));
 ";
 
+/// Version 5: each instance record keeps the chain head's seq when its status was last
+/// set, so `verify` finds a journal cut back behind it; older records get 0.
+const DDL_V5: &str =
+    "ALTER TABLE instances ADD COLUMN IF NOT EXISTS status_seq BIGINT NOT NULL DEFAULT 0;";
+
+/// Decides the store's chaining ([`weft_store::Chaining::resolve`]) under the schema lock
+/// (two processes keying a new store at once agree), recording the key's fingerprint when
+/// the store becomes keyed.
+pub(crate) async fn resolve_chaining(
+    pool: &Pool,
+    key: Option<&weft_store::ChainKey>,
+) -> Result<weft_store::Chaining, Error> {
+    let mut client = pool.get().await.map_err(map_pool)?;
+    let tx = client.transaction().await.map_err(map_err)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+        .await
+        .map_err(map_err)?;
+    let stored: Option<i64> = tx
+        .query_opt(
+            "SELECT value FROM weft_meta WHERE key = $1",
+            &[&weft_store::KEY_ID_META],
+        )
+        .await
+        .map_err(map_err)?
+        .map(|r| r.get(0));
+    let empty: bool = tx
+        .query_one(
+            "SELECT NOT EXISTS (SELECT 1 FROM journal) AND NOT EXISTS (SELECT 1 FROM chain_heads)",
+            &[],
+        )
+        .await
+        .map_err(map_err)?
+        .get(0);
+    let (chaining, record) = weft_store::Chaining::resolve(stored, key, empty)?;
+    if let Some(id) = record {
+        tx.execute(
+            "INSERT INTO weft_meta (key, value) VALUES ($1, $2)",
+            &[&weft_store::KEY_ID_META, &id],
+        )
+        .await
+        .map_err(map_err)?;
+    }
+    tx.commit().await.map_err(map_err)?;
+    Ok(chaining)
+}
+
 /// Maps a driver failure: lost connections are `store_unavailable`, the rest `backend`.
 pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
     if e.is_closed() || (e.as_db_error().is_none() && e.code().is_none()) {
@@ -139,6 +185,7 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<(), Error> {
         tx.batch_execute(DDL_V2).await.map_err(map_err)?;
         tx.batch_execute(DDL_V3).await.map_err(map_err)?;
         tx.batch_execute(DDL_V4).await.map_err(map_err)?;
+        tx.batch_execute(DDL_V5).await.map_err(map_err)?;
         tx.execute(
             "INSERT INTO weft_meta VALUES ('schema_version', $1)",
             &[&SCHEMA_VERSION],
@@ -164,14 +211,17 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<(), Error> {
             found: v,
             supported: SCHEMA_VERSION,
         }),
-        Some(v @ 1..=3) => {
+        Some(v @ 1..=4) => {
             if v == 1 {
                 tx.batch_execute(DDL_V2).await.map_err(map_err)?;
             }
             if v <= 2 {
                 tx.batch_execute(DDL_V3).await.map_err(map_err)?;
             }
-            tx.batch_execute(DDL_V4).await.map_err(map_err)?;
+            if v <= 3 {
+                tx.batch_execute(DDL_V4).await.map_err(map_err)?;
+            }
+            tx.batch_execute(DDL_V5).await.map_err(map_err)?;
             tx.execute(
                 "UPDATE weft_meta SET value = $1 WHERE key = 'schema_version'",
                 &[&SCHEMA_VERSION],

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot};
-use weft_store::{Appended, Error, Fence, GENESIS, Hash, NewRecord, Result};
+use weft_store::{Appended, Chaining, Error, Fence, GENESIS, Hash, NewRecord, Result};
 
 use crate::schema::{is_transient, map_err, map_pool};
 
@@ -43,11 +43,11 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Starts the task on the current runtime.
-    pub fn start(pool: Pool) -> Self {
+    /// Starts the task on the current runtime, hashing records under `chaining`.
+    pub fn start(pool: Pool, chaining: Chaining) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = std::sync::Arc::new(std::sync::Mutex::new(WriterStats::default()));
-        tokio::spawn(run(pool, rx, stats.clone()));
+        tokio::spawn(run(pool, chaining, rx, stats.clone()));
         Writer { tx, stats }
     }
 
@@ -88,6 +88,7 @@ impl Writer {
 
 async fn run(
     pool: Pool,
+    chaining: Chaining,
     mut rx: mpsc::UnboundedReceiver<Request>,
     stats: std::sync::Arc<std::sync::Mutex<WriterStats>>,
 ) {
@@ -102,7 +103,7 @@ async fn run(
         }
         let mut outcome: std::result::Result<Vec<Result<Appended>>, Retry> = Err(Retry::Transient);
         for _ in 0..TRIES {
-            outcome = commit_batch(&pool, &batch).await;
+            outcome = commit_batch(&pool, &chaining, &batch).await;
             match &outcome {
                 Err(Retry::Transient) => continue,
                 _ => break,
@@ -153,6 +154,7 @@ fn to_i64(seq: u64) -> std::result::Result<i64, Retry> {
 /// One transaction for the batch; the results are in request order.
 async fn commit_batch(
     pool: &Pool,
+    chaining: &Chaining,
     batch: &[Request],
 ) -> std::result::Result<Vec<Result<Appended>>, Retry> {
     let mut client = pool.get().await.map_err(|e| Retry::Fatal(map_pool(e)))?;
@@ -249,7 +251,9 @@ async fn commit_batch(
         let first_seq = seq + 1;
         for r in req.records.iter() {
             seq += 1;
-            let hash = Hash::of_record(&prev, seq, &r.kind, &r.body, r.at_ms);
+            let hash = chaining
+                .record(&prev, seq, &r.kind, &r.body, r.at_ms)
+                .map_err(Retry::Fatal)?;
             c_inst.push(req.instance.as_str());
             c_seq.push(to_i64(seq)?);
             c_kind.push(r.kind.as_str());

@@ -293,3 +293,62 @@ async fn version_2_store_is_migrated_to_bytewise_text() {
     })
     .await;
 }
+
+/// Issue #27 item 7: the last record deleted and the chain head moved back onto the record
+/// before it; the instance record's status was set at seq 5, so the cut is found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
+async fn a_removed_tail_with_its_head_moved_back_is_detected() {
+    with_schema(|url, schema| async move {
+        let store = PgStore::open_in_schema(&url, Some(&schema)).await.unwrap();
+        store
+            .create_instance(weft_store::InstanceRecord {
+                id: "i".into(),
+                tenant: "t".into(),
+                plan_name: "p".into(),
+                plan_version: 1,
+                status: weft_store::InstanceStatus::Running,
+                reason: None,
+                created_at_ms: 1,
+                updated_at_ms: 1,
+                parent: None,
+            })
+            .await
+            .unwrap();
+        store.append("i", recs(5)).await.unwrap();
+        store
+            .update_status("i", weft_store::InstanceStatus::Completed, None, 6)
+            .await
+            .unwrap();
+        store.verify("i").await.unwrap();
+        common::sql(
+            &url,
+            &format!(
+                "SET search_path = {schema};
+                 DELETE FROM journal WHERE instance = 'i' AND seq = 5;
+                 UPDATE chain_heads SET head_seq = 4, head_hash =
+                   (SELECT hash FROM journal WHERE instance = 'i' AND seq = 4)
+                 WHERE instance = 'i';"
+            ),
+        )
+        .await;
+        let e = match store.verify("i").await.unwrap_err() {
+            Error::Chain(e) => e,
+            other => panic!("expected a chain error, got {other}"),
+        };
+        assert_eq!(
+            (e.seq, e.reason),
+            (
+                5,
+                ChainFault::TailMissing {
+                    recorded_seq: 5,
+                    witness: weft_store::Witness::InstanceRecord
+                }
+            )
+        );
+    })
+    .await;
+}

@@ -70,12 +70,25 @@
 //! appended since, against its record found by scanning the log backwards from the newest
 //! row (a few batches back).
 
+use std::cell::RefCell;
+
 use rusqlite::{Connection, OptionalExtension, params};
-use weft_store::{Appended, Error, GENESIS, Hash, NewRecord, Record, Result, Snapshot};
+use weft_store::{Appended, Chaining, Error, GENESIS, Hash, NewRecord, Record, Result, Snapshot};
 
 use crate::batch::{self, LogRecord};
 use crate::cache;
 use crate::schema::map_err;
+
+thread_local! {
+    /// How the writer thread hashes appends: its store's mode, set once when the store
+    /// opens ([`set_chaining`]); the writer thread is the only one that appends.
+    static CHAINING: RefCell<Chaining> = const { RefCell::new(Chaining::Plain) };
+}
+
+/// Sets the mode appends on this thread are hashed with (the writer thread, at open).
+pub(crate) fn set_chaining(chaining: Chaining) {
+    CHAINING.with(|c| *c.borrow_mut() = chaining);
+}
 
 /// How many tables the journal log is split into (see the module docs). Part of the schema:
 /// changing it needs a migration that merges the old tables.
@@ -796,6 +809,7 @@ pub(crate) fn append_many(
     let mut batches: [(Vec<u8>, i64); LOG_PARTS] = Default::default();
     // (instance, head seq, head hash, base), remembered once all batches are written.
     let mut heads: Vec<(&str, i64, Hash, (u64, Hash))> = Vec::with_capacity(items.len());
+    let chaining = CHAINING.with(|c| c.borrow().clone());
     for (instance, records) in items {
         let (mut seq, mut prev, base) = match head_row(conn, instance)? {
             Some((s, h, bs, bh)) => (s, h, (bs, bh)),
@@ -810,7 +824,7 @@ pub(crate) fn append_many(
             seq += 1;
             // Fails before anything is written for a seq SQLite cannot hold.
             seq_to_sql(seq)?;
-            let hash = Hash::of_record(&prev, seq, &r.kind, &r.body, r.at_ms);
+            let hash = chaining.record(&prev, seq, &r.kind, &r.body, r.at_ms)?;
             let (bytes, n) = &mut batches[part];
             batch::encode(bytes, instance, seq, r, &prev, &hash)?;
             *n += 1;

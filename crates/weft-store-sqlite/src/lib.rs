@@ -66,6 +66,8 @@ pub struct SqliteStore {
     writer: Writer,
     readers: Readers,
     log: Arc<LogState>,
+    /// How the journal is hashed (the writer thread has its own copy).
+    chaining: weft_store::Chaining,
 }
 
 /// Rows appended to a journal log partition before it is merged into the journal (see the
@@ -230,9 +232,20 @@ impl SqliteStore {
     /// Errors: `store_corrupt` for a file that is not a (weft) database, `schema_too_new`
     /// for one written by a newer weft, `store_unavailable` if it cannot be created.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
+        SqliteStore::open_keyed(path, None).await
+    }
+
+    /// [`SqliteStore::open`] with the journal key of a keyed chain (`None`: none
+    /// configured). A new store given a key is keyed for good; see
+    /// [`weft_store::Chaining::resolve`] for what an existing store accepts
+    /// (`chain_key_mismatch` otherwise).
+    pub async fn open_keyed(
+        path: impl AsRef<Path>,
+        key: Option<weft_store::ChainKey>,
+    ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let p = path.clone();
-        let conn = tokio::task::spawn_blocking(move || {
+        let (conn, chaining) = tokio::task::spawn_blocking(move || {
             let conn = schema::open_writer(&p)?;
             // Whatever the last process left in the log goes into the journal now, so
             // recovery's reads find everything in the indexed table.
@@ -246,12 +259,21 @@ impl SqliteStore {
                 }
                 tx.commit().map_err(schema::map_err)?;
             }
-            Ok::<_, Error>(conn)
+            let chaining = schema::resolve_chaining(&conn, key.as_ref())?;
+            Ok::<_, Error>((conn, chaining))
         })
         .await
         .map_err(|e| Error::backend(format!("opening the SQLite store failed: {e}")))??;
         let writer = Writer::start(conn)?;
+        let ch = chaining.clone();
+        writer
+            .submit(move |_| {
+                journal_log::set_chaining(ch);
+                Ok(())
+            })
+            .await?;
         Ok(SqliteStore {
+            chaining,
             _checkpointer: checkpointer::Checkpointer::start(&path)?,
             writer,
             readers: Readers::new(path.clone()),
@@ -368,13 +390,34 @@ pub fn path_of(location: &str) -> Result<std::path::PathBuf> {
 
 /// Opens a store from a location string (`sqlite://PATH`, `sqlite:PATH` or a bare path).
 pub async fn open(location: &str) -> Result<Arc<dyn Store>> {
-    Ok(Arc::new(SqliteStore::open(path_of(location)?).await?))
+    open_keyed(location, None).await
+}
+
+/// [`open`] with the journal key of a keyed chain ([`SqliteStore::open_keyed`]).
+pub async fn open_keyed(
+    location: &str,
+    key: Option<weft_store::ChainKey>,
+) -> Result<Arc<dyn Store>> {
+    Ok(Arc::new(
+        SqliteStore::open_keyed(path_of(location)?, key).await?,
+    ))
 }
 
 #[async_trait]
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn chaining(&self) -> &weft_store::Chaining {
+        &self.chaining
+    }
+
+    async fn status_seq(&self, instance: &str) -> Result<Option<u64>> {
+        let instance = instance.to_string();
+        self.readers
+            .run(move |c| state::status_seq(c, &instance))
+            .await
     }
 
     async fn append(&self, instance: &str, records: Vec<NewRecord>) -> Result<Appended> {

@@ -8,7 +8,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use weft_store::Error;
 
 /// The schema version this build writes. Bump it with a migration in `migrate`.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 const DDL_V1: &str = "
 CREATE TABLE weft_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
@@ -115,6 +115,11 @@ CREATE TABLE IF NOT EXISTS tools (
   tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, definition TEXT,
   created_at_ms INTEGER NOT NULL, PRIMARY KEY (tenant, name, version)) WITHOUT ROWID;
 ";
+
+/// Version 8: each instance record keeps the chain head's seq when its status was last set,
+/// so `verify` finds a journal cut back behind it (`weft_store::ChainFault::TailMissing`).
+/// Older records get 0 (nothing to compare against).
+const DDL_V8: &str = "ALTER TABLE instances ADD COLUMN status_seq INTEGER NOT NULL DEFAULT 0;";
 
 /// What `weft_part` says about a row whose instance is not text.
 const NOT_TEXT: &str = "a journal row's instance is not text";
@@ -248,6 +253,42 @@ pub(crate) fn open_reader(path: &Path) -> Result<Connection, Error> {
     Ok(conn)
 }
 
+/// The journal key fingerprint the store was keyed with (`weft_store::KEY_ID_META`), if any.
+pub(crate) fn stored_key_id(conn: &Connection) -> Result<Option<i64>, Error> {
+    conn.query_row(
+        "SELECT value FROM weft_meta WHERE key = ?1",
+        [weft_store::KEY_ID_META],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(map_err)
+}
+
+/// Decides the store's chaining ([`weft_store::Chaining::resolve`]) on the write connection
+/// once the log is merged, recording the key's fingerprint when the store becomes keyed.
+pub(crate) fn resolve_chaining(
+    conn: &Connection,
+    key: Option<&weft_store::ChainKey>,
+) -> Result<weft_store::Chaining, Error> {
+    let stored = stored_key_id(conn)?;
+    let empty: bool = conn
+        .query_row(
+            "SELECT NOT EXISTS (SELECT 1 FROM journal) AND NOT EXISTS (SELECT 1 FROM chain_heads)",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(map_err)?;
+    let (chaining, record) = weft_store::Chaining::resolve(stored, key, empty)?;
+    if let Some(id) = record {
+        conn.execute(
+            "INSERT INTO weft_meta (key, value) VALUES (?1, ?2)",
+            rusqlite::params![weft_store::KEY_ID_META, id],
+        )
+        .map_err(map_err)?;
+    }
+    Ok(chaining)
+}
+
 /// Reads the stored schema version: `None` for an empty database.
 fn stored_version(conn: &Connection) -> Result<Option<i64>, Error> {
     let tables: i64 = conn
@@ -282,13 +323,31 @@ fn stored_version(conn: &Connection) -> Result<Option<i64>, Error> {
     })
 }
 
+/// [`DDL_V8`] unless `instances` already has the column (SQLite has no `ADD COLUMN IF NOT
+/// EXISTS`).
+fn ddl_v8(conn: &Connection) -> Result<&'static str, Error> {
+    let has: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_info('instances') WHERE name = 'status_seq')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(map_err)?;
+    Ok(if has { "" } else { DDL_V8 })
+}
+
 /// Creates the schema in an empty database, or checks that a stored one is not newer.
 fn migrate(conn: &Connection) -> Result<(), Error> {
     register_part_function(conn)?;
-    match stored_version(conn)? {
+    let stored = stored_version(conn)?;
+    let v8 = match stored {
+        Some(v) if v < SCHEMA_VERSION => ddl_v8(conn)?,
+        _ => DDL_V8,
+    };
+    match stored {
         None => {
             let ddl = format!(
-                "BEGIN IMMEDIATE; {DDL_V1} {DDL_V2} {} {DDL_V6} {DDL_V7} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;",
+                "BEGIN IMMEDIATE; {DDL_V1} {DDL_V2} {} {DDL_V6} {DDL_V7} {DDL_V8} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;",
                 ddl_v5(0)
             );
             conn.execute_batch(&ddl).map_err(|e| {
@@ -319,9 +378,9 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
                 });
             }
             let steps = match v {
-                1 => format!("{DDL_V2} {} {DDL_V6} {DDL_V7}", ddl_v5(v)),
-                5 => format!("{DDL_V6} {DDL_V7}"),
-                _ => format!("{} {DDL_V6} {DDL_V7}", ddl_v5(v)),
+                1 => format!("{DDL_V2} {} {DDL_V6} {DDL_V7} {v8}", ddl_v5(v)),
+                5 => format!("{DDL_V6} {DDL_V7} {v8}"),
+                _ => format!("{} {DDL_V6} {DDL_V7} {v8}", ddl_v5(v)),
             };
             let ddl = format!(
                 "BEGIN IMMEDIATE; {steps} UPDATE weft_meta SET value = {SCHEMA_VERSION} WHERE key = 'schema_version'; COMMIT;"
@@ -337,9 +396,14 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
                 map_err(e)
             })
         }
-        Some(6) => {
+        Some(v @ (6 | 7)) => {
+            let steps = if v == 6 {
+                format!("{DDL_V7} {v8}")
+            } else {
+                v8.to_string()
+            };
             let ddl = format!(
-                "BEGIN IMMEDIATE; {DDL_V7} UPDATE weft_meta SET value = {SCHEMA_VERSION} WHERE key = 'schema_version'; COMMIT;"
+                "BEGIN IMMEDIATE; {steps} UPDATE weft_meta SET value = {SCHEMA_VERSION} WHERE key = 'schema_version'; COMMIT;"
             );
             conn.execute_batch(&ddl).map_err(|e| {
                 let _ = conn.execute_batch("ROLLBACK");

@@ -263,6 +263,27 @@ pub(crate) fn create_instance(conn: &Connection, r: &InstanceRecord) -> Result<(
     Ok(())
 }
 
+/// The chain head's seq, as the `status_seq` of a status set now (on the writer thread,
+/// usually from its memory of heads: the instance appended in the same batch).
+fn status_seq_now(conn: &Connection, id: &str) -> Result<i64> {
+    let seq = crate::journal_log::head_row(conn, id)?.map_or(0, |h| h.0);
+    i64::try_from(seq).map_err(|_| Error::invalid(format!("sequence number {seq} is too large")))
+}
+
+/// The head seq an instance's status was last set at (`None`: no such instance).
+pub(crate) fn status_seq(conn: &Connection, id: &str) -> Result<Option<u64>> {
+    let v: Option<i64> = conn
+        .prepare_cached("SELECT status_seq FROM instances WHERE id = ?1")
+        .and_then(|mut s| s.query_row(params![id], |r| r.get(0)).optional())
+        .map_err(map_err)?;
+    v.map(|v| {
+        u64::try_from(v).map_err(|_| Error::Corrupt {
+            message: format!("negative status seq {v} for instance {id}"),
+        })
+    })
+    .transpose()
+}
+
 /// Updates an instance's status.
 pub(crate) fn update_status(
     conn: &Connection,
@@ -271,11 +292,13 @@ pub(crate) fn update_status(
     reason: Option<&str>,
     now: i64,
 ) -> Result<()> {
+    let seq = status_seq_now(conn, id)?;
     let n = conn
         .prepare_cached(
-            "UPDATE instances SET status = ?2, reason = ?3, updated_at_ms = ?4 WHERE id = ?1",
+            "UPDATE instances SET status = ?2, reason = ?3, updated_at_ms = ?4, status_seq = ?5
+             WHERE id = ?1",
         )
-        .and_then(|mut s| s.execute(params![id, status.as_str(), reason, now]))
+        .and_then(|mut s| s.execute(params![id, status.as_str(), reason, now, seq]))
         .map_err(map_err)?;
     if n == 0 {
         return Err(Error::not_found(format!("instance {id}")));
@@ -321,7 +344,7 @@ pub(crate) fn non_terminal(conn: &Connection, page: &Page) -> Result<Vec<Instanc
     let limit = i64::from(page.checked_limit()?);
     query_instances(
         conn,
-        "status IN ('running', 'stuck', 'paused') AND (?1 IS NULL OR id > ?1)
+        "status IN ('running', 'waiting', 'stuck', 'paused') AND (?1 IS NULL OR id > ?1)
          ORDER BY id LIMIT ?2",
         &[&page.after, &limit],
     )
@@ -566,11 +589,12 @@ pub(crate) fn update_status_owned(
             r => r,
         };
     }
+    let seq = status_seq_now(conn, id)?;
     conn.prepare_cached(
-        "UPDATE instances SET status = ?2, reason = ?3, updated_at_ms = ?4 WHERE id = ?1
-         AND EXISTS (SELECT 1 FROM leases WHERE instance = ?1 AND owner = ?5)",
+        "UPDATE instances SET status = ?2, reason = ?3, updated_at_ms = ?4, status_seq = ?6
+         WHERE id = ?1 AND EXISTS (SELECT 1 FROM leases WHERE instance = ?1 AND owner = ?5)",
     )
-    .and_then(|mut s| s.execute(params![id, status.as_str(), reason, now, owner]))
+    .and_then(|mut s| s.execute(params![id, status.as_str(), reason, now, owner, seq]))
     .map_err(map_err)?;
     Ok(())
 }

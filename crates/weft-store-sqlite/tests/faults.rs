@@ -320,6 +320,47 @@ async fn version_6_store_is_migrated() {
     assert_eq!(schema_version(&path), weft_store_sqlite::SCHEMA_VERSION);
 }
 
+/// A version-7 store (instance records without `status_seq`) is migrated on open: its
+/// records read 0, status changes record the head from then on, and its journal verifies.
+#[tokio::test]
+async fn version_7_store_is_migrated() {
+    let path = five_records("v7").await;
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store
+            .create_instance(weft_store::InstanceRecord {
+                id: "i".into(),
+                tenant: "t".into(),
+                plan_name: "p".into(),
+                plan_version: 1,
+                status: weft_store::InstanceStatus::Running,
+                reason: None,
+                created_at_ms: 1,
+                updated_at_ms: 1,
+                parent: None,
+            })
+            .await
+            .unwrap();
+    }
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "ALTER TABLE instances DROP COLUMN status_seq;
+             UPDATE weft_meta SET value = 7 WHERE key = 'schema_version';",
+        )
+        .unwrap();
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.status_seq("i").await.unwrap(), Some(0));
+    assert_eq!(store.verify("i").await.unwrap().records, 5);
+    store
+        .update_status("i", weft_store::InstanceStatus::Completed, None, 2)
+        .await
+        .unwrap();
+    assert_eq!(store.status_seq("i").await.unwrap(), Some(5));
+    drop(store);
+    assert_eq!(schema_version(&path), weft_store_sqlite::SCHEMA_VERSION);
+}
+
 /// A store written by the previous schema (version 1: leases without an epoch) is migrated
 /// on open: its leases get epoch 1, its data stays, and fencing works.
 #[tokio::test]
@@ -668,4 +709,158 @@ async fn a_lease_taken_over_by_another_store_fences_the_first() {
         3
     );
     assert_eq!(b.verify("j").await.unwrap().records, 3);
+}
+
+/// Issue #27 item 7: the last record deleted and the chain head moved back onto the record
+/// before it. The chain itself is intact up to the new head, so only what else the store
+/// wrote beside it can tell: the instance record's status was set at seq 5.
+#[tokio::test]
+async fn a_removed_tail_with_its_head_moved_back_is_detected() {
+    let path = temp("tail-and-head");
+    let store = SqliteStore::open(&path).await.unwrap();
+    store
+        .create_instance(weft_store::InstanceRecord {
+            id: "i".into(),
+            tenant: "t".into(),
+            plan_name: "p".into(),
+            plan_version: 1,
+            status: weft_store::InstanceStatus::Running,
+            reason: None,
+            created_at_ms: 1,
+            updated_at_ms: 1,
+            parent: None,
+        })
+        .await
+        .unwrap();
+    store.append("i", five()).await.unwrap();
+    store
+        .update_status("i", weft_store::InstanceStatus::Completed, None, 6)
+        .await
+        .unwrap();
+    store.verify("i").await.unwrap();
+    drop(store);
+    // Reopening merges the log: the records and the head are in `journal` / `chain_heads`.
+    drop(SqliteStore::open(&path).await.unwrap());
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "DELETE FROM journal WHERE instance = 'i' AND seq = 5;
+             UPDATE chain_heads SET head_seq = 4, head_hash =
+               (SELECT hash FROM journal WHERE instance = 'i' AND seq = 4)
+             WHERE instance = 'i';",
+        )
+        .unwrap();
+    let e = verify_err(&path).await;
+    assert_eq!(
+        (e.seq, e.reason.clone()),
+        (
+            5,
+            ChainFault::TailMissing {
+                recorded_seq: 5,
+                witness: weft_store::Witness::InstanceRecord,
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(e.reason.code(), "tail_missing");
+    assert!(e.reason.hint().contains("backup"), "{}", e.reason.hint());
+}
+
+/// A journal row as the tests read it: (seq, kind, body, at_ms, prev_hash).
+type Row = (i64, String, Vec<u8>, i64, Vec<u8>);
+
+/// A journal key for the keyed-chain tests.
+fn key(c: char) -> weft_store::ChainKey {
+    weft_store::ChainKey::parse(&c.to_string().repeat(64)).unwrap()
+}
+
+/// Rewrites instance `i`'s whole chain as an attacker without the key would: record 3 gets
+/// another body, and every hash from there on (and the chain head) is recomputed with
+/// plain SHA-256, so the chain is consistent again.
+fn rewrite_chain(path: &PathBuf) {
+    let c = Connection::open(path).unwrap();
+    let rows: Vec<Row> = c
+        .prepare("SELECT seq, kind, body, at_ms, prev_hash FROM journal WHERE instance = 'i' ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut prev = Hash::from_slice(&rows[0].4).unwrap();
+    for (seq, kind, body, at_ms, _) in rows {
+        let body = if seq == 3 {
+            b"{\"n\":99}".to_vec()
+        } else {
+            body
+        };
+        let hash = Hash::of_record(&prev, seq as u64, &kind, &body, at_ms);
+        c.execute(
+            "UPDATE journal SET body = ?1, prev_hash = ?2, hash = ?3 WHERE instance = 'i' AND seq = ?4",
+            params![body, &prev.0[..], &hash.0[..], seq],
+        )
+        .unwrap();
+        prev = hash;
+    }
+    c.execute(
+        "UPDATE chain_heads SET head_hash = ?1 WHERE instance = 'i'",
+        params![&prev.0[..]],
+    )
+    .unwrap();
+}
+
+/// The keyed chain: a new store opened with a key is keyed for good; its records verify
+/// only with that key; without it the journal can be read but neither written nor checked;
+/// another key is refused; a chain rewritten without the key fails, while the same rewrite
+/// of a plain chain passes (what the plain mode cannot detect). A plain store with records
+/// refuses a key, so a store never mixes modes.
+#[tokio::test]
+async fn a_keyed_chain_verifies_only_with_its_key() {
+    let path = temp("keyed");
+    let store = SqliteStore::open_keyed(&path, Some(key('a')))
+        .await
+        .unwrap();
+    store.append("i", five()).await.unwrap();
+    let v = store.verify("i").await.unwrap();
+    assert!(v.keyed && v.records == 5, "{v:?}");
+    drop(store);
+    // Reopening merges the log: the records are in `journal`.
+    drop(
+        SqliteStore::open_keyed(&path, Some(key('a')))
+            .await
+            .unwrap(),
+    );
+
+    let bare = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(bare.read("i", 1, 10).await.unwrap().len(), 5);
+    assert_eq!(bare.verify("i").await.unwrap_err().code(), "chain_keyed");
+    assert_eq!(
+        bare.append("i", records(6..=6)).await.unwrap_err().code(),
+        "chain_keyed"
+    );
+    drop(bare);
+    let e = SqliteStore::open_keyed(&path, Some(key('b')))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "chain_key_mismatch", "{e}");
+
+    rewrite_chain(&path);
+    let keyed = SqliteStore::open_keyed(&path, Some(key('a')))
+        .await
+        .unwrap();
+    match keyed.verify("i").await.unwrap_err() {
+        Error::Chain(e) => assert_eq!((e.seq, e.reason), (1, ChainFault::Altered)),
+        other => panic!("expected a chain error, got {other}"),
+    }
+    drop(keyed);
+
+    // The same rewrite of a plain chain goes unnoticed: that is what the key is for.
+    let plain = five_records("keyed-plain").await;
+    rewrite_chain(&plain);
+    let store = SqliteStore::open(&plain).await.unwrap();
+    assert!(!store.verify("i").await.unwrap().keyed);
+    drop(store);
+    let e = SqliteStore::open_keyed(&plain, Some(key('a')))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "chain_key_mismatch", "{e}");
 }

@@ -65,6 +65,22 @@ pub enum Error {
     /// `verify` found the journal's hash chain broken.
     #[error("[chain_broken] {0}")]
     Chain(ChainError),
+    /// The store's journal is keyed (HMAC-SHA256) and it was opened without the key: it
+    /// can be read, but not written to, and its chain cannot be checked.
+    #[error(
+        "[chain_keyed] {message}; hint: give the key with journal.hmac_key_file or WEFT_JOURNAL_HMAC_KEY"
+    )]
+    ChainKeyed {
+        /// What could not be done.
+        message: String,
+    },
+    /// The configured journal key does not fit the store (another key, or a key for a
+    /// store whose journal is plain SHA-256).
+    #[error("[chain_key_mismatch] {message}")]
+    ChainKeyMismatch {
+        /// Which way it does not fit.
+        message: String,
+    },
     /// The store was closed (its writer stopped).
     #[error("[store_closed] the store is closed")]
     Closed,
@@ -96,6 +112,8 @@ impl Error {
             Error::InvalidInput { .. } => "invalid_input",
             Error::NoSnapshot { .. } => "no_snapshot",
             Error::Chain(_) => "chain_broken",
+            Error::ChainKeyed { .. } => "chain_keyed",
+            Error::ChainKeyMismatch { .. } => "chain_key_mismatch",
             Error::Closed => "store_closed",
             Error::Backend { .. } => "backend",
             Error::LeaseLost { .. } => "lease_lost",

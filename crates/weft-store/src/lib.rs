@@ -45,7 +45,9 @@ mod error;
 mod store;
 mod types;
 
-pub use chain::{ChainError, ChainFault, GENESIS, Hash, VerifyReport};
+pub use chain::{
+    ChainError, ChainFault, ChainKey, Chaining, GENESIS, Hash, KEY_ID_META, VerifyReport, Witness,
+};
 pub use error::{Error, Result};
 
 /// The embedded store's file when no location is configured, relative to the working

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::chain::{Hash, Verifier, VerifyReport};
+use crate::chain::{Chaining, Hash, PLAIN, Verifier, VerifyReport};
 use crate::error::{Error, Result};
 use crate::types::{
     Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, LeaseTerms, NewRecord,
@@ -48,6 +48,11 @@ pub trait Store: Send + Sync + 'static {
     /// Backend name (`sqlite`, `postgres`), for messages.
     fn backend(&self) -> &'static str;
 
+    /// How this store hashes its journal (decided when it opened: [`Chaining::resolve`]).
+    fn chaining(&self) -> &Chaining {
+        &PLAIN
+    }
+
     // --- journal -------------------------------------------------------------------------
 
     /// Appends records to an instance's journal, atomically: all or none. The store assigns
@@ -88,17 +93,49 @@ pub trait Store: Send + Sync + 'static {
         Ok(self.head(instance).await?.map_or(0, |(seq, _)| seq))
     }
 
-    /// Checks the instance's whole kept journal against its hash chain and head.
-    /// A broken chain is `Err(Error::Chain(..))` naming the first bad sequence number.
+    /// The chain head's seq when the instance record's status was last set (0 when
+    /// nothing was appended then), `None` for an unknown instance or a backend that does
+    /// not keep it. A journal never ends before it: [`Store::verify`] checks that.
+    async fn status_seq(&self, _instance: &str) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
+    /// Checks the instance's whole kept journal against its hash chain and head, and the
+    /// head against what the store recorded beside the journal (the seq the instance
+    /// record's status was set at, the latest snapshot), so a tail cut off with its head
+    /// moved back is found too ([`crate::ChainFault::TailMissing`]). A broken chain is
+    /// `Err(Error::Chain(..))` naming the first bad sequence number; a keyed store opened
+    /// without its key is `Err(Error::ChainKeyed)`.
     ///
     /// The head is read first and the chain checked up to it, so records a live writer
     /// appends meanwhile do not count as a mismatch; records beyond a head that did not
-    /// move while they were read do (a head that lags its records).
+    /// move while they were read do (a head that lags its records). The instance record
+    /// and the snapshot are read before the head, for the same reason.
     async fn verify(&self, instance: &str) -> Result<VerifyReport> {
+        let chaining = self.chaining();
+        if matches!(chaining, Chaining::KeyedWithoutKey) {
+            return Err(Error::ChainKeyed {
+                message: format!(
+                    "the journal of {instance} is keyed (HMAC-SHA256) and cannot be checked without its key"
+                ),
+            });
+        }
+        let status_seq = self.status_seq(instance).await?;
+        let snapshot = self
+            .latest_snapshot(instance)
+            .await?
+            .map(|s| (s.seq, s.hash));
         let head = self.head(instance).await?;
         let head_seq = head.map_or(0, |(s, _)| s);
         let (base_seq, base_hash) = self.chain_base(instance).await?;
-        let mut v = Verifier::new(instance, base_seq, base_hash);
+        let mut v = Verifier::with_chaining(instance, base_seq, base_hash, chaining.clone());
+        if let Some((seq, _)) = snapshot {
+            v.watch(seq);
+        }
+        let checked = |report: VerifyReport| {
+            Verifier::check_recorded(&report, status_seq, snapshot).map_err(Error::Chain)?;
+            Ok(report)
+        };
         // Read from the base, not from the next expected seq, so stray records below it
         // show up as a gap instead of being skipped.
         let mut from = base_seq + 1;
@@ -113,7 +150,7 @@ pub trait Store: Send + Sync + 'static {
                 if r.seq > head_seq && !past_head {
                     if self.head(instance).await? != head {
                         // Appended after the head was read: not part of this check.
-                        return v.finish(head).map_err(Error::Chain);
+                        return v.finish(head).map_err(Error::Chain).and_then(checked);
                     }
                     past_head = true;
                 }
@@ -123,7 +160,7 @@ pub trait Store: Send + Sync + 'static {
                 break;
             }
         }
-        v.finish(head).map_err(Error::Chain)
+        v.finish(head).map_err(Error::Chain).and_then(checked)
     }
 
     /// One write for many instances, in this order: create `creates`, append each of

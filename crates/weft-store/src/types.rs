@@ -175,11 +175,15 @@ pub struct PlanInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InstanceStatus {
-    /// Steps may fire, actions may be in flight, or (reactive) waiting for events.
+    /// Steps may fire, actions may be in flight, or (reactive) alive until stopped.
     Running,
     /// Finished with an output.
     Completed,
-    /// Nothing enabled and no output; may move again if a token arrives.
+    /// Acyclic, settled without an output, and an input event or a pending timer can still
+    /// move it (records of older builds say `stuck` for such an instance until it next
+    /// settles: recovery folds the journal again and writes the status it finds).
+    Waiting,
+    /// Acyclic, settled without an output, and nothing can ever enable a step again.
     Stuck,
     /// Aborted by a failure.
     Failed,
@@ -191,9 +195,10 @@ pub enum InstanceStatus {
 
 impl InstanceStatus {
     /// Every status.
-    pub const ALL: [InstanceStatus; 6] = [
+    pub const ALL: [InstanceStatus; 7] = [
         InstanceStatus::Running,
         InstanceStatus::Completed,
+        InstanceStatus::Waiting,
         InstanceStatus::Stuck,
         InstanceStatus::Failed,
         InstanceStatus::Paused,
@@ -213,6 +218,7 @@ impl InstanceStatus {
         match self {
             InstanceStatus::Running => "running",
             InstanceStatus::Completed => "completed",
+            InstanceStatus::Waiting => "waiting",
             InstanceStatus::Stuck => "stuck",
             InstanceStatus::Failed => "failed",
             InstanceStatus::Paused => "paused",

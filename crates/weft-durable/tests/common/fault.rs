@@ -93,6 +93,12 @@ impl Store for FaultStore {
     fn backend(&self) -> &'static str {
         self.inner.backend()
     }
+    fn chaining(&self) -> &weft_store::Chaining {
+        self.inner.chaining()
+    }
+    async fn status_seq(&self, instance: &str) -> Result<Option<u64>> {
+        self.inner.status_seq(instance).await
+    }
     async fn append(&self, instance: &str, records: Vec<NewRecord>) -> Result<Appended> {
         self.gate().await?;
         self.inner.append(instance, records).await

@@ -770,3 +770,66 @@ pub async fn bulk_release_of_leases(s: Arc<dyn Store>) {
     assert_eq!(s.release_leases(&ids, "me").await.unwrap(), 0);
     assert_eq!(s.release_leases(&[], "me").await.unwrap(), 0);
 }
+
+/// A status change records the chain head it was made at (`status_seq`), by every path
+/// that sets statuses, so `verify` can tell a journal cut back behind it; an intact journal
+/// still verifies, with a snapshot at its head.
+pub async fn status_changes_record_the_chain_head(s: Arc<dyn Store>) {
+    let rec = numbered;
+    s.create_instance(instance("sq1", "t", InstanceStatus::Running))
+        .await
+        .unwrap();
+    assert_eq!(s.status_seq("sq1").await.unwrap(), Some(0));
+    assert_eq!(s.status_seq("nobody").await.unwrap(), None);
+    s.append("sq1", vec![rec("a", 1), rec("b", 2)])
+        .await
+        .unwrap();
+    s.update_status("sq1", InstanceStatus::Paused, None, 20)
+        .await
+        .unwrap();
+    assert_eq!(s.status_seq("sq1").await.unwrap(), Some(2));
+    s.write_batch(
+        vec![],
+        vec![("sq1".into(), vec![rec("c", 3)])],
+        vec![("sq1".into(), InstanceStatus::Completed, None, 30)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.status_seq("sq1").await.unwrap(), Some(3));
+    let terms = one_second_lease("p1", 40);
+    s.write_batch_fenced(
+        &terms,
+        vec![instance("sq2", "t", InstanceStatus::Running)],
+        vec![],
+        vec![],
+    )
+    .await
+    .unwrap();
+    let epoch = s.owner_of("sq2", 40).await.unwrap().unwrap().epoch;
+    let out = s
+        .write_batch_fenced(
+            &terms,
+            vec![],
+            vec![("sq2".into(), epoch, vec![rec("a", 1)].into())],
+            vec![("sq2".into(), InstanceStatus::Failed, Some("x".into()), 41)],
+        )
+        .await
+        .unwrap();
+    assert!(out[0].is_ok());
+    assert_eq!(s.status_seq("sq2").await.unwrap(), Some(1));
+    let head = s.head("sq1").await.unwrap().unwrap();
+    s.put_snapshot(
+        "sq1",
+        crate::Snapshot {
+            seq: head.0,
+            hash: head.1,
+            state: b"{}".to_vec(),
+            at_ms: 50,
+        },
+    )
+    .await
+    .unwrap();
+    let v = s.verify("sq1").await.unwrap();
+    assert_eq!((v.to_seq, v.keyed), (3, false));
+    assert_eq!(s.verify("sq2").await.unwrap().records, 1);
+}

@@ -112,6 +112,7 @@ macro_rules! conformance_tests {
             compaction_fenced_by_lease_epoch,
             bulk_release_of_leases,
             load_many_gives_snapshot_and_tail,
+            status_changes_record_the_chain_head,
         );
     };
     (@cases $factory:path; $($case:ident),* $(,)?) => {
