@@ -26,14 +26,32 @@ use crate::token::{FiringId, Origin, Token, TokenId};
 pub const MAX_GUARD_EVALS: usize = 100_000;
 
 /// Where an instance is in its life.
+///
+/// Once nothing is enabled and nothing is in flight, an acyclic instance settles
+/// ([`Instance::settle_with`]) into exactly one of three statuses, a pure function of the net,
+/// the marking and whether a timer it set is pending:
+/// - `completed`: an output event holds a token;
+/// - `waiting`: no output token, but something from outside can still move it: a timer it
+///   set is pending, or a token on an event the plan declares `kind: input` could enable a
+///   step (a step that consumes such an event and whose other inputs are each such an
+///   event or hold a token). [`Instance::awaited_events`] names those events; the runtime
+///   adds the timers' deadlines;
+/// - `stuck`: neither: nothing can ever happen again (short of a repair). Initial events
+///   that are not declared `kind: input` receive the instance's input only and do not count.
+///
+/// Reactive instances live until stopped: `running` (idle ones wait for their input events).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Status {
-    /// Steps may still fire or actions are in flight (or, reactive: waiting for events).
+    /// Steps may still fire or actions are in flight (reactive: alive until stopped).
     Running,
     /// Acyclic: nothing enabled or in flight and an output event holds a token.
     Completed,
-    /// Acyclic: nothing enabled or in flight and no output token.
+    /// Acyclic: nothing enabled or in flight, no output token, and an input event or a
+    /// pending timer can still enable a step.
+    Waiting,
+    /// Acyclic: nothing enabled or in flight, no output token, and nothing can ever enable a
+    /// step again.
     Stuck,
     /// A step failed with `on_fail: abort` (or an unrecoverable error).
     Failed {
@@ -62,6 +80,7 @@ impl Status {
         match self {
             Status::Running => "running",
             Status::Completed => "completed",
+            Status::Waiting => "waiting",
             Status::Stuck => "stuck",
             Status::Failed { .. } => "failed",
             Status::Paused { .. } => "paused",
@@ -466,7 +485,7 @@ impl Instance {
             Some(c) if *c != *self.root => Arc::from(c),
             _ => Arc::clone(&self.root),
         };
-        if self.status == Status::Stuck {
+        if matches!(self.status, Status::Stuck | Status::Waiting) {
             self.status = Status::Running;
         }
         Ok(self.put(net, event, Arc::new(payload), corr, Origin::External, now))
@@ -931,7 +950,10 @@ impl Instance {
         net: &Net,
         mut fire: impl FnMut(&mut Self, StepId, &[(SlotId, usize)]) -> R,
     ) -> Option<R> {
-        if !matches!(self.status, Status::Running | Status::Stuck) {
+        if !matches!(
+            self.status,
+            Status::Running | Status::Waiting | Status::Stuck
+        ) {
             return None;
         }
         while let Some(step) = self.dirty.pop_front() {
@@ -1192,11 +1214,20 @@ impl Instance {
         }
     }
 
-    /// Decides the status once nothing more can fire right now: acyclic instances with nothing
-    /// in flight end `completed` or `stuck`; reactive ones keep running.
+    /// [`Instance::settle_with`] for an instance with no pending timer.
     pub fn settle(&mut self, net: &Net) -> &Status {
-        if matches!(self.status, Status::Running | Status::Stuck)
-            && self.in_flight.is_empty()
+        self.settle_with(net, false)
+    }
+
+    /// Decides the status once nothing more can fire right now (see [`Status`]): acyclic
+    /// instances with nothing in flight end `completed`, or settle `waiting` (a declared
+    /// input event could enable a step, or `timer_pending`) or `stuck`; reactive ones keep
+    /// running. A pure function of the net, the marking and `timer_pending`.
+    pub fn settle_with(&mut self, net: &Net, timer_pending: bool) -> &Status {
+        if matches!(
+            self.status,
+            Status::Running | Status::Waiting | Status::Stuck
+        ) && self.in_flight.is_empty()
             && self.dirty.is_empty()
             && net.graph_type == GraphType::Acyclic
         {
@@ -1208,11 +1239,50 @@ impl Instance {
             });
             self.status = if done {
                 Status::Completed
+            } else if timer_pending || self.can_await(net) {
+                Status::Waiting
             } else {
                 Status::Stuck
             };
         }
         &self.status
+    }
+
+    /// Could a token on a declared input event enable `step`: it consumes one, and each of
+    /// its other inputs is one too or holds a token?
+    fn awaits_input(&self, net: &Net, step: usize) -> bool {
+        let slots = &net.input_slots[step];
+        let inputs = &net.steps[step].inputs;
+        inputs.iter().any(|&e| net.event(e).external)
+            && slots
+                .iter()
+                .zip(inputs)
+                .all(|(&sl, &e)| net.event(e).external || self.marking.len(sl) > 0)
+    }
+
+    fn can_await(&self, net: &Net) -> bool {
+        (0..net.steps.len()).any(|s| self.awaits_input(net, s))
+    }
+
+    /// The declared input events (`kind: input`) a token on which could enable a step, in
+    /// the plan's event order: what a `waiting` instance waits for from outside.
+    pub fn awaited_events(&self, net: &Net) -> Vec<String> {
+        let mut want = vec![false; net.events.len()];
+        for s in 0..net.steps.len() {
+            if self.awaits_input(net, s) {
+                for &e in &net.steps[s].inputs {
+                    if net.event(e).external {
+                        want[e as usize] = true;
+                    }
+                }
+            }
+        }
+        net.events
+            .iter()
+            .zip(want)
+            .filter(|(_, w)| *w)
+            .map(|(e, _)| e.name.clone())
+            .collect()
     }
 
     /// Stops the instance for good.

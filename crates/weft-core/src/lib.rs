@@ -6,13 +6,16 @@
 
 pub mod catalog;
 pub mod cel_budget;
+pub mod cloudevents;
 pub mod expr;
 pub mod finding;
 pub mod inflight;
 pub mod instance;
 pub mod load;
 pub mod marking;
+pub mod name;
 pub mod net;
+pub mod plain;
 pub mod plan;
 pub mod queue;
 pub mod token;
@@ -24,6 +27,7 @@ pub use instance::{
     ActionError, Args, Completion, Detached, Fired, Instance, Next, RebaseError, Status, Taken,
 };
 pub use load::{Limits, LoadError, parse_plan};
+pub use name::valid_name;
 pub use net::{EventId, Net, StepId};
 pub use plan::{Consume, Emit, EventDef, EventKind, GraphType, OnFail, Plan, Step};
 pub use token::{Origin, Token, TokenId};

@@ -285,10 +285,11 @@ pub fn plan_from_value(value: serde_json::Value, limits: &Limits) -> Result<Plan
 }
 
 /// serde_json appends " at line L column C" to its messages; we report those separately.
+/// The Rust types serde names are said in JSON words ([`crate::plain::message`]).
 fn strip_position(msg: &str) -> String {
     match msg.rfind(" at line ") {
-        Some(i) => msg[..i].to_string(),
-        None => msg.to_string(),
+        Some(i) => crate::plain::message(&msg[..i]),
+        None => crate::plain::message(msg),
     }
 }
 

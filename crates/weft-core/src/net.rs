@@ -34,6 +34,10 @@ pub struct EventNode {
     /// Whether an output event: declared `kind: output`, or, when the plan declares none,
     /// consumed by nobody. An acyclic instance completes only with a token on one.
     pub is_output: bool,
+    /// Declared `kind: input`: tokens may arrive from outside while the instance lives, so
+    /// an instance that needs one is `waiting`, not `stuck` (an initial event that is not
+    /// declared receives the instance's input only).
+    pub external: bool,
 }
 
 /// What a step does when its action fails for good.
@@ -245,6 +249,7 @@ impl Net {
                 consumers: Vec::new(),
                 producers: Vec::new(),
                 is_output: def.kind == Some(EventKind::Output),
+                external: def.kind == Some(EventKind::Input),
             })
             .collect();
         for (sid, s) in steps.iter().enumerate() {

@@ -281,22 +281,60 @@ fn conditional_and_shaped_emits_with_fresh_channel() {
     );
 }
 
+/// An instance that needs a declared input event is `waiting` for it (named), not `stuck`,
+/// and completes once it arrives.
 #[test]
-fn stuck_diagnosis_names_what_each_step_lacks() {
+fn an_instance_lacking_a_declared_input_waits_for_it_then_completes() {
     let n = net(
         json!({"plan_name":"s","graph_type":"acyclic","events":{"start":{},"approval":{"kind":"input"},"done":{}},
         "steps":{"go":{"on":["start","approval"],"action":"echo","emits":["done"]}}}),
     );
     let mut inst = Instance::start(&n, "i", json!({}), 0);
     drive(&n, &mut inst);
-    assert_eq!(inst.status, Status::Stuck);
+    assert_eq!(inst.status, Status::Waiting);
+    assert_eq!(inst.awaited_events(&n), vec!["approval".to_string()]);
     let w = inst.waiting(&n);
     assert_eq!(w[0].lacks, vec!["approval".to_string()]);
-    // An external token un-sticks it.
     inst.add_token(&n, n.event_id("approval").expect("e"), json!({}), None, 0)
         .expect("add");
     drive(&n, &mut inst);
     assert_eq!(inst.status, Status::Completed);
+}
+
+/// `stuck` is for what nothing can move: the join lacks an internal event no step will
+/// emit, and the initial event (not declared `kind: input`) takes the instance's input only.
+/// A pending timer makes the same marking `waiting`.
+#[test]
+fn a_real_deadlock_is_stuck_unless_a_timer_is_pending() {
+    let n = net(json!({"plan_name":"deadlock","graph_type":"acyclic",
+        "events":{"start":{},"checked":{},"approved":{},"done":{"kind":"output"}},
+        "steps":{
+            "check":{"on":["start"],"action":"echo","args":{"amount":"${start.amount}"},
+                "emits":["checked",{"event":"approved","when":"start.amount < 100"}]},
+            "finish":{"on":["checked","approved"],"action":"echo","emits":["done"]}}}));
+    let mut inst = Instance::start(&n, "i", json!({"amount": 500}), 0);
+    drive(&n, &mut inst);
+    assert_eq!(inst.status, Status::Stuck);
+    assert!(inst.awaited_events(&n).is_empty());
+    assert_eq!(inst.settle_with(&n, true), &Status::Waiting);
+    assert_eq!(inst.settle_with(&n, false), &Status::Stuck);
+}
+
+/// A step guard-blocked on a declared input waits for another token there (a later reply
+/// may match); one guard-blocked on internal events only is stuck.
+#[test]
+fn a_guard_blocked_join_on_an_input_event_is_waiting() {
+    let n = net(json!({"plan_name":"w","graph_type":"acyclic",
+        "events":{"start":{},"reply":{"kind":"input"},"done":{"kind":"output"}},
+        "steps":{"collect":{"on":["start","reply"],"correlate":false,
+            "guard":"reply.id == start.id","action":"echo","emits":["done"]}}}));
+    let mut inst = Instance::start(&n, "i", json!({"id": 1}), 0);
+    let reply = n.event_id("reply").expect("event");
+    inst.add_token(&n, reply, json!({"id": 2}), None, 1)
+        .expect("accepted");
+    drive(&n, &mut inst);
+    assert_eq!(inst.status, Status::Waiting);
+    assert_eq!(inst.awaited_events(&n), vec!["reply".to_string()]);
 }
 
 #[test]

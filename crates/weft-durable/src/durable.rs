@@ -19,6 +19,33 @@ use crate::store_journal::{GateLink, GatedBus, PlanEntry, StoreJournal};
 /// Pseudo-journal that reserves blocks of instance ids, so a restarted process never hands
 /// out an id a previous one used.
 const IDS_JOURNAL: &str = "weft.ids";
+/// A new random key for opaque instance names, as hex.
+fn new_id_key() -> Result<String, DurableError> {
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| {
+        DurableError::Store(weft_store::Error::backend(format!(
+            "no randomness for the instance-name key: {e}"
+        )))
+    })?;
+    Ok(key.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The key of [`new_id_key`] back from hex.
+fn parse_id_key(hex: &str) -> Result<[u8; 32], DurableError> {
+    let bad = || DurableError::Journal {
+        message: format!("the instance-name key in `{IDS_JOURNAL}` is not 64 hex digits"),
+    };
+    let mut key = [0u8; 32];
+    if hex.len() != 64 {
+        return Err(bad());
+    }
+    for (i, b) in key.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16)
+            .map_err(|_| bad())?;
+    }
+    Ok(key)
+}
+
 /// Ids reserved per process start.
 const ID_BLOCK: u64 = 1 << 32;
 
@@ -162,6 +189,7 @@ pub(crate) fn store_status(s: &Status) -> InstanceStatus {
     match s {
         Status::Running => InstanceStatus::Running,
         Status::Completed => InstanceStatus::Completed,
+        Status::Waiting => InstanceStatus::Waiting,
         Status::Stuck => InstanceStatus::Stuck,
         Status::Failed { .. } => InstanceStatus::Failed,
         Status::Paused { .. } => InstanceStatus::Paused,
@@ -277,6 +305,12 @@ impl Durable {
         opts.chain.set(Stage::Durability, Arc::clone(&gate));
         opts.bus = Arc::new(GatedBus::new(Arc::clone(&opts.bus), Arc::clone(&journal)));
         opts.journal = Some(journal.clone() as Arc<dyn weft_runtime::Journal>);
+        // `plan.run` by name finds the tenant's stored plans (history.rs, `StoredPlans`).
+        opts.child_plans = Some(Arc::new(crate::history::StoredPlans {
+            store: Arc::clone(&store),
+            journal: Arc::downgrade(&journal),
+            cache: crate::history::PlanCache::default(),
+        }));
         let engine = Engine::new(opts);
         // A store that refuses writes pauses the instances it concerns; they resume when
         // the retried write succeeds.
@@ -296,16 +330,21 @@ impl Durable {
             }
         }));
         // Reserve a block of ids: the head record of the ids journal says where the last
-        // process's block ended.
-        let next = match store.head(IDS_JOURNAL).await? {
-            None => 0,
+        // process's block ended, and holds the key of opaque instance names (made by the
+        // first process on this store; ids reserved before it existed keep `i<n>`).
+        let head = match store.head(IDS_JOURNAL).await? {
+            None => None,
             Some((seq, _)) => {
                 let r = store.read(IDS_JOURNAL, seq, 1).await?;
-                r.first()
-                    .and_then(|r| r.json::<Value>().ok())
-                    .and_then(|v| v.get("next").and_then(Value::as_u64))
-                    .unwrap_or(0)
+                r.first().and_then(|r| r.json::<Value>().ok())
             }
+        };
+        let field = |k: &str| head.as_ref().and_then(|v| v.get(k));
+        let next = field("next").and_then(Value::as_u64).unwrap_or(0);
+        let (key, opaque_from) = match (field("key").and_then(Value::as_str), field("opaque_from"))
+        {
+            (Some(k), Some(f)) => (k.to_string(), f.as_u64().unwrap_or(0)),
+            _ => (new_id_key()?, next),
         };
         let end = next.saturating_add(ID_BLOCK);
         store
@@ -313,12 +352,16 @@ impl Durable {
                 IDS_JOURNAL,
                 vec![NewRecord::json(
                     "ids.reserved",
-                    &serde_json::json!({"from": next, "next": end}),
+                    &serde_json::json!({"from": next, "next": end, "key": key, "opaque_from": opaque_from}),
                     now_ms(),
                 )?],
             )
             .await?;
         engine.reserve_ids(next);
+        engine.set_id_names(weft_runtime::IdNames::opaque(
+            parse_id_key(&key)?,
+            opaque_from,
+        ));
         Ok(Durable {
             engine,
             journal,
@@ -523,15 +566,7 @@ impl Durable {
     /// its outcome; the instance record's status goes with the journal's next batch
     /// (recovery repairs it if the process dies first; [`Durable::flush`] waits for it).
     pub async fn wait(&self, h: &InstanceHandle) -> Result<Outcome, DurableError> {
-        let o = h.wait().await;
-        self.journal.barrier(h.id()).await?;
-        let status = store_status(&o.status);
-        let reason = o.reason.clone().or_else(|| reason_of(&o.status));
-        if status.is_terminal() {
-            self.journal.forget(h.id());
-        }
-        self.journal.queue_status(h.id(), status, reason);
-        Ok(o)
+        settle(&self.journal, h).await
     }
 
     /// Rebuilds every non-terminal instance of the store (snapshot + journal tail, read in
@@ -947,4 +982,47 @@ impl Durable {
             .await?;
         history::rebuild(self.store.as_ref(), &plan, instance, None, |_, _, _| {}).await
     }
+}
+
+/// [`Durable::wait`]: the outcome once the instance settled and its journal is durable, its
+/// status queued for the instance record.
+async fn settle(journal: &Arc<StoreJournal>, h: &InstanceHandle) -> Result<Outcome, DurableError> {
+    let o = h.wait().await;
+    journal.barrier(h.id()).await?;
+    let status = store_status(&o.status);
+    let reason = o.reason.clone().or_else(|| reason_of(&o.status));
+    if status.is_terminal() {
+        journal.forget(h.id());
+    }
+    journal.queue_status(h.id(), status, reason);
+    Ok(o)
+}
+
+/// Writes a child instance's status to its record each time it settles, until it is
+/// terminal (a child has no front end following it, as the server follows the instances
+/// it starts): a settled but live child (waiting, stuck, paused) is looked at again every
+/// 50 ms, backing off to 5 s, until its status moves.
+pub(crate) fn follow_child(journal: std::sync::Weak<StoreJournal>, h: InstanceHandle) {
+    tokio::spawn(async move {
+        loop {
+            let Some(j) = journal.upgrade() else { return };
+            let o = match settle(&j, &h).await {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::warn!(weft.instance = %h.id(), error = %e, message = "Child status not written");
+                    return;
+                }
+            };
+            drop(j);
+            if o.status.is_terminal() {
+                return;
+            }
+            let settled = o.status.name();
+            let mut every = std::time::Duration::from_millis(50);
+            while h.state().status.name() == settled {
+                tokio::time::sleep(every).await;
+                every = (every * 2).min(std::time::Duration::from_secs(5));
+            }
+        }
+    });
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use weft_core::instance::Waiting;
 use weft_core::token::FiringId;
 use weft_runtime::{CompiledPlan, Engine};
-use weft_store::{Hash, InstanceRecord, Record, Store, VerifyReport};
+use weft_store::{Hash, InstanceRecord, InstanceStatus, Record, Store, VerifyReport};
 
 use crate::error::DurableError;
 use crate::record::{Entry, Folded};
@@ -30,6 +30,32 @@ impl std::fmt::Debug for PlanCache {
 }
 
 impl PlanCache {
+    /// `doc`, stored as `version` of `tenant`'s plan `name`, compiled once.
+    fn compiled(
+        &self,
+        engine: &Engine,
+        tenant: &str,
+        name: &str,
+        version: u32,
+        doc: Value,
+    ) -> Result<Arc<CompiledPlan>, DurableError> {
+        let key = (tenant.to_string(), name.to_string(), version);
+        if let Some(p) = self
+            .plans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(Arc::clone(p));
+        }
+        let p = engine.compile_value_for(tenant, doc)?;
+        self.plans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, Arc::clone(&p));
+        Ok(p)
+    }
+
     /// The compiled plan an instance runs (from the plan store).
     pub async fn get(
         &self,
@@ -55,12 +81,13 @@ impl PlanCache {
                     rec.plan_name, rec.plan_version, rec.tenant, rec.id
                 ),
             })?;
-        let p = engine.compile_value_for(&rec.tenant, doc.document)?;
-        self.plans
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, Arc::clone(&p));
-        Ok(p)
+        self.compiled(
+            engine,
+            &rec.tenant,
+            &rec.plan_name,
+            rec.plan_version,
+            doc.document,
+        )
     }
 }
 
@@ -323,8 +350,13 @@ pub struct ReplayReport {
     pub snapshot_seq: Option<u64>,
     /// Status of the re-folded instance.
     pub status: String,
+    /// Status the instance record holds.
+    pub recorded_status: String,
     /// Whether the re-folded state equals the expected one.
     pub matches: bool,
+    /// What differs, when something does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mismatch: Option<String>,
 }
 
 /// Canonical JSON of a folded state, for equality checks.
@@ -333,8 +365,10 @@ pub(crate) fn canonical(f: &Folded) -> Value {
 }
 
 /// Determinism check: re-folds the journal from its start (or from the oldest kept point)
-/// and checks that it reproduces the latest snapshot at the snapshot's seq, and, when
-/// `live` is given (a running engine's copy), the live state at the head.
+/// and checks that it reproduces the latest snapshot at the snapshot's seq, the instance
+/// record's status when that is final (completed, failed, stopped: a journal cut short
+/// folds to an earlier status), and, when `live` is given (a running engine's copy), the
+/// live state at the head.
 pub async fn replay(
     store: &dyn Store,
     engine: &Engine,
@@ -346,7 +380,7 @@ pub async fn replay(
     let snap = store.latest_snapshot(instance).await?;
     let (base, _) = store.chain_base(instance).await?;
     let mut records = 0u64;
-    let mut matches = true;
+    let mut mismatch: Option<String> = None;
     let mut at_snapshot: Option<Value> = None;
     // From genesis if the journal is whole, else from the snapshot (checking only the tail).
     let folded = if base == 0 {
@@ -372,33 +406,51 @@ pub async fn replay(
         let mut want = Folded::from_snapshot(&plan.net, &s.state)?;
         want.settle(&plan.net);
         if canonical(&want) != got {
-            matches = false;
+            mismatch = Some(format!(
+                "the journal does not reproduce the snapshot at seq {}",
+                s.seq
+            ));
         }
+    }
+    let status = status_of(&folded);
+    // A start that never became durable is recorded as failed with no journal at all.
+    let unstarted_failure = folded.instance.is_none() && rec.status == InstanceStatus::Failed;
+    if rec.status.is_terminal() && rec.status.as_str() != status && !unstarted_failure {
+        mismatch.get_or_insert(format!(
+            "the instance record says {} but the journal folds to {status} (records missing at its end?)",
+            rec.status.as_str()
+        ));
     }
     if let Some(l) = live {
         let mut l = l.clone();
-        l.settle(folded.net(&plan.net));
+        l.settle_with(folded.net(&plan.net), !folded.extras.timers.is_empty());
         if serde_json::to_value(Some(&l)).unwrap_or(Value::Null) != canonical(&folded) {
-            matches = false;
+            mismatch.get_or_insert("the journal does not reproduce the live state".into());
         }
     }
     Ok(ReplayReport {
         instance: instance.to_string(),
         records,
         snapshot_seq: snap.map(|s| s.seq),
-        status: status_of(&folded),
-        matches,
+        status,
+        recorded_status: rec.status.as_str().to_string(),
+        matches: mismatch.is_none(),
+        mismatch,
     })
 }
 
-/// Checks the instance's journal against its hash chain (`chain_broken` names the first bad
-/// record).
+/// Checks the instance's journal against its hash chain and against what the store
+/// recorded beside it ([`Store::verify`]: `chain_broken` names the first bad record,
+/// `chain_keyed` says a keyed journal cannot be checked without its key).
 pub async fn verify(store: &dyn Store, instance: &str) -> Result<VerifyReport, DurableError> {
     Ok(store.verify(instance).await?)
 }
 
-/// Names the current head of an instance's journal: `cp-<sha256 of the head record>`.
+/// Names the current head of an instance's journal: `cp-<sha256 of the head record>`. The
+/// journal is verified first: a checkpoint of a broken journal would name a state that
+/// was never recorded, so it is refused with the verification's error (`chain_broken`).
 pub async fn checkpoint(store: &dyn Store, instance: &str) -> Result<String, DurableError> {
+    verify(store, instance).await?;
     let (_, hash) = store
         .head(instance)
         .await?
@@ -433,4 +485,50 @@ pub async fn checkpoint_seq(
     Err(DurableError::NotFound {
         what: format!("checkpoint {cp} in the journal of {instance}"),
     })
+}
+
+/// `plan.run` by name on a durable engine ([`weft_runtime::ChildPlans`]): the latest version
+/// of the parent's tenant's stored plan when the child starts (never another tenant's),
+/// compiled for that tenant. The version is given to the journal, so the child's
+/// `instance.started` record and instance record name it and recovery compiles that same
+/// version.
+pub(crate) struct StoredPlans {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) journal: std::sync::Weak<crate::StoreJournal>,
+    pub(crate) cache: PlanCache,
+}
+
+impl weft_runtime::ChildPlans for StoredPlans {
+    fn resolve<'a>(
+        &'a self,
+        engine: &'a Engine,
+        tenant: &'a str,
+        name: &'a str,
+    ) -> weft_tools::BoxFuture<'a, Result<Option<Arc<CompiledPlan>>, String>> {
+        Box::pin(async move {
+            let Some(rec) = self
+                .store
+                .get_plan(tenant, name, None)
+                .await
+                .map_err(|e| format!("[{}] {e}", e.code()))?
+            else {
+                return Ok(None);
+            };
+            let version = rec.info.version;
+            let plan = self
+                .cache
+                .compiled(engine, tenant, name, version, rec.document)
+                .map_err(|e| {
+                    format!("[{}] stored plan `{name}` version {version}: {e}", e.code())
+                })?;
+            if let Some(j) = self.journal.upgrade() {
+                j.add_plan(Arc::clone(&plan), version);
+            }
+            Ok(Some(plan))
+        })
+    }
+
+    fn started(&self, child: &weft_runtime::InstanceHandle) {
+        crate::durable::follow_child(self.journal.clone(), child.clone());
+    }
 }

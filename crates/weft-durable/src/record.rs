@@ -880,11 +880,13 @@ impl Folded {
         Ok(())
     }
 
-    /// Settles the status (as the live loop does after a batch).
+    /// Settles the status (as the live loop does after a batch; a pending timer makes an
+    /// instance `waiting`).
     pub fn settle(&mut self, net: &Net) {
         let cur = self.net.clone();
+        let timer_pending = !self.extras.timers.is_empty();
         if let Some(i) = self.instance.as_mut() {
-            i.settle(cur.as_deref().unwrap_or(net));
+            i.settle_with(cur.as_deref().unwrap_or(net), timer_pending);
         }
     }
 }

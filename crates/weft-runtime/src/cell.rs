@@ -26,7 +26,7 @@ use weft_core::{ActionError, GraphType, Instance, Next, Status, StepId};
 
 use crate::engine::Shared;
 use crate::journal_hook::Input;
-use crate::outcome::{InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
+use crate::outcome::{Awaits, InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
 use crate::plans::CompiledPlan;
 use crate::repair_loop::stuck_failure;
 
@@ -81,6 +81,8 @@ pub(crate) struct Core {
     pub last_activity: i64,
     /// The settled status last reported (published, waiters told), if any.
     pub reported: Option<&'static str>,
+    /// Reported `waiting` with a timer pending: waiters are told only once it moves.
+    pub timer_wait: bool,
     pub registered: bool,
     /// The plan the instance runs now (changes only by a repair, in the loop).
     pub plan: Arc<CompiledPlan>,
@@ -90,27 +92,6 @@ pub(crate) struct Core {
     pub repairing: bool,
     /// The compiled revised plan of the `Input::Repair` about to be applied.
     pub next_plan: Option<Arc<CompiledPlan>>,
-}
-
-/// `i<id>`, the instance's name (one allocation: digits written on the stack).
-fn instance_name(id: u64) -> Arc<str> {
-    let mut buf = [0u8; 21];
-    let mut i = buf.len();
-    let mut n = id;
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    i -= 1;
-    buf[i] = b'i';
-    match std::str::from_utf8(&buf[i..]) {
-        Ok(s) => Arc::from(s),
-        Err(_) => Arc::from(format!("i{id}")),
-    }
 }
 
 /// One instance, shared between the engine's table, handles, timers and its task.
@@ -129,6 +110,9 @@ pub(crate) struct Cell {
     mailbox: Mutex<Vec<Input>>,
     /// Timers set by this instance that have not fired yet.
     pub timers: AtomicU32,
+    /// When each of those timers is next due (epoch ms), by timer id: what a `waiting`
+    /// instance reports it waits for.
+    pub timer_due: Mutex<std::collections::BTreeMap<u64, i64>>,
     /// How deep in `plan.run` children this instance is (0: started from outside). Not
     /// journaled: a recovered child counts from 0 again, its ancestors' depth bounded anew.
     pub depth: AtomicU32,
@@ -149,7 +133,7 @@ impl Cell {
         Arc::new_cyclic(|me| Cell {
             id,
             me: me.clone(),
-            name: instance_name(id),
+            name: engine.ids().name(id),
             tenant,
             plan_name: Arc::clone(&plan.name),
             plan: RwLock::new(Arc::clone(&plan)),
@@ -163,6 +147,7 @@ impl Cell {
                 window: (i64::MIN / 2, 0),
                 last_activity: 0,
                 reported: None,
+                timer_wait: false,
                 registered: false,
                 plan,
                 repairs: 0,
@@ -171,6 +156,7 @@ impl Cell {
             }),
             mailbox: Mutex::new(Vec::new()),
             timers: AtomicU32::new(0),
+            timer_due: Mutex::new(std::collections::BTreeMap::new()),
             depth: AtomicU32::new(0),
             kv: Mutex::new(None),
             timer_keys: Mutex::new(std::collections::BTreeMap::new()),
@@ -397,14 +383,21 @@ impl Cell {
                 core.last_activity = now;
             }
             Input::Timer {
+                id,
                 event,
                 payload,
                 now,
                 next_due_ms,
                 ..
             } => {
-                if next_due_ms.is_none() {
-                    self.timers.fetch_sub(1, Ordering::AcqRel);
+                match next_due_ms {
+                    Some(due) => {
+                        lock(&self.timer_due).insert(id, due);
+                    }
+                    None => {
+                        lock(&self.timer_due).remove(&id);
+                        self.timers.fetch_sub(1, Ordering::AcqRel);
+                    }
                 }
                 if let Some(i) = core.inst.as_mut() {
                     let _ = i.add_token(net, event, payload, None, now);
@@ -547,12 +540,9 @@ impl Cell {
         let Some(inst) = core.inst.as_mut() else {
             return;
         };
-        let mut status = inst.settle(net).clone();
-        if status == Status::Stuck
-            && self.timers.load(Ordering::Acquire) == 0
-            && self.engine.repair_stuck
-            && !core.repairing
-        {
+        let timer_pending = self.timers.load(Ordering::Acquire) > 0;
+        let mut status = inst.settle_with(net, timer_pending).clone();
+        if status == Status::Stuck && self.engine.repair_stuck && !core.repairing {
             let waiting = inst.waiting(net);
             self.request_repair(core, stuck_failure(&waiting));
             if let Some(i) = core.inst.as_ref() {
@@ -563,16 +553,19 @@ impl Cell {
         let terminal = status.is_terminal();
         let settled = match status {
             Status::Running => false,
-            Status::Stuck => self.timers.load(Ordering::Acquire) == 0 && !core.repairing,
-            Status::Paused { .. } => !core.repairing,
+            Status::Stuck | Status::Waiting | Status::Paused { .. } => !core.repairing,
             _ => true,
         };
+        // A pending timer will move a waiting instance by itself: it is reported
+        // (`plan.waiting`, with the deadline) but its waiters wait on.
+        core.timer_wait = status == Status::Waiting && timer_pending;
         if !settled {
             core.reported = None;
         } else if core.reported != Some(name) {
             core.reported = Some(name);
             let ty = match name {
                 "completed" => "plan.completed",
+                "waiting" => "plan.waiting",
                 "stuck" => "plan.stuck",
                 "failed" => "plan.failed",
                 "paused" => "plan.paused",
@@ -582,11 +575,11 @@ impl Cell {
                 self.publish_guard_errors(core);
             }
             self.publish(ty, || self.status_data(core));
-            if !core.waiters.is_empty() {
-                let o = self.outcome(core);
-                for w in core.waiters.drain(..) {
-                    let _ = w.send(o.clone());
-                }
+        }
+        if Cell::settled(core) && !core.waiters.is_empty() {
+            let o = self.outcome(core);
+            for w in core.waiters.drain(..) {
+                let _ = w.send(o.clone());
             }
         }
         if terminal {
@@ -712,9 +705,12 @@ impl Cell {
         let mut d = serde_json::json!({"plan": &*self.plan_name});
         if let Some(i) = &core.inst {
             d["status"] = serde_json::to_value(&i.status).unwrap_or(Value::Null);
-            if i.status == Status::Stuck {
+            if matches!(i.status, Status::Stuck | Status::Waiting) {
                 d["waiting"] =
                     serde_json::to_value(i.waiting(&core.plan.net)).unwrap_or(Value::Null);
+            }
+            if let Some(a) = self.awaits(core) {
+                d["awaits"] = serde_json::to_value(a).unwrap_or(Value::Null);
             }
         }
         if let Some(r) = &core.reason {
@@ -723,9 +719,22 @@ impl Cell {
         d
     }
 
-    /// Has the instance settled (and been reported)?
+    /// What a `waiting` instance waits for: the input events that could enable a step and
+    /// when its pending timers are due (`None` for any other status).
+    fn awaits(&self, core: &Core) -> Option<Awaits> {
+        let i = core.inst.as_ref().filter(|i| i.status == Status::Waiting)?;
+        let mut timers_due_ms: Vec<i64> = lock(&self.timer_due).values().copied().collect();
+        timers_due_ms.sort_unstable();
+        Some(Awaits {
+            events: i.awaited_events(&core.plan.net),
+            timers_due_ms,
+        })
+    }
+
+    /// Has the instance settled (and been reported), with nothing that will move it by
+    /// itself (a `waiting` instance's pending timer)?
     pub(crate) fn settled(core: &Core) -> bool {
-        core.reported.is_some()
+        core.reported.is_some() && !core.timer_wait
     }
 
     /// The outcome as it stands.
@@ -738,6 +747,7 @@ impl Cell {
                 reason: None,
                 results: Vec::new(),
                 waiting: Vec::new(),
+                awaits: None,
                 trace: None,
             };
         };
@@ -760,11 +770,12 @@ impl Cell {
                     })
                 })
                 .collect(),
-            waiting: if inst.status == Status::Stuck {
+            waiting: if matches!(inst.status, Status::Stuck | Status::Waiting) {
                 inst.waiting(net)
             } else {
                 Vec::new()
             },
+            awaits: self.awaits(core),
             trace: core.trace.clone(),
         }
     }
@@ -797,6 +808,7 @@ impl Cell {
             reason: core.reason.clone(),
             marking,
             waiting,
+            awaits: self.awaits(core),
             in_flight,
             fired,
         }

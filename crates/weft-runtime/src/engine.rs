@@ -67,6 +67,9 @@ pub struct EngineOptions {
     /// The tools tenants declared for themselves: a tenant's plans compile against
     /// `registry` overlaid with its own (wrapped by the same chain). Default: none.
     pub tenant_tools: Option<Arc<dyn TenantTools>>,
+    /// Where `plan.run` finds a child plan by name, per tenant, before the plans registered
+    /// with the engine (the durable engine's plan store). Default: none.
+    pub child_plans: Option<Arc<dyn crate::services::ChildPlans>>,
 }
 
 impl std::fmt::Debug for EngineOptions {
@@ -98,6 +101,7 @@ impl Default for EngineOptions {
             repair_stuck: false,
             max_repairs: 2,
             tenant_tools: None,
+            child_plans: None,
         }
     }
 }
@@ -148,6 +152,7 @@ pub(crate) struct Shared {
     chain: Chain,
     tenant_tools: Option<Arc<dyn TenantTools>>,
     tenant_views: Mutex<HashMap<String, Arc<TenantView>>>,
+    pub child_plans: Option<Arc<dyn crate::services::ChildPlans>>,
     pub clock: Arc<dyn Clock>,
     pub bus: Arc<dyn Bus>,
     pub journal: Option<Arc<dyn Journal>>,
@@ -166,6 +171,8 @@ pub(crate) struct Shared {
     table: Vec<Mutex<CellMap>>,
     routes: Mutex<Routes>,
     pub(crate) next_id: AtomicU64,
+    /// How instances are named (`i<n>` until a durable node sets opaque names).
+    pub(crate) ids: std::sync::OnceLock<crate::IdNames>,
     event_seq: AtomicU64,
     pub timers: Timers,
 }
@@ -179,6 +186,12 @@ impl Shared {
 
     fn shard(&self, id: u64) -> &Mutex<CellMap> {
         &self.table[(id as usize) % SHARDS]
+    }
+
+    /// How this engine names instances.
+    pub(crate) fn ids(&self) -> &crate::IdNames {
+        static READABLE: crate::IdNames = crate::IdNames::readable();
+        self.ids.get().unwrap_or(&READABLE)
     }
 
     pub(crate) fn cell(&self, id: u64) -> Option<Arc<Cell>> {
@@ -287,10 +300,6 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-fn parse_id(instance: &str) -> Option<u64> {
-    instance.strip_prefix('i')?.parse().ok()
-}
-
 impl Engine {
     /// Builds an engine. Call inside a tokio runtime, or give one in the options, if any tool
     /// is asynchronous or timers are used.
@@ -313,6 +322,7 @@ impl Engine {
                 chain: opts.chain,
                 tenant_tools: opts.tenant_tools,
                 tenant_views: Mutex::new(HashMap::new()),
+                child_plans: opts.child_plans,
                 clock: opts.clock,
                 bus: opts.bus,
                 journal: opts.journal,
@@ -333,6 +343,7 @@ impl Engine {
                     .collect(),
                 routes: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(0),
+                ids: std::sync::OnceLock::new(),
                 event_seq: AtomicU64::new(0),
                 timers: Timers::default(),
             }),
@@ -491,7 +502,9 @@ impl Engine {
     }
 
     fn live(&self, tenant: Option<&str>, instance: &str) -> Result<Arc<Cell>, Error> {
-        parse_id(instance)
+        self.inner
+            .ids()
+            .parse(instance)
             .and_then(|id| self.inner.cell(id))
             .filter(|c| tenant.is_none_or(|t| &*c.tenant == t))
             .ok_or_else(|| Error::UnknownInstance(instance.to_string()))

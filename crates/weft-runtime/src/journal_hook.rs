@@ -477,6 +477,9 @@ pub fn replay_with_extras(net: &Net, id: &str, inputs: &[Input]) -> Option<(Inst
         }
     }
     let mut inst = inst?;
-    inst.settle(repaired.as_deref().unwrap_or(net));
+    inst.settle_with(
+        repaired.as_deref().unwrap_or(net),
+        !extras.timers.is_empty(),
+    );
     Some((inst, extras))
 }

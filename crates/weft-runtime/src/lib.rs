@@ -16,6 +16,7 @@ pub mod clock;
 mod dispatch;
 mod engine;
 mod error;
+mod ids;
 pub mod journal_hook;
 mod outcome;
 mod plans;
@@ -30,8 +31,10 @@ pub use engine::{
     BatchEvent, CronNext, Engine, EngineOptions, InstanceHandle, StartOptions, WeakEngine,
 };
 pub use error::Error;
+pub use ids::IdNames;
 pub use journal_hook::{Extras, Input, Journal, MemoryJournal, PendingTimer, Repair};
-pub use outcome::{InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
+pub use outcome::{Awaits, InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
 pub use plans::CompiledPlan;
 pub use recover::Redispatch;
 pub use repair_loop::{RepairContext, RepairError, Repairer};
+pub use services::ChildPlans;

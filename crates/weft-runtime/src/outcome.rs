@@ -19,7 +19,17 @@ pub struct ResultTokens {
     pub payloads: Vec<Arc<Value>>,
 }
 
-/// How an instance ended (or where it settled: stuck, paused).
+/// What a `waiting` instance waits for (see [`Status`]): a token on one of `events`, or a
+/// timer coming due.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Awaits {
+    /// The declared input events (`kind: input`) a token on which could enable a step.
+    pub events: Vec<String>,
+    /// When its pending timers are next due (epoch ms), earliest first.
+    pub timers_due_ms: Vec<i64>,
+}
+
+/// How an instance ended (or where it settled: waiting, stuck, paused).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outcome {
     /// Instance id.
@@ -30,8 +40,11 @@ pub struct Outcome {
     pub reason: Option<String>,
     /// Tokens on output events.
     pub results: Vec<ResultTokens>,
-    /// For `stuck`: which step waits for what.
+    /// For `stuck` and `waiting`: which step lacks what.
     pub waiting: Vec<Waiting>,
+    /// For `waiting`: what from outside can still move it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub awaits: Option<Awaits>,
     /// Firings, when tracing was on.
     pub trace: Option<Vec<TraceEntry>>,
 }
@@ -89,6 +102,9 @@ pub struct StateSnapshot {
     pub marking: Vec<(String, usize)>,
     /// Steps that hold some inputs but cannot fire, and what they lack.
     pub waiting: Vec<Waiting>,
+    /// For `waiting`: what from outside can still move it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub awaits: Option<Awaits>,
     /// Actions in flight.
     pub in_flight: Vec<InFlightInfo>,
     /// Firings so far.

@@ -49,12 +49,22 @@ impl Engine {
         self.shared().next_id.fetch_max(next, Ordering::Relaxed);
     }
 
-    /// Takes a fresh instance id (`i<n>`) without starting anything (for forks).
+    /// Takes a fresh instance id without starting anything (for forks): its name.
     pub fn allocate_id(&self) -> String {
-        format!(
-            "i{}",
-            self.shared().next_id.fetch_add(1, Ordering::Relaxed) + 1
-        )
+        let shared = self.shared();
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        shared.ids().name(id).to_string()
+    }
+
+    /// Names instances opaquely from now on (a durable node, before it starts or restores
+    /// any instance; see [`IdNames`](crate::IdNames)). False when names were set already.
+    pub fn set_id_names(&self, names: crate::IdNames) -> bool {
+        self.shared().ids.set(names).is_ok()
+    }
+
+    /// The engine's number of the instance called `name`, when it names one.
+    pub fn instance_number(&self, name: &str) -> Option<u64> {
+        self.shared().ids().parse(name)
     }
 
     /// Makes a rebuilt instance live again under its id (`i<n>`), then deals with its
@@ -83,12 +93,11 @@ impl Engine {
         dispatched: &BTreeSet<FiringId>,
         extras: &Extras,
     ) -> Result<(InstanceHandle, Vec<Redispatch>), Error> {
-        let id: u64 = instance
-            .id
-            .strip_prefix('i')
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| Error::UnknownInstance(instance.id.to_string()))?;
         let shared = self.shared();
+        let id: u64 = shared
+            .ids()
+            .parse(&instance.id)
+            .ok_or_else(|| Error::UnknownInstance(instance.id.to_string()))?;
         if shared.cell(id).is_some() {
             return Err(Error::UnknownInstance(format!(
                 "{} is already live",

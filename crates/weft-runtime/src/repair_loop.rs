@@ -344,12 +344,13 @@ impl Engine {
             let Some(inst) = g.inst.as_mut() else {
                 return Err(Error::UnknownInstance(instance.to_string()));
             };
-            let status = inst.settle(&plan.net).clone();
+            let timer_pending = cell.timers.load(std::sync::atomic::Ordering::Acquire) > 0;
+            let status = inst.settle_with(&plan.net, timer_pending).clone();
             let failure = match (failure, &status) {
                 (Some(f), _) => f,
                 (None, Status::Paused { reason }) => reason.clone(),
                 (None, Status::Stuck) => stuck_failure(&inst.waiting(&plan.net)),
-                (None, Status::Running) => "repair requested by hand".to_string(),
+                (None, Status::Running | Status::Waiting) => "repair requested by hand".to_string(),
                 (None, s) => {
                     return Err(Error::NotRepairable {
                         instance: instance.to_string(),

@@ -20,6 +20,27 @@ use crate::engine::{Engine, StartOptions};
 use crate::journal_hook::{Input, PendingTimer};
 use crate::timers::{TimerEntry, TimerKind};
 
+/// Where `plan.run` finds a child plan by name for a tenant
+/// ([`crate::EngineOptions::child_plans`]): the durable engine answers from its plan store
+/// (tenant-scoped and versioned), so a server's stored plans run as children too. A name
+/// it does not know falls back to the plans registered with the engine.
+pub trait ChildPlans: Send + Sync {
+    /// `tenant`'s plan `name` as a child starting now runs it (the durable engine: the
+    /// latest stored version, compiled for the tenant), or `None` when the tenant has no
+    /// such plan. `Err` is a message: the plan could not be read or compiled.
+    fn resolve<'a>(
+        &'a self,
+        engine: &'a Engine,
+        tenant: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Arc<crate::CompiledPlan>>, String>>;
+
+    /// A child instance was started (whatever plan it runs): the durable engine follows it
+    /// so its instance record's status is written as it settles, as for instances started
+    /// from outside. The default does nothing.
+    fn started(&self, _child: &crate::InstanceHandle) {}
+}
+
 impl ToolServices for Cell {
     fn now_ms(&self) -> i64 {
         self.engine.clock.now_ms()
@@ -107,6 +128,7 @@ impl ToolServices for Cell {
         let tenant = Arc::clone(&self.tenant);
         let depth = self.depth.load(std::sync::atomic::Ordering::Relaxed) + 1;
         let max = self.engine.limits.max_child_depth;
+        let source = self.engine.child_plans.clone();
         Box::pin(async move {
             if depth as usize > max {
                 return Err(ToolError::fatal(
@@ -121,12 +143,26 @@ impl ToolServices for Cell {
             // parent's dispatch park this call and run it from its own task.
             tokio::task::yield_now().await;
             let compiled = match plan {
-                ChildPlan::Named { name, .. } => engine.plan(&name).ok_or_else(|| {
-                    ToolError::fatal(
-                        "unknown_plan",
-                        format!("no plan named `{name}` is registered"),
-                    )
-                })?,
+                ChildPlan::Named { name, .. } => {
+                    let stored = match &source {
+                        Some(source) => source
+                            .resolve(&engine, &tenant, &name)
+                            .await
+                            .map_err(|e| ToolError::fatal("invalid_plan", e))?,
+                        None => None,
+                    };
+                    match stored.or_else(|| engine.plan(&name)) {
+                        Some(p) => p,
+                        None => {
+                            return Err(ToolError::fatal(
+                                "unknown_plan",
+                                format!(
+                                    "no plan named `{name}` is stored for tenant `{tenant}` or registered; store it first (POST /v1/plans)"
+                                ),
+                            ));
+                        }
+                    }
+                }
                 ChildPlan::Inline(doc) => engine
                     .compile_value(doc)
                     .map_err(|e| ToolError::fatal("invalid_plan", e.to_string()))?,
@@ -140,9 +176,24 @@ impl ToolServices for Cell {
                     ..StartOptions::default()
                 },
             );
+            if let Some(source) = &source {
+                source.started(&h);
+            }
             let o = h.wait().await;
             match o.status {
                 Status::Completed => Ok(o.results_json()),
+                Status::Waiting => Err(ToolError::fatal(
+                    "child_waiting",
+                    format!(
+                        "child instance {} of `{}` waits for input events {}: `plan.run` needs a child that completes by itself",
+                        o.instance,
+                        compiled.name,
+                        o.awaits
+                            .as_ref()
+                            .map(|a| a.events.join(", "))
+                            .unwrap_or_default()
+                    ),
+                )),
                 Status::Stuck => Err(ToolError::fatal(
                     "child_stuck",
                     format!(
@@ -181,6 +232,7 @@ impl Cell {
         t: PendingTimer,
     ) -> Result<(), String> {
         self.timers.fetch_add(1, Ordering::AcqRel);
+        lock(&self.timer_due).insert(id, due_ms);
         let entry = TimerEntry {
             id,
             cell: Arc::downgrade(self),
@@ -192,6 +244,7 @@ impl Cell {
             },
         };
         if let Err(e) = self.engine.timers.add(&self.engine, due_ms, entry) {
+            lock(&self.timer_due).remove(&id);
             self.timers.fetch_sub(1, Ordering::AcqRel);
             return Err(e);
         }

@@ -55,7 +55,8 @@ async fn every_example_runs_to_its_expected_outcome() {
             "completed",
         ),
         ("subplan.json", json!({}), "completed"),
-        ("channel-passing.json", json!({"job": "j"}), "stuck"),
+        // `collect` has `task` and waits for a `reply` (declared `kind: input`).
+        ("channel-passing.json", json!({"job": "j"}), "waiting"),
         ("timer.json", json!({"email": "a@example.com"}), "running"),
         ("reactive-loop.json", json!({}), "running"),
     ];
@@ -116,6 +117,12 @@ async fn every_example_runs_to_its_expected_outcome() {
                 i.stop();
             }
             "timer.json" => {
+                // Waiting for the timer (and the `reminder.due` it puts on the net).
+                let st = i.state();
+                assert_eq!(st.status, Status::Waiting, "{st:?}");
+                let a = st.awaits.expect("what it waits for");
+                assert_eq!(a.events, vec!["reminder.due".to_string()]);
+                assert_eq!(a.timers_due_ms.len(), 1, "{a:?}");
                 h.advance(3_600_000).await;
                 assert_eq!(i.wait().await.status, Status::Completed);
             }

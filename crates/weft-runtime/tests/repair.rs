@@ -229,14 +229,41 @@ async fn without_a_repairer_the_instance_pauses_with_its_tokens_back() {
     ));
 }
 
+/// A waiting instance (its join lacks a declared input event) is not "stuck": the opt-in
+/// does not repair it.
 #[tokio::test]
-async fn a_stuck_instance_is_repaired_when_opted_in() {
-    let stuck = json!({"plan_name":"st","graph_type":"acyclic",
+async fn a_waiting_instance_is_not_repaired() {
+    let waiting = json!({"plan_name":"wt","graph_type":"acyclic",
         "events":{"start":{},"approval":{"kind":"input"},"done":{"kind":"output"}},
         "steps":{"go":{"on":["start","approval"],"action":"echo","emits":["done"]}}});
+    let rep = Fixed::new(vec![]);
+    let h = harness_with(|o| {
+        o.repairer = Some(rep.clone());
+        o.repair_stuck = true;
+    });
+    h.engine
+        .register(weft_core::load::plan_from_value(waiting, &Default::default()).unwrap())
+        .unwrap();
+    let i = h.engine.start("t", "wt", json!({"x": 1})).unwrap();
+    let o = wait(&i).await;
+    assert_eq!(o.status, Status::Waiting, "{o:?}");
+    assert!(rep.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_stuck_instance_is_repaired_when_opted_in() {
+    // `approval` is internal and emitted only for a negative `x`: with `x: 1`, a real
+    // deadlock.
+    let stuck = json!({"plan_name":"st","graph_type":"acyclic",
+        "events":{"start":{},"checked":{},"approval":{},"done":{"kind":"output"}},
+        "steps":{"check":{"on":["start"],"action":"echo",
+                "emits":["checked",{"event":"approval","when":"start.x < 0"}]},
+            "go":{"on":["checked","approval"],"action":"echo","emits":["done"]}}});
     let fixed = json!({"plan_name":"st","graph_type":"acyclic",
-        "events":{"start":{},"approval":{"kind":"input"},"done":{"kind":"output"}},
-        "steps":{"go":{"on":["start"],"action":"echo","emits":["done"]}}});
+        "events":{"start":{},"checked":{},"approval":{},"done":{"kind":"output"}},
+        "steps":{"check":{"on":["start"],"action":"echo",
+                "emits":["checked",{"event":"approval","when":"start.x < 0"}]},
+            "go":{"on":["checked"],"action":"echo","emits":["done"]}}});
     let rep = Fixed::new(vec![Ok(fixed)]);
     let h = harness_with(|o| {
         o.repairer = Some(rep.clone());

@@ -441,17 +441,38 @@ async fn context_put_then_get() {
     assert_eq!(out(&o, "got")[0]["value"], json!(7));
 }
 
+/// A join that lacks a declared input event is `waiting` for it (named in the outcome and
+/// in `plan.waiting`), never `stuck`, and completes once the event arrives.
 #[tokio::test]
-async fn stuck_instances_say_what_they_lack() {
+async fn waiting_instances_say_what_they_wait_for() {
     let h = harness();
     let p = h.plan(json!({"plan_name":"st","graph_type":"acyclic","events":{"start":{},"a":{},"b":{"kind":"input"},"done":{"kind":"output"}},
         "steps":{"s":{"on":["start"],"action":"echo","args":{},"emits":["a"]},
                  "j":{"on":["a","b"],"action":"echo","args":{},"emits":["done"]}}}));
+    let mut sub = h.engine.subscribe(Filter::default());
     let i = h.engine.start("t", &p, json!({})).expect("starts");
     let o = i.wait().await;
-    assert_eq!(o.status, Status::Stuck);
+    assert_eq!(o.status, Status::Waiting);
+    assert_eq!(
+        o.awaits.as_ref().map(|a| a.events.clone()),
+        Some(vec!["b".to_string()])
+    );
     assert_eq!(o.waiting[0].step, "j");
     assert_eq!(o.waiting[0].lacks, vec!["b".to_string()]);
+    let mut settled = Vec::new();
+    while let Ok(Some(d)) =
+        tokio::time::timeout(std::time::Duration::from_millis(200), sub.recv()).await
+    {
+        if let weft_runtime::Delivery::Event(ev) = d
+            && matches!(ev.ty.as_str(), "plan.waiting" | "plan.stuck")
+        {
+            settled.push(ev.clone());
+            break;
+        }
+    }
+    assert_eq!(settled.len(), 1, "a plan.waiting event");
+    assert_eq!(settled[0].ty, "plan.waiting");
+    assert_eq!(settled[0].data["awaits"]["events"], json!(["b"]));
     // An input event revives it.
     h.engine
         .ingest("t", "b", json!({}), None, Some(i.id()))
