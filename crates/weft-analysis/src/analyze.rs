@@ -10,11 +10,11 @@ use weft_core::{Code, Finding, Plan, Severity};
 
 use crate::checks;
 use crate::compile::CompileOptions;
-use crate::cover::karp_miller;
+use crate::cover::karp_miller_within;
 use crate::describe::place_label;
-use crate::explore::{Stop, explore};
+use crate::explore::{Bounds, Stop, explore_within};
 use crate::net::{NetKind, NotWorkflow, PtNet, Role};
-use crate::reduce::{Index, can_enable_with, explore_reduced};
+use crate::reduce::{Index, can_enable_with, explore_reduced_within};
 use crate::report::{AnalysisOptions, AnalysisReport, Verdict};
 
 /// Markings of the full graph explored on a net without cycles before switching to the
@@ -81,19 +81,35 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
     } else {
         opts.max_states
     };
-    let mut g = explore(net, probe, soundness_applies);
+    let bounds = Bounds {
+        max_states: opts.max_states,
+        max_bytes: opts.max_bytes,
+        interrupt: opts.interrupt.clone(),
+    };
+    let within = |max_states: usize| Bounds {
+        max_states,
+        ..bounds.clone()
+    };
+    let mut g = explore_within(net, &within(probe), soundness_applies);
     let mut reduced = false;
     let mut undecided: Vec<usize> = Vec::new();
     if g.stop == Stop::StateLimit && reducible {
-        let r = explore_reduced(net, opts.max_states);
-        if r.stop != Stop::None && probe < opts.max_states {
+        let r = explore_reduced_within(net, &bounds);
+        if matches!(r.stop, Stop::MemoryLimit | Stop::Interrupted) {
+            // Out of memory or time: the probe's partial graph, stopped by that bound.
+            g.stop = r.stop;
+        } else if r.stop != Stop::None && probe < opts.max_states {
             // The reduction did not help either: the usual partial exploration, in full.
-            g = explore(net, opts.max_states, soundness_applies);
+            g = explore_within(net, &bounds, soundness_applies);
         } else if r.stop == Stop::None {
             let full_states = g.len();
             g = r;
             reduced = true;
-            undecided = settle_dead_steps(net, &mut g, opts.max_states);
+            let stopped;
+            (undecided, stopped) = settle_dead_steps(net, &mut g, &bounds);
+            if let Some(s) = stopped {
+                g.stop = s;
+            }
             notes.push(format!(
                 "The full state space has more than {full_states} markings; the analysis used partial-order reduction (stubborn sets) and explored {} markings, which keeps every reachable dead marking, so deadlock, completion and dead-step results are exact.",
                 g.len()
@@ -108,7 +124,7 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
     let bounded = if g.stop == Stop::None {
         Some(true)
     } else {
-        let km = karp_miller(net, opts.max_coverability_nodes);
+        let km = karp_miller_within(net, &within(opts.max_coverability_nodes));
         findings.extend(checks::unbounded(
             net,
             &km.pumps,
@@ -128,7 +144,7 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
         }
     };
 
-    if !undecided.is_empty() {
+    if !undecided.is_empty() && g.stop == Stop::None {
         let names: Vec<String> = undecided.iter().map(|&t| net.witness_label(t)).collect();
         findings.push(
             Finding::new(
@@ -136,7 +152,7 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
                 Severity::Warning,
                 "",
                 format!(
-                    "Deciding whether {} can ever fire stopped at the state limit; soundness is unknown.",
+                    "Deciding whether {} can ever fire stopped at the state limit or the memory bound; soundness is unknown.",
                     crate::describe::quoted(&names)
                 ),
             )
@@ -172,6 +188,33 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
             .hint("Check the loops that emit onto this event."),
         ),
         Stop::Overflow(_) => {}
+        Stop::MemoryLimit => findings.push(
+            Finding::new(
+                Code::StateLimit,
+                Severity::Warning,
+                "",
+                format!(
+                    "Exploration stopped at the memory bound ({} bytes of stored markings) after {} reachable markings and {} firings; findings cover only that part, so soundness is unknown.",
+                    opts.max_bytes,
+                    g.len(),
+                    g.edges
+                ),
+            )
+            .hint("Raise the analysis memory bound (`weft analyze --max-analysis-bytes`), or split the plan into smaller plans."),
+        ),
+        Stop::Interrupted => findings.push(
+            Finding::new(
+                Code::StateLimit,
+                Severity::Warning,
+                "",
+                format!(
+                    "Exploration stopped at the deadline after {} reachable markings and {} firings; findings cover only that part, so soundness is unknown.",
+                    g.len(),
+                    g.edges
+                ),
+            )
+            .hint("Allow the analysis more time (`weft analyze --analysis-timeout`), or split the plan into smaller plans."),
+        ),
     }
 
     if complete {
@@ -309,8 +352,13 @@ fn not_workflow(net: &PtNet, why: &NotWorkflow) -> Finding {
 
 /// On a reduced graph, `enabled_ever` misses transitions that only some other interleaving
 /// enables: decides each step that looks dead with a search targeted at it. Returns the
-/// transitions the state limit left undecided.
-fn settle_dead_steps(net: &PtNet, g: &mut crate::explore::Graph, max_states: usize) -> Vec<usize> {
+/// transitions the state limit left undecided, and the memory bound or the interrupt when
+/// either stopped the searches.
+fn settle_dead_steps(
+    net: &PtNet,
+    g: &mut crate::explore::Graph,
+    bounds: &Bounds,
+) -> (Vec<usize>, Option<Stop>) {
     let mut undecided = Vec::new();
     let ix = Index::new(net);
     for t in 0..net.transitions.len() {
@@ -328,11 +376,14 @@ fn settle_dead_steps(net: &PtNet, g: &mut crate::explore::Graph, max_states: usi
         if step_alive {
             continue;
         }
-        match can_enable_with(net, &ix, t as u32, max_states) {
+        match can_enable_with(net, &ix, t as u32, bounds) {
             Some(true) => g.enabled_ever[t] = true,
             Some(false) => {}
             None => undecided.push(t),
         }
+        if bounds.interrupted() {
+            return (undecided, Some(Stop::Interrupted));
+        }
     }
-    undecided
+    (undecided, None)
 }

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::collections::VecDeque;
 
+use crate::explore::Bounds;
 use crate::net::PtNet;
 
 /// ω: arbitrarily many tokens.
@@ -56,7 +57,17 @@ fn path(nodes: &[Node], mut n: u32) -> Vec<u32> {
 
 /// Builds the Karp–Miller coverability graph of `net` with at most `max_nodes` nodes.
 pub fn karp_miller(net: &PtNet, max_nodes: usize) -> Coverability {
+    karp_miller_within(net, &Bounds::states(max_nodes))
+}
+
+/// [`karp_miller`] within `bounds` (`max_states` counts nodes; bytes; the caller's
+/// interrupt). Stopped by any of them, the graph is not `complete`.
+pub fn karp_miller_within(net: &PtNet, bounds: &Bounds) -> Coverability {
     let width = net.places.len();
+    let mut guard = bounds.guard();
+    // A node: its marking twice (the node and the index key), two vector headers, its links
+    // and an index entry.
+    let per_node = 2 * (width * 4 + 24) + 8 + 12;
     let mut nodes = vec![Node {
         m: net.initial.clone(),
         parent: u32::MAX,
@@ -68,7 +79,14 @@ pub fn karp_miller(net: &PtNet, max_nodes: usize) -> Coverability {
     let mut queue = VecDeque::from([0u32]);
     let mut complete = true;
 
+    let mut popped = 0u32;
     'outer: while let Some(n) = queue.pop_front() {
+        // Accelerating walks the whole tree path: a node can cost much more than storing it.
+        popped = popped.wrapping_add(1);
+        if popped.is_multiple_of(256) && bounds.interrupted() {
+            complete = false;
+            break;
+        }
         for (ti, t) in net.transitions.iter().enumerate() {
             let m = &nodes[n as usize].m;
             if !t
@@ -125,7 +143,7 @@ pub fn karp_miller(net: &PtNet, max_nodes: usize) -> Coverability {
             if seen.contains_key(&next) {
                 continue;
             }
-            if nodes.len() >= max_nodes {
+            if guard.admit(nodes.len(), nodes.len() * per_node).is_err() {
                 complete = false;
                 break 'outer;
             }

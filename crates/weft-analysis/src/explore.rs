@@ -20,6 +20,79 @@ pub enum Stop {
     StateLimit,
     /// A place would have held more than 65 535 tokens (index of the first such place).
     Overflow(u32),
+    /// The stored markings reached [`Bounds::max_bytes`].
+    MemoryLimit,
+    /// The caller's interrupt (its deadline) said stop.
+    Interrupted,
+}
+
+/// What may stop one exploration: a number of markings, the bytes they take, the caller's
+/// interrupt.
+#[derive(Clone)]
+pub struct Bounds {
+    /// Markings stored at most.
+    pub max_states: usize,
+    /// Bytes the stored markings (with their hashes, links, edges and index) may take.
+    pub max_bytes: usize,
+    /// Consulted every [`CHECK_EVERY`] new markings (and at the first); true means stop.
+    pub interrupt: Option<crate::report::Interrupt>,
+}
+
+/// New markings between two consultations of the interrupt.
+pub const CHECK_EVERY: u32 = 4096;
+
+impl Bounds {
+    /// Only a number of markings.
+    pub fn states(max_states: usize) -> Self {
+        Bounds {
+            max_states,
+            max_bytes: usize::MAX,
+            interrupt: None,
+        }
+    }
+
+    /// A guard over these bounds for one exploration.
+    pub(crate) fn guard(&self) -> Guard<'_> {
+        Guard {
+            bounds: self,
+            max_states: self.max_states.clamp(1, u32::MAX as usize - 1),
+            since: CHECK_EVERY - 1,
+        }
+    }
+
+    /// Has the interrupt fired?
+    pub(crate) fn interrupted(&self) -> bool {
+        self.interrupt.as_ref().is_some_and(|i| i())
+    }
+}
+
+/// Decides, marking by marking, whether an exploration may store one more.
+pub(crate) struct Guard<'a> {
+    bounds: &'a Bounds,
+    /// `max_states`, kept below `u32::MAX` (states are `u32` indices).
+    max_states: usize,
+    since: u32,
+}
+
+impl Guard<'_> {
+    /// May a new marking be stored, given `states` stored so far taking `bytes`?
+    #[inline]
+    pub(crate) fn admit(&mut self, states: usize, bytes: usize) -> Result<(), Stop> {
+        if states >= self.max_states {
+            return Err(Stop::StateLimit);
+        }
+        if bytes > self.bounds.max_bytes {
+            return Err(Stop::MemoryLimit);
+        }
+        self.since += 1;
+        if self.since >= CHECK_EVERY {
+            self.since = 0;
+            if self.bounds.interrupted() {
+                return Err(Stop::Interrupted);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Marking storage of one width.
@@ -205,13 +278,18 @@ impl Flat {
 /// Explores the reachability graph of `net` breadth-first, storing at most `max_states`
 /// markings. With `record_edges`, the successor lists are kept too.
 pub fn explore(net: &PtNet, max_states: usize, record_edges: bool) -> Graph {
-    if let Some(g) = crate::explore_safe::run(net, max_states, record_edges) {
+    explore_within(net, &Bounds::states(max_states), record_edges)
+}
+
+/// [`explore`] within `bounds` (markings, bytes, the caller's interrupt).
+pub fn explore_within(net: &PtNet, bounds: &Bounds, record_edges: bool) -> Graph {
+    if let Some(g) = crate::explore_safe::run(net, bounds, record_edges) {
         return g;
     }
     let flat = Flat::new(net);
-    match run::<u8>(net, &flat, max_states, record_edges, false) {
+    match run::<u8>(net, &flat, bounds, record_edges, false) {
         Ok(g) => g,
-        Err(_) => match run::<u16>(net, &flat, max_states, record_edges, true) {
+        Err(_) => match run::<u16>(net, &flat, bounds, record_edges, true) {
             Ok(g) => g,
             Err(p) => Graph {
                 width: flat.width,
@@ -235,7 +313,7 @@ pub fn explore(net: &PtNet, max_states: usize, record_edges: bool) -> Graph {
 fn run<T: Cell>(
     net: &PtNet,
     f: &Flat,
-    max_states: usize,
+    bounds: &Bounds,
     record_edges: bool,
     skip_overflow: bool,
 ) -> Result<Graph, u32> {
@@ -266,7 +344,7 @@ fn run<T: Cell>(
     via.push(u32::MAX);
     table.insert_unique(mix(h0), 0, |_| mix(h0));
 
-    let max_states = max_states.clamp(1, u32::MAX as usize - 1);
+    let mut guard = bounds.guard();
     let mut cur: Vec<T> = vec![T::default(); w];
     let mut next: Vec<T> = vec![T::default(); w];
     let mut i = 0usize;
@@ -304,6 +382,7 @@ fn run<T: Cell>(
             }
             let h2 = h.wrapping_add(f.delta[t]);
             let n = parent.len();
+            let table_bytes = table.capacity() * 5;
             let entry = table.entry(
                 mix(h2),
                 |&j| {
@@ -315,8 +394,12 @@ fn run<T: Cell>(
             let j = match entry {
                 hashbrown::hash_table::Entry::Occupied(o) => *o.get(),
                 hashbrown::hash_table::Entry::Vacant(v) => {
-                    if n >= max_states {
-                        stop = Stop::StateLimit;
+                    let bytes = (arena.len() + w) * size_of::<T>()
+                        + parent.len() * (8 + 4 + 4)
+                        + table_bytes
+                        + (succ.len() + succ_off.len()) * 4;
+                    if let Err(s) = guard.admit(n, bytes) {
+                        stop = s;
                         break 'states;
                     }
                     v.insert(n as u32);

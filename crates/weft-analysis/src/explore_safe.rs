@@ -7,7 +7,7 @@
 //! token (or an arc weight is above one on an enabled transition), this gives up and the
 //! general `u8`/`u16` exploration runs instead.
 
-use crate::explore::{Cells, Graph, Stop, mix};
+use crate::explore::{Bounds, Cells, Graph, Stop, mix};
 use crate::net::PtNet;
 
 /// Never a marking: markings use at most 63 bits.
@@ -74,7 +74,7 @@ impl Table {
 
 /// Explores `net` with bitset markings; `None` when the net is not (known to be) safe or has
 /// more than 63 places, in which case the caller runs the general exploration.
-pub(crate) fn run(net: &PtNet, max_states: usize, record_edges: bool) -> Option<Graph> {
+pub(crate) fn run(net: &PtNet, bounds: &Bounds, record_edges: bool) -> Option<Graph> {
     let width = net.places.len();
     if width > 63 || net.initial.iter().any(|&m| m > 1) {
         return None;
@@ -109,7 +109,7 @@ pub(crate) fn run(net: &PtNet, max_states: usize, record_edges: bool) -> Option<
     let mut succ = Vec::new();
     let mut edges = 0usize;
     let mut stop = Stop::None;
-    let max_states = max_states.clamp(1, u32::MAX as usize - 1);
+    let mut guard = bounds.guard();
     let mut table = Table::with_capacity(1024, record_edges);
     if let Err(slot) = table.find(m0, mix(m0)) {
         table.put(slot, m0, 0);
@@ -153,8 +153,12 @@ pub(crate) fn run(net: &PtNet, max_states: usize, record_edges: bool) -> Option<
                 }
                 Err(slot) => {
                     let n = states.len();
-                    if n >= max_states {
-                        stop = Stop::StateLimit;
+                    let bytes = n * (8 + 4 + 4)
+                        + table.slots.len() * 8
+                        + table.index.len() * 4
+                        + (succ.len() + succ_off.len()) * 4;
+                    if let Err(s) = guard.admit(n, bytes) {
+                        stop = s;
                         break 'states;
                     }
                     table.put(slot, next, n as u32);

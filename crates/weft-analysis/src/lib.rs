@@ -72,4 +72,4 @@ pub use analyze::{analyze_net, analyze_plan};
 pub use compile::{CompileOptions, MAX_ENUMERATED_WHENS};
 pub use net::{NetKind, NotWorkflow, Place, PtNet, Role, Transition};
 pub use pnml::PnmlError;
-pub use report::{AnalysisOptions, AnalysisReport, Verdict};
+pub use report::{AnalysisOptions, AnalysisReport, DEFAULT_MAX_BYTES, Interrupt, Verdict};

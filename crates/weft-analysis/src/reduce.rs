@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::explore::{Cells, Graph, Stop};
+use crate::explore::{Bounds, Cells, Graph, Stop};
 use crate::net::PtNet;
 
 /// Consumers and increasers of each place, for the closure rules.
@@ -156,6 +156,11 @@ fn fire(net: &PtNet, t: u32, m: &[u32]) -> Option<Vec<u32>> {
 /// at most `max_states` markings. `enabled_ever` is exact for the transitions it marks (they
 /// are enabled in a reachable marking) but may miss others: see [`can_enable`].
 pub fn explore_reduced(net: &PtNet, max_states: usize) -> Graph {
+    explore_reduced_within(net, &Bounds::states(max_states))
+}
+
+/// [`explore_reduced`] within `bounds` (markings, bytes, the caller's interrupt).
+pub fn explore_reduced_within(net: &PtNet, bounds: &Bounds) -> Graph {
     let nt = net.transitions.len();
     let width = net.places.len();
     let ix = Index::new(net);
@@ -171,7 +176,10 @@ pub fn explore_reduced(net: &PtNet, max_states: usize) -> Graph {
     let mut succ = Vec::new();
     let mut edges = 0usize;
     let mut stop = Stop::None;
-    let max_states = max_states.clamp(1, u32::MAX as usize - 1);
+    let mut guard = bounds.guard();
+    // A stored marking: its cells twice (the list and the index key), two vector headers, an
+    // index entry's hash and value, the parent link and transition.
+    let per_state = 2 * (width * 4 + 24) + 16 + 8;
     if net.initial.iter().any(|&k| k > u32::from(u16::MAX)) {
         stop = Stop::Overflow(0);
     }
@@ -195,8 +203,8 @@ pub fn explore_reduced(net: &PtNet, max_states: usize) -> Graph {
                 Some(&j) => j,
                 None => {
                     let n = states.len();
-                    if n >= max_states {
-                        stop = Stop::StateLimit;
+                    if let Err(s) = guard.admit(n, n * per_state + succ.len() * 4) {
+                        stop = s;
                         break 'states;
                     }
                     index.insert(next.clone(), n as u32);
@@ -233,7 +241,7 @@ pub fn explore_reduced(net: &PtNet, max_states: usize) -> Graph {
 /// stored `max_states` markings without deciding. Every stubborn set contains `target`, so a
 /// set without an enabled member proves that `target` stays disabled from that marking.
 pub fn can_enable(net: &PtNet, target: u32, max_states: usize) -> Option<bool> {
-    can_enable_with(net, &Index::new(net), target, max_states)
+    can_enable_with(net, &Index::new(net), target, &Bounds::states(max_states))
 }
 
 /// [`can_enable`] with a place index built once for many searches.
@@ -241,8 +249,11 @@ pub(crate) fn can_enable_with(
     net: &PtNet,
     ix: &Index,
     target: u32,
-    max_states: usize,
+    bounds: &Bounds,
 ) -> Option<bool> {
+    let mut guard = bounds.guard();
+    // A stored marking: in the seen set and (until visited) the queue.
+    let per_state = 2 * (net.places.len() * 4 + 24) + 8;
     let mut c = Closure::new(net.transitions.len());
     let mut seen: HashSet<Vec<u32>> = HashSet::new();
     let mut queue = std::collections::VecDeque::new();
@@ -256,9 +267,7 @@ pub(crate) fn can_enable_with(
         for t in set {
             let next = fire(net, t, &m)?;
             if !seen.contains(&next) {
-                if seen.len() >= max_states {
-                    return None;
-                }
+                guard.admit(seen.len(), seen.len() * per_state).ok()?;
                 seen.insert(next.clone());
                 queue.push_back(next);
             }

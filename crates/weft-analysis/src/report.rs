@@ -3,8 +3,9 @@
 use serde::Serialize;
 use weft_core::Finding;
 
-/// Limits and assumptions of an analysis run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Limits and assumptions of an analysis run. Every limit ends the analysis with a partial
+/// result and an A006 finding naming it; a partial exploration is never reported sound.
+#[derive(Clone)]
 pub struct AnalysisOptions {
     /// Markings stored before reachability gives up (then the verdict is `unknown`).
     pub max_states: usize,
@@ -12,7 +13,20 @@ pub struct AnalysisOptions {
     pub env_tokens: u32,
     /// Nodes of the Karp–Miller coverability graph built when reachability is incomplete.
     pub max_coverability_nodes: usize,
+    /// Bytes the stored markings of one exploration may take (markings, hashes, parent
+    /// links, edges and the index over them; allocator slack not counted).
+    pub max_bytes: usize,
+    /// The caller's deadline: consulted every few thousand markings, and the analysis stops
+    /// when it returns true. The crate reads no clock itself (a check of
+    /// `Instant::now() >= deadline` is the usual one).
+    pub interrupt: Option<Interrupt>,
 }
+
+/// A check that says "stop now" (the same type as CEL evaluation's interrupt).
+pub type Interrupt = weft_core::cel_budget::Interrupt;
+
+/// Default of [`AnalysisOptions::max_bytes`]: 1 GiB.
+pub const DEFAULT_MAX_BYTES: usize = 1 << 30;
 
 impl Default for AnalysisOptions {
     fn default() -> Self {
@@ -20,7 +34,21 @@ impl Default for AnalysisOptions {
             max_states: 1_000_000,
             env_tokens: 1,
             max_coverability_nodes: 100_000,
+            max_bytes: DEFAULT_MAX_BYTES,
+            interrupt: None,
         }
+    }
+}
+
+impl std::fmt::Debug for AnalysisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnalysisOptions")
+            .field("max_states", &self.max_states)
+            .field("env_tokens", &self.env_tokens)
+            .field("max_coverability_nodes", &self.max_coverability_nodes)
+            .field("max_bytes", &self.max_bytes)
+            .field("interrupt", &self.interrupt.is_some())
+            .finish()
     }
 }
 
