@@ -34,6 +34,52 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// The ReAct planner served over NATS request/reply by `weft serve`.
     pub planner: PlannerConfig,
+    /// The journal's keyed chain (HMAC-SHA256, key held outside the store).
+    pub journal: JournalConfig,
+}
+
+/// `[journal]`: the key of a keyed journal chain (see `weft_store::chain` and
+/// docs/reliability.md). A new store opened with a key is keyed for good; a keyed store
+/// opened without it can be read, not written or verified.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JournalConfig {
+    /// A file holding the key (at least 32 bytes of text; `openssl rand -hex 32`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hmac_key_file: Option<String>,
+    /// The key itself (set it through `WEFT_JOURNAL_HMAC_KEY`, not in the file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hmac_key: Option<String>,
+}
+
+/// Largest journal key file read.
+const MAX_KEY_FILE_BYTES: u64 = 4096;
+
+impl JournalConfig {
+    /// The configured key, if any; `Err` says what is wrong (both set, an unreadable file,
+    /// a key too short), with the key's name.
+    pub fn key(&self) -> Result<Option<weft_store::ChainKey>, String> {
+        let text = match (&self.hmac_key, &self.hmac_key_file) {
+            (Some(_), Some(_)) => {
+                return Err(
+                    "journal.hmac_key and journal.hmac_key_file are both set; keep one".into(),
+                );
+            }
+            (Some(k), None) => k.clone(),
+            (None, Some(path)) => {
+                use std::io::Read as _;
+                let mut text = String::new();
+                std::fs::File::open(path)
+                    .and_then(|f| f.take(MAX_KEY_FILE_BYTES).read_to_string(&mut text))
+                    .map_err(|e| format!("journal.hmac_key_file: cannot read `{path}`: {e}"))?;
+                text
+            }
+            (None, None) => return Ok(None),
+        };
+        weft_store::ChainKey::parse(&text)
+            .map(Some)
+            .map_err(|e| format!("journal.hmac_key: {e}"))
+    }
 }
 
 /// `[store]`.
@@ -343,6 +389,8 @@ impl Default for PlannerConfig {
 /// test deserializes a file setting every key.
 pub(crate) const OPTIONAL_KEYS: &[(&str, Kind)] = &[
     ("store.owner", Kind::String),
+    ("journal.hmac_key_file", Kind::String),
+    ("journal.hmac_key", Kind::String),
     ("llm.base_url", Kind::String),
     ("llm.model", Kind::String),
     ("llm.api_key", Kind::String),
@@ -364,8 +412,12 @@ pub(crate) const OPTIONAL_KEYS: &[(&str, Kind)] = &[
 ];
 
 /// Keys whose values are secrets: shown as `<secret>`, never printed.
-pub(crate) const SECRET_KEYS: &[&str] =
-    &["llm.api_key", "server.tokens", "tools.email.smtp.password"];
+pub(crate) const SECRET_KEYS: &[&str] = &[
+    "llm.api_key",
+    "server.tokens",
+    "tools.email.smtp.password",
+    "journal.hmac_key",
+];
 
 /// Keys whose value is a whole structure (a list of tables), checked by the model's own
 /// types when the configuration is deserialized; no environment variable sets them.

@@ -9,11 +9,12 @@ use weft_llm::{ChatProvider, ChatRequest, ChatResponse, Llm, OpenAiConfig, OpenA
 use crate::Error;
 use crate::config::LlmConfig;
 
-/// What to tell people when no provider is configured.
+/// What to tell people when no provider is configured (commands with a `--script` flag add
+/// that choice themselves: `weft run` and the server have none).
 pub const NOT_CONFIGURED: &str = "no LLM provider is configured: set llm.base_url in weft.toml \
      or WEFT_LLM_BASE_URL (the OpenAI-compatible server's base URL, e.g. \
-     http://127.0.0.1:8081/v1) and optionally llm.model / WEFT_LLM_MODEL and WEFT_LLM_API_KEY, \
-     or use a scripted provider file (--script FILE)";
+     http://127.0.0.1:11434/v1 for a local Ollama) and optionally llm.model / WEFT_LLM_MODEL \
+     and WEFT_LLM_API_KEY";
 
 /// The provider `[llm]` configures; `Ok(None)` when `base_url` is unset.
 pub fn provider(cfg: &LlmConfig) -> Result<Option<Arc<dyn ChatProvider>>, Error> {

@@ -65,6 +65,14 @@ impl Builder {
         &self.config
     }
 
+    /// The openers table with `[journal]`'s key applied (`Openers::with_journal_key`).
+    pub fn store_openers(&self) -> Result<Openers, Error> {
+        Ok(match self.config.journal.key().map_err(Error::Config)? {
+            Some(k) => self.openers.clone().with_journal_key(k),
+            None => self.openers.clone(),
+        })
+    }
+
     /// Uses `openers` instead of the default table.
     #[must_use]
     pub fn openers(mut self, openers: Openers) -> Self {
@@ -262,7 +270,10 @@ impl Builder {
     /// A durable node over the store `[store].url` names (opened through the openers
     /// table). Call inside a tokio runtime. Recovers nothing: see [`Durable::recover`].
     pub async fn open(self) -> Result<Node, Error> {
-        let store = self.openers.open_store(&self.config.store.url).await?;
+        let store = self
+            .store_openers()?
+            .open_store(&self.config.store.url)
+            .await?;
         self.open_on(store).await
     }
 

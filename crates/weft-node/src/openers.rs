@@ -66,6 +66,26 @@ impl Default for Openers {
 }
 
 impl Openers {
+    /// This table with the built-in SQLite and PostgreSQL entries opening their stores
+    /// with the journal key `key` (a keyed chain, `weft_store::Chaining`); other entries
+    /// are left alone.
+    #[must_use]
+    pub fn with_journal_key(self, key: weft_store::ChainKey) -> Self {
+        let k = key.clone();
+        let sqlite: StoreOpener = Arc::new(move |url: String| {
+            let k = k.clone();
+            Box::pin(async move { weft_store_sqlite::open_keyed(&url, Some(k)).await })
+        });
+        let postgres: StoreOpener = Arc::new(move |url: String| {
+            let k = key.clone();
+            Box::pin(async move { weft_store_postgres::open_keyed(&url, Some(k)).await })
+        });
+        self.store(FILE_SCHEME, Arc::clone(&sqlite))
+            .store("sqlite", sqlite)
+            .store("postgres", Arc::clone(&postgres))
+            .store("postgresql", postgres)
+    }
+
     /// A table with no entries.
     pub fn empty() -> Self {
         Openers {

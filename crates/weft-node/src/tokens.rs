@@ -9,17 +9,7 @@ use crate::Error;
 /// Largest tokens file read.
 const MAX_FILE_BYTES: u64 = 1 << 20;
 
-/// `[A-Za-z0-9][A-Za-z0-9._-]{0,127}` and not containing `..`: the one charset for names
-/// that reach storage or URLs (tenants, plan names, instance ids).
-pub fn valid_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 128
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
-        && !s.contains("..")
-}
+pub use weft_core::valid_name;
 
 /// Parses `tokA=tenant-a,tokB=tenant-b`.
 pub fn parse_tokens(s: &str) -> Result<HashMap<String, String>, Error> {

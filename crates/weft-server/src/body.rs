@@ -107,12 +107,13 @@ pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErro
             StatusCode::BAD_REQUEST,
             code,
             format!(
-                "the request body is not {}: {e}",
+                "the request body is not {}: {}",
                 if e.is_data() {
                     "the expected JSON object"
                 } else {
                     "valid JSON"
-                }
+                },
+                weft_core::plain::message(&e.to_string())
             ),
         )
     })
@@ -173,7 +174,12 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| ApiPath(p.0))
-            .map_err(|e| ApiError::bad_request(format!("bad path parameter: {e}")))
+            .map_err(|e| {
+                ApiError::bad_request(format!(
+                    "bad path parameter: {}",
+                    weft_core::plain::message(&e.to_string())
+                ))
+            })
     }
 }
 
@@ -188,7 +194,12 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|p| ApiQuery(p.0))
-            .map_err(|e| ApiError::bad_request(format!("bad query parameter: {e}")))
+            .map_err(|e| {
+                ApiError::bad_request(format!(
+                    "bad query parameter: {}",
+                    weft_core::plain::message(&e.to_string())
+                ))
+            })
     }
 }
 

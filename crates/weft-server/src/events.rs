@@ -1,6 +1,7 @@
 //! Events in and out. `POST /v1/events` takes one structured-mode CloudEvent
-//! (`application/cloudevents+json` or `application/json`) or a batch
-//! (`application/cloudevents-batch+json`), routes each through `Engine::ingest` (to
+//! (`application/cloudevents+json` or `application/json`), a batch
+//! (`application/cloudevents-batch+json`) or one binary-mode event (`ce-*` headers, the body
+//! its data), all read and checked alike by `cloudevents.rs`, routes each through `Engine::ingest` (to
 //! `weftinstance`, or by (tenant, type) to every waiting instance) and answers `202` once
 //! the receiving instances' journal records are durable. A batch is all or nothing
 //! (`Engine::ingest_batch`: every event checked, then all queued while the receiving loops
@@ -8,7 +9,6 @@
 //! (`dedup.rs`; counted in `duplicates`). `GET /v1/events/stream` is the tenant's lifecycle
 //! events as Server-Sent Events.
 
-use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,155 +21,34 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
-use weft_runtime::{CloudEvent, Delivery, Filter};
+use weft_runtime::CloudEvent;
 
 use crate::auth::Tenant;
 use crate::body::{ApiQuery, Cap, content_type, read_capped};
+use crate::cloudevents::{Incoming, Invalid, is_binary, parse_binary, parse_structured};
 use crate::error::{ApiError, ApiResult, Problem, Problems};
-use crate::names::{check_name, valid_name};
+use crate::names::check_name;
+use crate::replay::{Entry, Item};
 use crate::state::AppState;
-
-/// Most events in one batch.
-pub(crate) const MAX_BATCH: usize = 10_000;
-
-/// One incoming event, checked.
-#[derive(Debug)]
-struct Incoming {
-    source: String,
-    id: String,
-    ty: String,
-    data: Value,
-    instance: Option<String>,
-    correlation: Option<String>,
-}
 
 fn invalid(detail: String) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "invalid_cloudevent", detail).hint(
-        "send a CloudEvents 1.0 structured-mode JSON object: {\"specversion\":\"1.0\",\"id\":\"…\",\"source\":\"…\",\"type\":\"<plan event>\",\"data\":{…},\"weftinstance\"?:\"<id>\"}",
+        "send a CloudEvents 1.0 structured-mode JSON object: {\"specversion\":\"1.0\",\"id\":\"…\",\"source\":\"…\",\"type\":\"<plan event>\",\"data\":{…},\"weftinstance\"?:\"<id>\"}, or a binary-mode event: the headers ce-specversion: 1.0, ce-id, ce-source, ce-type (ce-weftinstance, ce-weftcorrelation optional) and the data as a JSON body",
     )
 }
 
-/// A CloudEvent as sent, parsed straight from the body (attributes weft does not use are
-/// skipped, string attributes borrowed from the body when they hold no escapes).
-#[derive(Deserialize)]
-struct RawEvent<'a> {
-    #[serde(borrow, default)]
-    specversion: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    source: Option<Cow<'a, str>>,
-    #[serde(borrow, default, rename = "type")]
-    ty: Option<Cow<'a, str>>,
-    #[serde(default = "no_data")]
-    data: Value,
-    #[serde(default, deserialize_with = "present")]
-    data_base64: bool,
-    #[serde(default)]
-    weftinstance: Option<String>,
-    #[serde(default)]
-    weftcorrelation: Option<String>,
-}
-
-fn no_data() -> Value {
-    Value::Object(serde_json::Map::new())
-}
-
-/// `true` whenever the attribute is there (even `null`).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    serde::de::IgnoredAny::deserialize(d).map(|_| true)
-}
-
-/// The body as one event or a batch, parsed once; a JSON syntax error is `invalid_json`,
-/// anything else wrong `invalid_cloudevent`.
-fn parse_events(bytes: &[u8], batch: Option<bool>) -> Result<Vec<RawEvent<'_>>, ApiError> {
-    let is_array = bytes
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|b| *b == b'[');
-    let err = |e: serde_json::Error, what: &str| {
-        if e.is_data() {
-            invalid(format!("{what}: {e}"))
-        } else {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_json",
-                format!("the request body is not valid JSON: {e}"),
-            )
-        }
-    };
-    match (is_array, batch) {
-        (true, Some(true) | None) => {
-            let events: Vec<RawEvent<'_>> = serde_json::from_slice(bytes)
-                .map_err(|e| err(e, "a batch is a JSON array of CloudEvent objects"))?;
-            if events.len() > MAX_BATCH {
-                return Err(invalid(format!(
-                    "a batch holds at most {MAX_BATCH} events, got {}",
-                    events.len()
-                )));
-            }
-            Ok(events)
-        }
-        (true, Some(false)) => Err(invalid(
-            "a batch must be sent as application/cloudevents-batch+json".into(),
-        )),
-        (false, Some(true)) => {
-            // Keep JSON syntax errors apart from a well-formed non-array.
-            serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|e| err(e, ""))?;
-            Err(invalid(
-                "application/cloudevents-batch+json takes a JSON array of events".into(),
-            ))
-        }
-        (false, _) => serde_json::from_slice(bytes)
-            .map(|e| vec![e])
-            .map_err(|e| err(e, "a CloudEvent is a JSON object")),
+/// The problem for a request holding no acceptable event.
+fn refused(e: Invalid) -> ApiError {
+    match e.code {
+        "invalid_json" => ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", e.detail),
+        "unsupported_media_type" => ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            e.detail,
+        )
+        .hint("send the data as JSON (Content-Type: application/json)"),
+        _ => invalid(e.detail),
     }
-}
-
-/// Checks one parsed event (`k`: its index in a batch, for the message).
-fn check_event(e: RawEvent<'_>, k: Option<usize>) -> Result<Incoming, ApiError> {
-    let at = || k.map_or_else(String::new, |k| format!("event {k}: "));
-    match e.specversion.as_deref() {
-        Some("1.0") => {}
-        Some(other) => {
-            return Err(invalid(format!(
-                "{}`specversion` is `{other}`; only 1.0 is supported",
-                at()
-            )));
-        }
-        None => return Err(invalid(format!("{}`specversion` is missing", at()))),
-    }
-    for (name, v) in [("id", &e.id), ("source", &e.source), ("type", &e.ty)] {
-        if v.as_deref().is_none_or(str::is_empty) {
-            return Err(invalid(format!("{}`{name}` is missing or empty", at())));
-        }
-    }
-    if e.data_base64 {
-        return Err(invalid(format!(
-            "{}`data_base64` is not supported; send JSON `data`",
-            at()
-        )));
-    }
-    let ty = e.ty.unwrap_or_default().into_owned();
-    if ty.len() > 256 || ty.chars().any(char::is_control) {
-        return Err(invalid(format!("{}`type` is not a valid event name", at())));
-    }
-    if let Some(i) = &e.weftinstance
-        && !valid_name(i)
-    {
-        return Err(invalid(format!(
-            "{}`weftinstance` is not a valid instance id",
-            at()
-        )));
-    }
-    Ok(Incoming {
-        source: e.source.unwrap_or_default().into_owned(),
-        id: e.id.unwrap_or_default().into_owned(),
-        ty,
-        data: e.data,
-        instance: e.weftinstance,
-        correlation: e.weftcorrelation,
-    })
 }
 
 /// How often a request waiting for durability checks whether the store refuses writes.
@@ -226,8 +105,16 @@ async fn not_live(state: &AppState, tenant: &str, id: &str) -> ApiError {
 }
 
 /// Ingest one CloudEvent or a batch.
-#[utoipa::path(post, path = "/v1/events", tag = "events",
-    request_body(description = "A structured-mode CloudEvent (`application/cloudevents+json` or `application/json`) or a JSON array of them (`application/cloudevents-batch+json`)",
+#[utoipa::path(post, path = "/v1/events", operation_id = "events_send", tag = "events",
+    params(
+        ("ce-specversion" = Option<String>, Header, description = "Binary mode (the CloudEvents HTTP binding): `1.0`. Any `ce-` header makes the request a binary-mode event: its attributes are the `ce-*` headers (percent-encoded), its data the body (JSON: `application/json`, `text/json`, `+json`, an empty body is `{}`; or `text/plain`, a JSON string). `ce-specversion`, `ce-id`, `ce-source` and `ce-type` are required (else `400 invalid_cloudevent` naming the header); the same checks, deduplication and limits as structured mode apply."),
+        ("ce-id" = Option<String>, Header, description = "Binary mode: the event id (deduplicated with `ce-source`)."),
+        ("ce-source" = Option<String>, Header, description = "Binary mode: the event source."),
+        ("ce-type" = Option<String>, Header, description = "Binary mode: the event type (a plan event)."),
+        ("ce-weftinstance" = Option<String>, Header, description = "Binary mode: the instance the event is for."),
+        ("ce-weftcorrelation" = Option<String>, Header, description = "Binary mode: the token correlation."),
+    ),
+    request_body(description = "A structured-mode CloudEvent (`application/cloudevents+json` or `application/json`), a JSON array of them (`application/cloudevents-batch+json`), or, with `ce-*` headers, a binary-mode event's data",
         content(
             (Object = "application/cloudevents+json"),
             (Vec<Object> = "application/cloudevents-batch+json"),
@@ -251,10 +138,14 @@ pub(crate) async fn ingest(
     req: Request,
 ) -> ApiResult<(StatusCode, Json<Accepted>)> {
     let ct = content_type(req.headers());
+    let headers = req.headers();
+    let pairs = || headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
     let batch = match ct.as_deref() {
-        Some("application/cloudevents-batch+json") => Some(true),
-        Some("application/cloudevents+json") => Some(false),
-        Some("application/json") => None,
+        Some("application/cloudevents-batch+json") => Some(Some(true)),
+        Some("application/cloudevents+json") => Some(Some(false)),
+        // Binary mode: attributes in `ce-*` headers, the body is the data.
+        _ if is_binary(pairs()) => None,
+        Some("application/json") => Some(None),
         other => {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -264,17 +155,29 @@ pub(crate) async fn ingest(
                     other.map_or_else(|| "none".to_string(), |c| format!("`{c}`"))
                 ),
             )
-            .hint("structured-mode CloudEvents only (binary mode with ce-* headers is not supported)"));
+            .hint("send a structured-mode CloudEvent, a batch, or a binary-mode event (ce-specversion, ce-id, ce-source and ce-type headers, the data as the body)"));
         }
     };
+    let binary: Option<Vec<(String, Vec<u8>)>> = batch.is_none().then(|| {
+        pairs()
+            .filter(|(n, _)| n.starts_with("ce-"))
+            .map(|(n, v)| (n.to_string(), v.to_vec()))
+            .collect()
+    });
     let bytes = read_capped(req, &state, Cap::Default).await?;
-    let raw = parse_events(&bytes, batch)?;
-    let many = raw.len() > 1;
-    let events = raw
-        .into_iter()
-        .enumerate()
-        .map(|(k, e)| check_event(e, many.then_some(k)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let events = match (batch, &binary) {
+        (Some(batch), _) => parse_structured(&bytes, batch).map_err(refused)?,
+        (None, Some(h)) => vec![
+            parse_binary(
+                h.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+                ct.as_deref(),
+                &bytes,
+            )
+            .map_err(refused)?,
+        ],
+        (None, None) => return Err(ApiError::internal("no mode")),
+    };
+    let many = events.len() > 1;
     drop(bytes);
     let journal = Arc::clone(state.inner.durable.journal());
     if journal.store_refusing() {
@@ -453,10 +356,13 @@ fn type_matches(patterns: &[String], ty: &str) -> bool {
         })
 }
 
-/// Server-Sent Events: the tenant's lifecycle events.
-#[utoipa::path(get, path = "/v1/events/stream", tag = "events", params(StreamQuery),
+/// Server-Sent Events: the tenant's lifecycle events. A client reconnecting with
+/// `Last-Event-ID` first gets the events it missed, within the retention of `replay.rs`.
+#[utoipa::path(get, path = "/v1/events/stream", operation_id = "events_stream", tag = "events",
+    params(StreamQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (the last `id:` received): the events after it are sent first. Kept: the tenant's last 4,096 events or 8 MiB in this server process; an id no longer kept gets one `weft.lagged` frame (`{\"missed\": null}`) and the stream continues from now.")),
     responses(
-        (status = 200, description = "`text/event-stream`: `id:` event id, `event:` CloudEvent type, `data:` the CloudEvent JSON", content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream`: `id:` event id, `event:` CloudEvent type, `data:` the CloudEvent JSON; `event: weft.lagged` (no id, `data: {\"missed\": n}`) when events were lost for this stream", content_type = "text/event-stream", body = String),
         Problems,
         (status = 404, body = Problem, content_type = "application/problem+json"),
     ),
@@ -464,6 +370,7 @@ fn type_matches(patterns: &[String], ty: &str) -> bool {
 pub(crate) async fn stream(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    headers: axum::http::HeaderMap,
     ApiQuery(q): ApiQuery<StreamQuery>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     if let Some(i) = &q.instance {
@@ -479,31 +386,51 @@ pub(crate) async fn stream(
         .filter(|s| !s.is_empty())
         .map(str::to_string)
         .collect();
-    let sub = state.inner.durable.engine().subscribe(Filter {
-        type_prefix: None,
-        tenant: Some(tenant),
-        instance: q.instance.clone(),
+    // Resume after `Last-Event-ID` from the buffer every stream reads (`replay.rs`).
+    let last_event_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    let replay = &state.inner.replay;
+    let mut pump_shutdown = state.inner.shutdown.subscribe();
+    replay.start(state.inner.durable.engine(), async move {
+        let _ = pump_shutdown.wait_for(|s| *s).await;
     });
+    let (cursor, gap) = match replay.cursor(&tenant, last_event_id) {
+        Ok(cursor) => (cursor, false),
+        Err(cursor) => (cursor, true),
+    };
     let mut shutdown = state.inner.shutdown.subscribe();
     let stop = async move {
         let _ = shutdown.wait_for(|s| *s).await;
     };
     let lagged = state.inner.metrics.bus_lagged.clone();
-    let events = sub
-        .filter_map(move |d| {
-            let out = match d {
-                Delivery::Event(ev) => type_matches(&patterns, &ev.ty).then(|| {
-                    Event::default()
-                        .id(ev.id.clone())
-                        .event(ev.ty.clone())
-                        .data(event_json(&ev).to_string())
-                }),
-                Delivery::Lagged(n) => Some({
-                    lagged.inc_by(n);
-                    Event::default()
-                        .event("weft.lagged")
-                        .data(json!({"missed": n}).to_string())
-                }),
+    let instance = q.instance.clone();
+    let missed = move |n: Option<u64>| {
+        lagged.inc_by(n.unwrap_or(0));
+        Event::default()
+            .event("weft.lagged")
+            .data(json!({ "missed": n }).to_string())
+    };
+    let events = replay
+        .follow(tenant, cursor, gap)
+        .filter_map(move |item| {
+            let out = match item {
+                Item::Entry(e) => match &*e {
+                    Entry::Event { ev, json, .. } => (instance
+                        .as_deref()
+                        .is_none_or(|i| ev.instance.as_deref() == Some(i))
+                        && type_matches(&patterns, &ev.ty))
+                    .then(|| {
+                        Event::default()
+                            .id(ev.id.clone())
+                            .event(ev.ty.clone())
+                            .data(json.clone())
+                    }),
+                    Entry::Lost { n, .. } => Some(missed(Some(*n))),
+                },
+                Item::Missed(n) => Some(missed(n)),
             };
             std::future::ready(out.map(Ok))
         })

@@ -60,7 +60,7 @@ pub(crate) struct InstanceRef {
 }
 
 /// Start an instance.
-#[utoipa::path(post, path = "/v1/instances", tag = "instances",
+#[utoipa::path(post, path = "/v1/instances", operation_id = "instances_start", tag = "instances",
     request_body(content = StartRequest, content_type = "application/json"),
     responses(
         (status = 201, body = InstanceRef),
@@ -137,7 +137,9 @@ pub(crate) async fn start(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
-    /// `running`, `waiting` (= running), `completed`, `stuck`, `failed`, `paused`, `stopped`.
+    /// `running`, `waiting`, `completed`, `stuck`, `failed`, `paused`, `stopped`. `waiting`:
+    /// settled, but an input event or a pending timer can still move it; `stuck`: nothing
+    /// can (see `weft_core::Status`).
     pub status: Option<String>,
     /// Only instances of this plan.
     pub plan: Option<String>,
@@ -186,7 +188,7 @@ fn summary(r: InstanceRecord) -> InstanceSummary {
 }
 
 /// List instances.
-#[utoipa::path(get, path = "/v1/instances", tag = "instances", params(ListQuery),
+#[utoipa::path(get, path = "/v1/instances", operation_id = "instances_list", tag = "instances", params(ListQuery),
     responses(
         (status = 200, body = InstanceList),
         Problems,
@@ -199,7 +201,6 @@ pub(crate) async fn list(
 ) -> ApiResult<Json<InstanceList>> {
     let status = match q.status.as_deref() {
         None | Some("") => None,
-        Some("waiting") => Some(InstanceStatus::Running),
         Some(s) => Some(InstanceStatus::parse(s).map_err(|_| {
             ApiError::bad_request(format!("unknown status `{s}`"))
                 .hint("use running, waiting, completed, stuck, failed, paused or stopped")
@@ -279,6 +280,10 @@ pub(crate) struct InstanceState {
     /// Steps that wait, with the inputs they lack.
     #[schema(value_type = Vec<Object>)]
     pub waiting: Vec<Value>,
+    /// When `waiting`: what can still move it, `{"events": [input events that could enable
+    /// a step], "timers_due_ms": [pending timers' deadlines]}`; `null` otherwise.
+    #[schema(value_type = Option<Object>)]
+    pub awaits: Option<Value>,
     /// Actions in flight.
     #[schema(value_type = Vec<Object>)]
     pub in_flight: Vec<Value>,
@@ -379,6 +384,7 @@ fn state_view(
         journal_head: head,
         marking: Value::Object(marking),
         waiting,
+        awaits: None,
         in_flight,
         results,
         failure,
@@ -388,7 +394,7 @@ fn state_view(
 }
 
 /// Get an instance's state.
-#[utoipa::path(get, path = "/v1/instances/{id}", tag = "instances",
+#[utoipa::path(get, path = "/v1/instances/{id}", operation_id = "instances_get", tag = "instances",
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = InstanceState),
@@ -409,7 +415,7 @@ pub(crate) async fn get(
         let version = o.record.as_ref().map_or(0, |r| r.plan_version);
         let inst = h.core_instance();
         let trace = h.trace();
-        return Ok(Json(state_view(
+        let mut view = state_view(
             &id,
             &h.plan(),
             version,
@@ -417,7 +423,9 @@ pub(crate) async fn get(
             head,
             trace.as_deref(),
             true,
-        )));
+        );
+        view.awaits = h.state().awaits.and_then(|a| serde_json::to_value(a).ok());
+        return Ok(Json(view));
     }
     let Some(rec) = o.record else {
         return Err(ApiError::not_found(format!("instance `{id}`")));
@@ -439,6 +447,16 @@ pub(crate) async fn get(
     if folded.instance.is_none() {
         view.status = rec.status.as_str().to_string();
         view.reason = rec.reason;
+    }
+    if let Some(i) = folded
+        .instance
+        .as_ref()
+        .filter(|i| i.status == Status::Waiting)
+    {
+        let mut due: Vec<i64> = folded.extras.timers.values().map(|t| t.due_ms).collect();
+        due.sort_unstable();
+        view.awaits =
+            Some(json!({"events": i.awaited_events(folded.net(&plan.net)), "timers_due_ms": due}));
     }
     Ok(Json(view))
 }
@@ -481,7 +499,7 @@ fn trace_json(t: &TraceEntry) -> Value {
 }
 
 /// Get an instance's trace of firings.
-#[utoipa::path(get, path = "/v1/instances/{id}/trace", tag = "instances",
+#[utoipa::path(get, path = "/v1/instances/{id}/trace", operation_id = "instances_trace", tag = "instances",
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = TraceView),
@@ -528,7 +546,7 @@ pub(crate) struct JournalPage {
 }
 
 /// Read a page of an instance's journal.
-#[utoipa::path(get, path = "/v1/instances/{id}/journal", tag = "instances",
+#[utoipa::path(get, path = "/v1/instances/{id}/journal", operation_id = "instances_journal", tag = "instances",
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), JournalQuery),
     responses(
         (status = 200, body = JournalPage),
@@ -577,7 +595,7 @@ pub(crate) struct AtQuery {
 }
 
 /// Time travel: the instance after record `at` (what `weft inspect --at SEQ --json` prints).
-#[utoipa::path(get, path = "/v1/instances/{id}/inspect", tag = "instances",
+#[utoipa::path(get, path = "/v1/instances/{id}/inspect", operation_id = "instances_inspect", tag = "instances",
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), AtQuery),
     responses(
         (status = 200, body = Object, description = "The `weft inspect --json` document"),
@@ -622,7 +640,7 @@ fn terminal_conflict(id: &str, status: &str) -> ApiError {
 }
 
 /// Stop an instance.
-#[utoipa::path(post, path = "/v1/instances/{id}/stop", tag = "instances",
+#[utoipa::path(post, path = "/v1/instances/{id}/stop", operation_id = "instances_stop", tag = "instances",
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = InstanceRef),
@@ -667,7 +685,7 @@ pub(crate) struct ResumeRequest {
 }
 
 /// Resume an instance (or fork it from a checkpoint).
-#[utoipa::path(post, path = "/v1/instances/{id}/resume", tag = "instances",
+#[utoipa::path(post, path = "/v1/instances/{id}/resume", operation_id = "instances_resume", tag = "instances",
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     request_body(content = ResumeRequest, content_type = "application/json"),
     responses(
@@ -728,7 +746,7 @@ pub(crate) struct CheckpointView {
 }
 
 /// Name the instance's journal head as a checkpoint.
-#[utoipa::path(post, path = "/v1/instances/{id}/checkpoint", tag = "instances",
+#[utoipa::path(post, path = "/v1/instances/{id}/checkpoint", operation_id = "instances_checkpoint", tag = "instances",
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = CheckpointView),

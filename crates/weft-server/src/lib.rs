@@ -19,6 +19,7 @@
 mod app;
 mod auth;
 mod body;
+pub use weft_core::cloudevents;
 mod conn;
 mod dedup;
 pub mod error;
@@ -30,6 +31,7 @@ pub mod metrics;
 pub mod names;
 mod ops;
 mod plans;
+mod replay;
 pub mod request_id;
 mod state;
 pub mod telemetry;
@@ -90,14 +92,20 @@ pub async fn serve(
 ) -> Result<SocketAddr, ConfigError> {
     check_listen(state.config())?;
     if state.config().tokens.is_empty() {
-        tracing::warn!(
-            "no API tokens configured: single tenant `local`, no authentication (loopback only)"
-        );
+        // Once, on stderr with the other start-up lines (a `tracing` warning too would print
+        // it twice on the default log output).
         eprintln!(
             "weft: warning: no API tokens configured (WEFT_API_TOKENS or --tokens): every request is tenant `local`; listening on loopback only"
         );
     }
-    let listener = tokio::net::TcpListener::bind(state.config().listen).await?;
+    let listen = state.config().listen;
+    let listener =
+        tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| ConfigError::Listen {
+                addr: listen,
+                message: e.to_string(),
+            })?;
     let addr = listener.local_addr()?;
     eprintln!("weft: listening on http://{addr}");
     let s2 = state.clone();

@@ -95,7 +95,7 @@ pub(crate) struct Generated {
 }
 
 /// Generate a plan from an instruction (LLM planner with the critic loop).
-#[utoipa::path(post, path = "/v1/generate", tag = "llm",
+#[utoipa::path(post, path = "/v1/generate", operation_id = "llm_generate", tag = "llm",
     request_body(content = GenerateRequest, content_type = "application/json"),
     responses(
         (status = 200, body = Generated),
@@ -173,7 +173,7 @@ pub(crate) struct Explained {
 }
 
 /// Explain a plan in plain language.
-#[utoipa::path(post, path = "/v1/explain", tag = "llm",
+#[utoipa::path(post, path = "/v1/explain", operation_id = "llm_explain", tag = "llm",
     request_body(content = ExplainRequest, content_type = "application/json"),
     responses(
         (status = 200, body = Explained),
@@ -248,7 +248,7 @@ pub(crate) struct Repaired {
 }
 
 /// Ask the model for a revised plan for a failed or paused instance.
-#[utoipa::path(post, path = "/v1/instances/{id}/repair", tag = "llm",
+#[utoipa::path(post, path = "/v1/instances/{id}/repair", operation_id = "llm_repair", tag = "llm",
     params(("id" = String, Path, description = "Instance id", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = Repaired),
@@ -302,7 +302,7 @@ pub(crate) async fn repair(
 }
 
 /// The seed-004 ReAct planner.
-#[utoipa::path(post, path = "/plan/react", tag = "llm",
+#[utoipa::path(post, path = "/plan/react", operation_id = "llm_react", tag = "llm",
     request_body(content = Object, description = "A seed-004 PlannerRequest", content_type = "application/json"),
     responses(
         (status = 200, body = Object, description = "A seed-004 PlannerResponse"),

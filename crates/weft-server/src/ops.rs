@@ -22,7 +22,7 @@ pub(crate) struct Health {
 }
 
 /// Liveness.
-#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", operation_id = "ops_healthz", tag = "ops", responses((status = 200, body = Health)))]
 pub(crate) async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".into(),
@@ -30,7 +30,7 @@ pub(crate) async fn healthz() -> Json<Health> {
 }
 
 /// Readiness: the store answers within 2 s.
-#[utoipa::path(get, path = "/readyz", tag = "ops", responses(
+#[utoipa::path(get, path = "/readyz", operation_id = "ops_readyz", tag = "ops", responses(
     (status = 200, body = Health),
     (status = 503, body = Problem, content_type = "application/problem+json"),
 ))]
@@ -63,7 +63,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> ApiResult<Json<Heal
 }
 
 /// Prometheus metrics (OpenMetrics text).
-#[utoipa::path(get, path = "/metrics", tag = "ops", responses(
+#[utoipa::path(get, path = "/metrics", operation_id = "ops_metrics", tag = "ops", responses(
     (status = 200, body = String, content_type = "application/openmetrics-text")
 ))]
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
@@ -78,7 +78,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 /// The OpenAPI 3.1 document.
-#[utoipa::path(get, path = "/openapi.json", tag = "ops", responses(
+#[utoipa::path(get, path = "/openapi.json", operation_id = "ops_openapi", tag = "ops", responses(
     (status = 200, body = Object, description = "This document")
 ))]
 pub(crate) async fn openapi() -> Response {
@@ -106,7 +106,7 @@ fn asset(path: &str) -> Response {
 }
 
 /// The web UI's index page.
-#[utoipa::path(get, path = "/", tag = "ui", responses(
+#[utoipa::path(get, path = "/", operation_id = "ui_index", tag = "ui", responses(
     (status = 200, body = String, content_type = "text/html")
 ))]
 pub(crate) async fn ui_index() -> Response {
@@ -114,7 +114,7 @@ pub(crate) async fn ui_index() -> Response {
 }
 
 /// A web UI asset.
-#[utoipa::path(get, path = "/ui/{path}", tag = "ui",
+#[utoipa::path(get, path = "/ui/{path}", operation_id = "ui_asset", tag = "ui",
     params(("path" = String, Path, description = "Asset path")),
     responses(
         (status = 200, body = String, description = "The asset"),

@@ -120,7 +120,12 @@ fn load_finding(e: &LoadError) -> Value {
 
 /// Loads, validates and (without errors) analyses a plan document. CPU-bound: call from
 /// `spawn_blocking`.
-pub(crate) fn check(bytes: &[u8], registry: &weft_tools::Registry, analyse: bool) -> Checked {
+pub(crate) fn check(
+    bytes: &[u8],
+    registry: &weft_tools::Registry,
+    analyse: bool,
+    deadline: Option<weft_analysis::Interrupt>,
+) -> Checked {
     let limits = weft_core::Limits::default();
     let plan = match weft_core::parse_plan(bytes, &limits) {
         Ok(p) => p,
@@ -145,6 +150,8 @@ pub(crate) fn check(bytes: &[u8], registry: &weft_tools::Registry, analyse: bool
             &plan,
             &AnalysisOptions {
                 max_states: 50_000,
+                max_bytes: 256 << 20,
+                interrupt: deadline,
                 ..AnalysisOptions::default()
             },
         )
@@ -175,7 +182,7 @@ pub(crate) async fn check_async(
     let registry = state.inner.node.registry_for(tenant);
     // One tenant's checks wait for each other past `server.validate_concurrency`, so a
     // tenant sending expensive plans holds that many blocking threads at most, never the
-    // request path; each check's CEL evaluations also stop at `CHECK_DEADLINE`.
+    // request path; each check's CEL evaluations and analysis also stop at `CHECK_DEADLINE`.
     let slots = {
         let mut m = state
             .inner
@@ -191,16 +198,17 @@ pub(crate) async fn check_async(
     let _permit = slots.acquire_owned().await.map_err(ApiError::internal)?;
     tokio::task::spawn_blocking(move || {
         let deadline = std::time::Instant::now() + CHECK_DEADLINE;
-        weft_core::cel_budget::with_interrupt(
-            Arc::new(move || std::time::Instant::now() >= deadline),
-            || check(&bytes, &registry, analyse),
-        )
+        let stop: weft_core::cel_budget::Interrupt =
+            Arc::new(move || std::time::Instant::now() >= deadline);
+        weft_core::cel_budget::with_interrupt(Arc::clone(&stop), || {
+            check(&bytes, &registry, analyse, Some(stop))
+        })
     })
     .await
     .map_err(ApiError::internal)
 }
 
-/// The longest the CEL evaluations of one plan check may take together (the budget of each
+/// The longest the CEL evaluations and the analysis of one plan check may take together (the budget of each
 /// evaluation bounds it too; this bounds a plan with many expensive expressions).
 const CHECK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -300,7 +308,7 @@ pub(crate) struct PlanCreated {
 }
 
 /// Create a plan version.
-#[utoipa::path(post, path = "/v1/plans", tag = "plans",
+#[utoipa::path(post, path = "/v1/plans", operation_id = "plans_create", tag = "plans",
     request_body(content = Object, description = "A plan document (model v1)", content_type = "application/json"),
     responses(
         (status = 201, body = PlanCreated),
@@ -353,7 +361,7 @@ pub(crate) struct PlanList {
 }
 
 /// List plans (latest version of each).
-#[utoipa::path(get, path = "/v1/plans", tag = "plans",
+#[utoipa::path(get, path = "/v1/plans", operation_id = "plans_list", tag = "plans",
     responses(
         (status = 200, body = PlanList),
         (status = 401, body = Problem, content_type = "application/problem+json"),
@@ -445,7 +453,7 @@ async fn detail(
 }
 
 /// Get the latest version of a plan.
-#[utoipa::path(get, path = "/v1/plans/{name}", tag = "plans",
+#[utoipa::path(get, path = "/v1/plans/{name}", operation_id = "plans_get", tag = "plans",
     params(("name" = String, Path, description = "Plan name", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = PlanDetail),
@@ -462,7 +470,7 @@ pub(crate) async fn get_latest(
 }
 
 /// Get one version of a plan.
-#[utoipa::path(get, path = "/v1/plans/{name}/versions/{version}", tag = "plans",
+#[utoipa::path(get, path = "/v1/plans/{name}/versions/{version}", operation_id = "plans_get_version", tag = "plans",
     params(("name" = String, Path, description = "Plan name", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), ("version" = u32, Path, description = "Version")),
     responses(
         (status = 200, body = PlanDetail),
@@ -675,7 +683,7 @@ pub(crate) fn net_view(plan: &Plan, c: &Checked) -> NetView {
 }
 
 /// The plan's net for drawing.
-#[utoipa::path(get, path = "/v1/plans/{name}/net", tag = "plans",
+#[utoipa::path(get, path = "/v1/plans/{name}/net", operation_id = "plans_net", tag = "plans",
     params(("name" = String, Path, description = "Plan name", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), VersionQuery),
     responses(
         (status = 200, body = NetView),
@@ -714,7 +722,7 @@ pub(crate) struct Validated {
 }
 
 /// Validate a plan without storing it.
-#[utoipa::path(post, path = "/v1/validate", tag = "plans",
+#[utoipa::path(post, path = "/v1/validate", operation_id = "plans_validate", tag = "plans",
     request_body(content = Object, description = "A plan document", content_type = "application/json"),
     responses(
         (status = 200, body = Validated),
@@ -747,7 +755,7 @@ pub(crate) struct Analyzed {
 }
 
 /// Validate and analyse a plan without storing it.
-#[utoipa::path(post, path = "/v1/analyze", tag = "plans",
+#[utoipa::path(post, path = "/v1/analyze", operation_id = "plans_analyze", tag = "plans",
     request_body(content = Object, description = "A plan document", content_type = "application/json"),
     responses(
         (status = 200, body = Analyzed),

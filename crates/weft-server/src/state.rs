@@ -120,6 +120,16 @@ pub enum ConfigError {
     /// I/O.
     #[error("[io] {0}")]
     Io(#[from] std::io::Error),
+    /// The listen address could not be bound (its cause is in the message, once).
+    #[error(
+        "[listen_failed] cannot listen on {addr}: {message}; is another process (another weft?) using it? choose another address with --listen ADDR (server.listen in weft.toml, WEFT_SERVER_LISTEN)"
+    )]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why (the OS error).
+        message: String,
+    },
     /// The OTLP exporter could not be set up (check `--otlp-endpoint` /
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`).
     #[error("[invalid_otlp] {0}; check --otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT")]
@@ -166,6 +176,8 @@ pub(crate) struct Inner {
     pub ingesting: Mutex<std::collections::HashSet<String>>,
     /// Per tenant: the validations and analyses it may run at once (`plans.rs`).
     pub validating: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// The recent lifecycle events SSE streams resume from (`Last-Event-ID`, `replay.rs`).
+    pub replay: crate::replay::Replay,
 }
 
 impl AppState {
@@ -216,6 +228,7 @@ impl AppState {
                 shutdown,
                 ingesting: Mutex::new(std::collections::HashSet::new()),
                 validating: Mutex::new(HashMap::new()),
+                replay: crate::replay::Replay::default(),
             }),
         })
     }

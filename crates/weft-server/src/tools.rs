@@ -122,7 +122,7 @@ pub(crate) async fn refresh(state: &AppState, tenant: &str) -> ApiResult<()> {
 }
 
 /// List the tools the tenant's plans may call.
-#[utoipa::path(get, path = "/v1/tools", tag = "tools",
+#[utoipa::path(get, path = "/v1/tools", operation_id = "tools_list", tag = "tools",
     responses(
         (status = 200, body = ToolList),
         (status = 401, body = Problem, content_type = "application/problem+json"),
@@ -146,7 +146,7 @@ pub(crate) async fn list(
 }
 
 /// Get a tool the tenant's plans may call.
-#[utoipa::path(get, path = "/v1/tools/{name}", tag = "tools",
+#[utoipa::path(get, path = "/v1/tools/{name}", operation_id = "tools_get", tag = "tools",
     params(("name" = String, Path, description = "Tool name", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 200, body = ToolInfo),
@@ -174,7 +174,7 @@ pub(crate) async fn get(
 /// Declare (or change) one of the tenant's own tools: a new version unless the definition
 /// equals the latest one. `command` tools, hosts outside `tools.http.allow_hosts` and
 /// values read from the node's environment are refused.
-#[utoipa::path(put, path = "/v1/tools/{name}", tag = "tools",
+#[utoipa::path(put, path = "/v1/tools/{name}", operation_id = "tools_put", tag = "tools",
     params(("name" = String, Path, description = "Tool name", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     request_body(content = Object, description = "A tool definition, as in weft.toml's [[tools.declared]] (source kind `http`, `worker` or `fixed`)", content_type = "application/json"),
     responses(
@@ -240,7 +240,7 @@ pub(crate) async fn put(
 
 /// Delete one of the tenant's own tools (a new version marks it deleted; instances running
 /// keep calling the version they started with).
-#[utoipa::path(delete, path = "/v1/tools/{name}", tag = "tools",
+#[utoipa::path(delete, path = "/v1/tools/{name}", operation_id = "tools_delete", tag = "tools",
     params(("name" = String, Path, description = "Tool name", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")),
     responses(
         (status = 204, description = "Deleted"),
