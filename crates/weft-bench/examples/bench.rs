@@ -1,4 +1,4 @@
-//! Runs `weft bench` workloads without the CLI: `cargo run --release -p weft-bench
+//! Runs `weft bench` workloads without the CLI: `cargo run --profile perf -p weft-bench
 //! --example bench -- [WORKLOAD…]` (W1–W3, `latency`, `idle` and `tools`; W4 is the `w4`
 //! example).
 

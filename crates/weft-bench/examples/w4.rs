@@ -1,4 +1,4 @@
-//! Runs W4 and the durability measurements: `cargo run --release -p weft-bench --example
+//! Runs W4 and the durability measurements: `cargo run --profile perf -p weft-bench --example
 //! w4 -- [durable|durable_concurrent|durable_recovery|durable_compaction]…` (see
 //! `weft_bench::durable` for the `WEFT_W4_*` size variables and `WEFT_BENCH_POSTGRES_URL`).
 

@@ -64,7 +64,7 @@ pub async fn drive(
         let Some(last) = recs.last() else { break };
         page.after = Some(last.id.clone());
         for r in &recs {
-            let id = r.id.strip_prefix('i').and_then(|s| s.parse::<u64>().ok());
+            let id = d.engine().instance_number(&r.id);
             match id.and_then(|id| id_to_k.get(&id)) {
                 Some(&k) if k < n => started[k as usize] = true,
                 Some(_) => {}
@@ -87,12 +87,10 @@ pub async fn drive(
     }
     let mut handles = rep.handles;
     if !ranges.is_empty() {
-        let first: u64 = d
-            .engine()
-            .allocate_id()
-            .trim_start_matches('i')
-            .parse::<u64>()
-            .map_err(|e| e.to_string())?
+        let engine = d.engine();
+        let first: u64 = engine
+            .instance_number(&engine.allocate_id())
+            .ok_or("the allocated instance id does not parse")?
             + 1;
         store
             .append(

@@ -3,8 +3,10 @@
 //! The outbox makes the seed sample plan (and any plan under test) run offline: each message
 //! becomes one `.eml` file named by a hash of the tenant and the call's idempotency key, so a
 //! retried or recovered call with the same key finds its message already there and does not
-//! deliver a second one. Files are written to a temporary name and renamed, so a crash never
-//! leaves half a message. Over SMTP the Message-ID is derived from the same hash, which lets
+//! deliver a second one. A different message under a key already used (a second `weft run`
+//! reusing the instance id) gets the next free name, `<key>-2.eml`, …: no file is ever
+//! overwritten. Files are written to a temporary name and hard-linked into place (which
+//! fails rather than replace a file), so a crash never leaves half a message. Over SMTP the Message-ID is derived from the same hash, which lets
 //! receivers that dedupe on Message-ID drop a resend after a crash.
 
 use std::path::{Path, PathBuf};
@@ -152,35 +154,96 @@ impl Inner {
             .map_err(|e| invalid(NAME, format!("message: {e}")))
     }
 
-    /// Writes `message` as `<key>.eml` unless a message with this key is already there.
+    /// Files `message` in the outbox, never overwriting a file: as `<key>.eml`, or, when a
+    /// different message holds that name (a run that reused the instance id), the first free
+    /// `<key>-<n>.eml`. A file holding this very message (the `Date:` header aside, which a
+    /// retry renders anew) is the same delivery: its path is returned, nothing is written.
     async fn to_outbox(&self, key: &str, message: &Message) -> Result<PathBuf, ToolError> {
         let dir = &self.cfg.outbox_dir;
-        let path = dir.join(format!("{key}.eml"));
-        if tokio::fs::try_exists(&path).await.unwrap_or(false) {
-            return Ok(path);
+        let bytes = message.formatted();
+        let mut created = false;
+        for n in 1..=MAX_OUTBOX_COPIES {
+            let path = if n == 1 {
+                dir.join(format!("{key}.eml"))
+            } else {
+                dir.join(format!("{key}-{n}.eml"))
+            };
+            match tokio::fs::read(&path).await {
+                Ok(existing) if same_message(&existing, &bytes) => return Ok(path),
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error("reading the outbox", &path, &e)),
+            }
+            if !created {
+                tokio::fs::create_dir_all(dir)
+                    .await
+                    .map_err(|e| io_error("creating the outbox directory", dir, &e))?;
+                created = true;
+            }
+            if self.file_new(key, &path, &bytes).await? {
+                return Ok(path);
+            }
+            // Another writer took the name meanwhile: it may hold this very message.
+            if tokio::fs::read(&path)
+                .await
+                .is_ok_and(|existing| same_message(&existing, &bytes))
+            {
+                return Ok(path);
+            }
         }
-        tokio::fs::create_dir_all(dir)
-            .await
-            .map_err(|e| io_error("creating the outbox directory", dir, &e))?;
+        Err(ToolError::fatal(
+            "outbox_full",
+            format!(
+                "{} messages with the same idempotency key are in the outbox ({}); move them away",
+                MAX_OUTBOX_COPIES,
+                dir.display()
+            ),
+        ))
+    }
+
+    /// Writes `bytes` to a temporary file and links it as `path` only if `path` does not
+    /// exist (`Ok(false)`: it does), so a crash never leaves half a message and nothing is
+    /// overwritten.
+    async fn file_new(&self, key: &str, path: &Path, bytes: &[u8]) -> Result<bool, ToolError> {
+        let dir = &self.cfg.outbox_dir;
         let tmp = dir.join(format!(
             ".{key}.{}.{}.tmp",
             std::process::id(),
             TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
         let write = async {
-            let bytes = message.formatted();
             let mut f = tokio::fs::File::create(&tmp).await?;
-            tokio::io::AsyncWriteExt::write_all(&mut f, &bytes).await?;
+            tokio::io::AsyncWriteExt::write_all(&mut f, bytes).await?;
             f.sync_all().await?;
             drop(f);
-            tokio::fs::rename(&tmp, &path).await
+            tokio::fs::hard_link(&tmp, path).await
         };
-        if let Err(e) = write.await {
-            let _ = tokio::fs::remove_file(&tmp).await;
-            return Err(io_error("writing to the outbox", &path, &e));
+        let linked = write.await;
+        let _ = tokio::fs::remove_file(&tmp).await;
+        match linked {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(io_error("writing to the outbox", path, &e)),
         }
-        Ok(path)
     }
+}
+
+/// Most files one idempotency key gets in the outbox (`<key>.eml`, `<key>-2.eml`, …).
+const MAX_OUTBOX_COPIES: u32 = 1000;
+
+/// Whether two formatted messages are the same, their `Date:` headers aside.
+fn same_message(a: &[u8], b: &[u8]) -> bool {
+    fn without_date(m: &[u8]) -> impl Iterator<Item = &[u8]> {
+        let end = m
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or(m.len());
+        let (head, body) = m.split_at(end);
+        head.split(|&c| c == b'\n')
+            .filter(|l| !l.starts_with(b"Date: "))
+            .chain(std::iter::once(body))
+    }
+    without_date(a).eq(without_date(b))
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);

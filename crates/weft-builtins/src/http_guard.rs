@@ -51,30 +51,43 @@ impl Allowlist {
         if self.exact.contains(&h) {
             return Ok(());
         }
-        let deny = |why: &str| Err(Denied(format!("host `{h}` is not allowed: {why}")));
+        let deny = |why: &str| {
+            Err(Denied(format!(
+                "host `{h}` is not allowed: {why}; {}",
+                allow_hint(&h)
+            )))
+        };
         if let Ok(ip) = h.parse::<IpAddr>() {
             if is_local(ip) {
-                return deny("loopback addresses must be listed exactly in http.allow_hosts");
+                return deny("loopback addresses must be listed exactly in tools.http.allow_hosts");
             }
             return if self.any {
                 Ok(())
             } else {
-                deny("IP addresses must be listed exactly in http.allow_hosts")
+                deny("IP addresses must be listed exactly in tools.http.allow_hosts")
             };
         }
         if h == "localhost" || h.ends_with(".localhost") {
-            return deny("loopback names must be listed exactly in http.allow_hosts");
+            return deny("loopback names must be listed exactly in tools.http.allow_hosts");
         }
         if self.any || self.suffixes.iter().any(|s| h.ends_with(s.as_str())) {
             return Ok(());
         }
-        deny("not in http.allow_hosts")
+        deny("not in tools.http.allow_hosts")
     }
 
     /// Whether `host` was listed exactly (so it may resolve to loopback).
     pub(crate) fn is_exact(&self, host: &str) -> bool {
         self.exact.contains(&normalise(host))
     }
+}
+
+/// How to allow `host`: the configuration key in weft.toml and its environment form.
+fn allow_hint(host: &str) -> String {
+    format!(
+        "to allow it: `[tools.http] allow_hosts = [\"{host}\"]` in weft.toml, or \
+         WEFT_TOOLS_HTTP_ALLOW_HOSTS={host} (comma-separated; `*.example.com` allows subdomains)"
+    )
 }
 
 /// Whether `allow_hosts` (`tools.http.allow_hosts` patterns) lets a call go to `host`; the
@@ -134,7 +147,8 @@ impl Resolve for GuardedResolver {
             if found && addrs.is_empty() {
                 return Err(Box::new(Denied(format!(
                     "host `{host}` resolves only to loopback addresses; list it exactly in \
-                     http.allow_hosts to allow that"
+                     tools.http.allow_hosts to allow that; {}",
+                    allow_hint(&host)
                 )))
                     as Box<dyn std::error::Error + Send + Sync>);
             }

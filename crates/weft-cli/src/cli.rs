@@ -18,7 +18,8 @@ use crate::cmd::{
     after_help = "Exit codes: 0 = no errors (warnings allowed; `run`: completed), 1 = the plan \
                   has errors (including load errors: malformed JSON, limits) or the run did not \
                   complete, 2 = usage or I/O failure.\n\
-                  Colour: off when NO_COLOR is set or stdout is not a terminal (see --color)."
+                  Colour: off when NO_COLOR is set to a non-empty value or stdout is not a terminal \
+                  (see --color)."
 )]
 pub struct Cli {
     /// Flags every command accepts.
@@ -80,7 +81,7 @@ pub enum Command {
 /// When to colour human output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ColorChoice {
-    /// Colour when stdout is a terminal and NO_COLOR is not set.
+    /// Colour when stdout is a terminal and NO_COLOR is unset or empty.
     Auto,
     /// Always colour.
     Always,

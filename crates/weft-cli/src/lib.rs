@@ -36,8 +36,20 @@ pub fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(EXIT_FAILURE));
         }
     };
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    // Plans are hostile input: control characters in their names are escaped on the way to
+    // the terminal (`output::Escaping`), the palette's colours excepted.
+    let history = matches!(
+        cli.command,
+        cli::Command::Inspect(_)
+            | cli::Command::Replay(_)
+            | cli::Command::Journal(_)
+            | cli::Command::Checkpoint(_)
+            | cli::Command::Resume(_)
+            | cli::Command::Summarize(_)
+            | cli::Command::Repair(_)
+    );
+    let colour = output::Palette::for_stdout(cli.global.color).is_on();
+    let mut out = output::Escaping::new(std::io::stdout().lock(), colour);
     let result = cmd::run(cli, &mut out).and_then(|status| {
         out.flush()?;
         Ok(status)
@@ -50,12 +62,34 @@ pub fn main() -> ExitCode {
             let mut err = std::io::stderr().lock();
             let _ = writeln!(
                 err,
-                "{}: {e:#}",
-                palette.paint("error", output::Palette::error())
+                "{}: {}",
+                palette.paint("error", output::Palette::error()),
+                output::clean(&error_text(&e, history))
             );
             ExitCode::from(EXIT_FAILURE)
         }
     }
+}
+
+/// The message of a failed command: a stable code given twice (`[not_found] [not_found] …`,
+/// a code added to an error that already starts with it) once; and, when a history command
+/// (`history`) finds no such instance, how instances get a journal.
+fn error_text(e: &anyhow::Error, history: bool) -> String {
+    let mut text = format!("{e:#}");
+    if let Some(end) = text.strip_prefix('[').and_then(|r| r.find("] ")) {
+        let code = text[..end + 3].to_string();
+        while text[code.len()..].starts_with(code.as_str()) {
+            text.replace_range(code.len()..2 * code.len(), "");
+        }
+    }
+    if history && text.starts_with("[not_found] instance ") {
+        text.push_str(
+            "\n  = hint: only runs with a store are journaled: `weft run --store .weft/weft.db \
+             PLAN` (or a store set in weft.toml or WEFT_STORE_URL, or `weft serve`); a plain \
+             `weft run` keeps nothing to inspect",
+        );
+    }
+    text
 }
 
 /// `weft graph … | head` closes the pipe early; that is not a failure worth reporting.
@@ -64,4 +98,25 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[test]
+    fn a_doubled_code_is_said_once_and_a_missing_instance_gets_the_store_hint() {
+        let e = anyhow::anyhow!("[not_found] [not_found] instance i1");
+        let text = error_text(&e, true);
+        assert!(text.starts_with("[not_found] instance i1\n"), "{text}");
+        assert!(text.contains("--store"), "{text}");
+        assert_eq!(
+            error_text(&anyhow::anyhow!("[io] [x] y"), false),
+            "[io] [x] y"
+        );
+        assert_eq!(
+            error_text(&anyhow::anyhow!("[a] [a] [a] b"), false),
+            "[a] b"
+        );
+    }
 }

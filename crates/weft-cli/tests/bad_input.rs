@@ -142,6 +142,62 @@ fn a_hundred_thousand_steps_hit_the_step_limit_unless_raised() {
 }
 
 #[test]
+fn a_hundred_thousand_events_need_max_events_not_max_steps() {
+    // Two limits, two flags (the README lists both): `--max-steps` leaves the event limit.
+    let dir = temp_dir("many-events");
+    let mut s = String::from(r#"{"plan_name":"many","graph_type":"acyclic","events":{"start":{}"#);
+    for i in 0..60_000 {
+        let _ = write!(s, r#","e{i}":{{}}"#);
+    }
+    s.push_str(r#"},"steps":{"a":{"on":["start"],"action":"noop"}}}"#);
+    let f = write(&dir, "many.json", s.as_bytes());
+    let out = weft(&["validate", "--max-steps", "200000", "--json", &f]);
+    assert_eq!(code(&out), 1);
+    assert_eq!(json(&out)["findings"][0]["pointer"], "/events");
+    let out = weft(&["validate", "--max-events", "200000", "--json", &f]);
+    assert_ne!(
+        json(&out)["findings"][0]["code"],
+        "L005",
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn control_characters_in_names_reach_the_terminal_escaped() {
+    let dir = temp_dir("control-chars");
+    // ESC (a terminal title sequence), BEL and NUL in names the findings echo.
+    let plan = r#"{"plan_name":"ctl","graph_type":"acyclic","events":{"start":{},"x\u001b]0;owned\u0007":{}},
+      "steps":{"s\u0000\u001b[2J":{"on":["start","nowhere\u0007"],"action":"noop","emits":["x\u001b]0;owned\u0007"]}}}"#;
+    let f = write(&dir, "ctl.json", plan.as_bytes());
+    for args in [
+        &["validate", &f][..],
+        &["--color", "always", "validate", &f][..],
+        &["analyze", &f][..],
+    ] {
+        let out = weft(args);
+        let text = stdout(&out);
+        assert!(text.contains("\\u001b"), "{args:?}: {text}");
+        for c in ['\u{1b}', '\u{7}', '\0'] {
+            let raw = text.replace("\u{1b}[0m", "").replace("\u{1b}[1m", "");
+            if args.contains(&"always") && c == '\u{1b}' {
+                // Colour is on: only the palette's own SGR sequences, never `]` or `[2J`.
+                assert!(
+                    !text.contains("\u{1b}]") && !text.contains("\u{1b}[2J"),
+                    "{text:?}"
+                );
+                continue;
+            }
+            assert!(!raw.contains(c), "{args:?}: raw {c:?} in {text:?}");
+        }
+    }
+    // `--json` stays valid JSON and keeps the names exactly.
+    let out = weft(&["validate", "--json", &f]);
+    let doc = json(&out);
+    assert!(doc["findings"].to_string().contains("\\u0007"), "{doc}");
+}
+
+#[test]
 fn deeply_nested_args_are_refused_without_recursion() {
     let dir = temp_dir("deep");
     let body = format!(

@@ -60,6 +60,26 @@ fn run_store_then_inspect_replay_verify_checkpoint() {
 
     let out = weft_in(&dir, &["journal", "verify", &id]);
     assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with(&format!("journal of {id}: intact — records 1..="))
+            && text.contains(", SHA-256 chain")
+            && !text.contains("VerifyReport"),
+        "{text}"
+    );
+    let out = weft_in(&dir, &["journal", "verify", &id, "--json"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let v = json(&out);
+    assert_eq!(
+        (&v["verdict"], &v["chain"], &v["ok"]),
+        (&"intact".into(), &"sha256".into(), &true.into()),
+        "{v}"
+    );
+    assert!(
+        v["records"].as_u64().is_some_and(|n| n > 0)
+            && v["head"].as_str().is_some_and(|h| h.len() == 64),
+        "{v}"
+    );
 
     let out = weft_in(&dir, &["checkpoint", &id]);
     assert_eq!(code(&out), 0);
@@ -73,6 +93,26 @@ fn run_store_then_inspect_replay_verify_checkpoint() {
     let table = tamper_body(&db, &id, 2);
     assert_eq!(table, "journal");
     assert_verify_names_altered(&dir, &id, 2);
+    // A checkpoint of a tampered journal is refused: exit 1, the reason on stderr, nothing
+    // on stdout.
+    let out = weft_in(&dir, &["checkpoint", &id]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    assert_eq!(stdout(&out), "");
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("[chain_broken/record_altered] no checkpoint of")
+            && err.contains("seq 2")
+            && err.contains("hint: "),
+        "{err}"
+    );
+    let out = weft_in(&dir, &["journal", "verify", &id, "--json"]);
+    assert_eq!(code(&out), 1);
+    let v = json(&out);
+    assert_eq!(
+        (&v["verdict"], &v["fault"], &v["seq"]),
+        (&"broken".into(), &"record_altered".into(), &2.into()),
+        "{v}"
+    );
 
     // A second run's records are still in the journal log (a batch blob per commit) when
     // its process exits; altered there, the record is merged into `journal` as it is when
@@ -110,7 +150,7 @@ fn assert_verify_names_altered(dir: &std::path::Path, id: &str, seq: u64) {
     let text = stdout(&out);
     assert_eq!(code(&out), 1, "verify after altering seq {seq}: {text}");
     assert!(
-        text.contains("BROKEN [chain_broken]")
+        text.contains("BROKEN [chain_broken/record_altered]")
             && text.contains(&format!("journal chain broken at seq {seq}:"))
             && text.contains("(altered)"),
         "verify must name the altered record (seq {seq}): {text}"
@@ -211,6 +251,72 @@ fn rewrite_batch(data: &[u8], instance: &str, seq: u64) -> Option<Vec<u8>> {
         out.extend_from_slice(hashes);
     }
     found.then_some(out)
+}
+
+/// Issue #27 item 7 end to end: the last record of a completed run deleted and the stored
+/// chain head moved back onto the one before. `weft journal verify` names the cut
+/// (`tail_missing`: the instance record's status was set at the removed seq), `weft replay`
+/// does not claim to reproduce the recorded state, and `weft checkpoint` refuses.
+#[test]
+fn a_cut_tail_with_its_head_moved_back_is_found() {
+    let dir = temp_dir("durable-tail");
+    let out = weft_in(
+        &dir,
+        &[
+            "run",
+            &example("fanout.json"),
+            "--input",
+            r#"{"dataset":"sales"}"#,
+            "--store",
+            ".weft/weft.db",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let id = json(&out)["instance"].as_str().expect("id").to_string();
+    // Opening the store once merges the run's records into `journal` and `chain_heads`.
+    assert_eq!(code(&weft_in(&dir, &["journal", "verify", &id])), 0);
+    let conn = rusqlite::Connection::open(dir.join(".weft/weft.db")).expect("open");
+    let last: i64 = conn
+        .query_row(
+            "SELECT max(seq) FROM journal WHERE instance = ?1",
+            [&id],
+            |r| r.get(0),
+        )
+        .expect("last seq");
+    conn.execute_batch(&format!(
+        "DELETE FROM journal WHERE instance = '{id}' AND seq = {last};
+         UPDATE chain_heads SET head_seq = {prev}, head_hash =
+           (SELECT hash FROM journal WHERE instance = '{id}' AND seq = {prev})
+         WHERE instance = '{id}';",
+        prev = last - 1
+    ))
+    .expect("tamper");
+    drop(conn);
+
+    let out = weft_in(&dir, &["journal", "verify", &id]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 1, "{text}");
+    assert!(
+        text.contains("BROKEN [chain_broken/tail_missing]")
+            && text.contains(&format!("ends before seq {last}"))
+            && text.contains("hint: "),
+        "{text}"
+    );
+    let out = weft_in(&dir, &["replay", &id]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 1, "{text}");
+    assert!(
+        text.contains("MISMATCH") && text.contains("the instance record says completed"),
+        "{text}"
+    );
+    let out = weft_in(&dir, &["checkpoint", &id]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        common::stderr(&out).contains("tail_missing"),
+        "{}",
+        common::stderr(&out)
+    );
 }
 
 #[test]

@@ -244,6 +244,19 @@ fn summary_schema() -> Value {
              "suggestions": {"type": "array", "maxItems": 6, "items": {"type": "string", "maxLength": 300}}}})
 }
 
+/// Whether a journal line reports a problem. A record line (`#<seq> <kind> <body>`) is judged
+/// by its kind only (`action.error`, `repair.failed`, `instance.paused`): words in a body
+/// (a plan document, a payload) say nothing about the run. Other lines by their words.
+fn is_problem(line: &str) -> bool {
+    let l = line.trim();
+    if let Some(rest) = l.strip_prefix('#') {
+        let kind = rest.split_whitespace().nth(1).unwrap_or("");
+        return kind.ends_with(".error") || kind.ends_with(".failed") || kind == "instance.paused";
+    }
+    let l = l.to_lowercase();
+    l.contains("fail") || l.contains("error") || l.contains("stuck") || l.contains("timeout")
+}
+
 /// The deterministic summary: which steps the journal mentions, and its error lines.
 pub fn summarize_template(journal: &str, plan: &Plan) -> Summary {
     let lines: Vec<&str> = journal.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -253,13 +266,7 @@ pub fn summarize_template(journal: &str, plan: &Plan) -> Summary {
         .collect();
     let problems: Vec<String> = lines
         .iter()
-        .filter(|l| {
-            let l = l.to_lowercase();
-            l.contains("fail")
-                || l.contains("error")
-                || l.contains("stuck")
-                || l.contains("timeout")
-        })
+        .filter(|l| is_problem(l))
         .map(|l| l.trim().to_string())
         .take(6)
         .collect();

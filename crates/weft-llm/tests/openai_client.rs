@@ -223,5 +223,9 @@ fn config_from_environment() {
     assert_eq!((c.model.as_str(), c.prefill_tool_call), ("smol", true));
     assert_eq!(c.endpoint(), "http://127.0.0.1:1/v1/chat/completions");
     let e = OpenAiConfig::from_lookup(|_| None).unwrap_err().to_string();
-    assert!(e.contains("WEFT_LLM_BASE_URL is not set"), "{e}");
+    assert!(
+        e.contains("WEFT_LLM_BASE_URL (llm.base_url in weft.toml) is not set"),
+        "{e}"
+    );
+    assert!(!e.contains(":8080"), "weft's own port is not an LLM's: {e}");
 }

@@ -7,7 +7,7 @@
 //!
 //! ```sh
 //! export WEFT_TEST_PYTHON=$(bash scripts/python-env.sh)   # or python3 with nats-py installed
-//! cargo run --release -p weft-sources --example worker_bench -- [N] [C] [W]
+//! cargo run --profile perf -p weft-sources --example worker_bench -- [N] [C] [W]
 //! ```
 //! Defaults: N = 20000, C = 256, W = 2; NATS at `WEFT_TEST_NATS_URL` (default
 //! `nats://127.0.0.1:4222`).

@@ -10,7 +10,7 @@ const STATUSES = ["running", "waiting", "paused", "completed", "stuck", "failed"
 const TERMINAL = new Set(["completed", "failed", "stopped"]);
 const LIFECYCLE = [
   "plan.started", "plan.step.started", "plan.step.finished", "plan.step.error",
-  "plan.completed", "plan.stuck", "plan.failed", "plan.stopped",
+  "plan.completed", "plan.waiting", "plan.stuck", "plan.failed", "plan.stopped",
   "weft.lagged", // the stream fell behind: the refetch catches up
 ];
 
@@ -209,6 +209,12 @@ export async function instanceView(main, id) {
     const inflight = src.in_flight || [];
     if (inflight.length)
       statePanel.append(h("h3", {}, "In flight"), h("ul", {}, inflight.map((a) => h("li", {}, h("code", {}, a.step), a.tool ? ` (${a.tool})` : "", a.since_ms ? ` since ${fmtTime(a.since_ms)}` : ""))));
+    const awaits = mode === "live" ? inst.awaits : null;
+    if (awaits)
+      statePanel.append(h("h3", {}, "Waits for"), h("ul", { "data-testid": "awaits" }, [
+        ...(awaits.events || []).map((e) => h("li", {}, "an event on ", h("code", {}, e))),
+        ...(awaits.timers_due_ms || []).map((t) => h("li", {}, `a timer due ${fmtTime(t)}`)),
+      ]));
     if (waiting.length)
       statePanel.append(h("h3", {}, "Waiting"), h("ul", {}, waiting.map((w) => h("li", {}, h("code", {}, w.step), w.guard_blocked ? " — its guard does not hold" : ` lacks ${(w.lacks || []).join(", ")}`))));
     if (mode === "live" && inst.failure)

@@ -12,6 +12,8 @@ export function h(tag, attrs = {}, ...children) {
     if (v === null || v === undefined || v === false) continue;
     if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
     else if (k === "value" && "value" in el) el.value = v;
+    // Through the CSSOM: the server's Content-Security-Policy refuses style attributes.
+    else if (k === "style") el.style.cssText = String(v);
     else el.setAttribute(k, v === true ? "" : String(v));
   }
   append(el, children);

@@ -49,6 +49,31 @@ fn the_default_config_delivers_offline_to_the_local_outbox() {
     assert_eq!(cfg.email.outbox_dir, std::path::Path::new(".weft/outbox"));
 }
 
+/// A second run that reuses an instance id (a plain `weft run` starts at `i1` each time)
+/// sends a different message under the same key: it gets its own file, and neither file is
+/// overwritten; the same message again is the same delivery.
+#[tokio::test]
+async fn a_different_message_under_a_used_key_gets_its_own_file() {
+    let dir = temp_dir("outbox-reused-key");
+    let reg = registry(EmailConfig {
+        outbox_dir: dir.clone(),
+        ..EmailConfig::default()
+    });
+    let first = json!({"to": "a@example.com", "subject": "Hi", "body": "first run"});
+    let second = json!({"to": "a@example.com", "subject": "Hi", "body": "second run"});
+    let a = send(&reg, "i1/first/0", first.clone()).await.unwrap();
+    let b = send(&reg, "i1/first/0", second.clone()).await.unwrap();
+    assert_ne!(a["path"], b["path"]);
+    let read = |v: &Value| std::fs::read_to_string(v["path"].as_str().unwrap()).unwrap();
+    assert!(read(&a).ends_with("first run"), "{}", read(&a));
+    assert!(read(&b).ends_with("second run"), "{}", read(&b));
+    assert!(b["path"].as_str().unwrap().ends_with("-2.eml"), "{b}");
+    // Either message again finds its own file.
+    assert_eq!(send(&reg, "i1/first/0", second).await.unwrap(), b);
+    assert_eq!(send(&reg, "i1/first/0", first).await.unwrap(), a);
+    assert_eq!(eml_files(&dir).len(), 2);
+}
+
 #[tokio::test]
 async fn the_seed_sample_args_land_in_the_outbox_once_per_key() {
     let dir = temp_dir("outbox-seed");

@@ -25,6 +25,13 @@ pub struct Args {
     /// [limits.max_states; default 1,000,000].
     #[arg(long, value_name = "N")]
     pub max_states: Option<usize>,
+    /// Bytes the explored markings may take before the analysis stops (partial result,
+    /// verdict `unknown`) [default: 1 GiB].
+    #[arg(long, value_name = "BYTES", default_value_t = weft_analysis::DEFAULT_MAX_BYTES)]
+    pub max_analysis_bytes: usize,
+    /// Seconds the analysis may run before it stops (partial result, verdict `unknown`).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub analysis_timeout: f64,
     /// Tokens the environment may put on each `kind: input` event that is not initial.
     #[arg(long, value_name = "N", default_value_t = AnalysisOptions::default().env_tokens)]
     pub env_tokens: u32,
@@ -38,9 +45,17 @@ pub struct Args {
 
 impl Args {
     fn options(&self, ctx: &Ctx) -> AnalysisOptions {
+        // The deadline is the caller's: weft-analysis reads no clock.
+        let deadline = std::time::Duration::try_from_secs_f64(self.analysis_timeout)
+            .ok()
+            .and_then(|d| std::time::Instant::now().checked_add(d));
         AnalysisOptions {
             max_states: ctx.config.config.limits.max_states,
             env_tokens: self.env_tokens,
+            max_bytes: self.max_analysis_bytes,
+            interrupt: deadline.map(|at| -> weft_analysis::Interrupt {
+                std::sync::Arc::new(move || std::time::Instant::now() >= at)
+            }),
             ..AnalysisOptions::default()
         }
     }

@@ -2,7 +2,9 @@
 //! (Graphviz, Mermaid in Markdown) or for other Petri-net tools (PNML), to stdout.
 //!
 //! Only loading is required (load errors exit 1): drawing a plan that does not validate yet
-//! is exactly when a picture helps. Run `weft validate` for the findings.
+//! is exactly when a picture helps. Run `weft validate` for the findings. `--json` wraps the
+//! export in one document with the plan's structure (events with their kinds, steps with
+//! the events they consume and emit), for tools that draw it themselves.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -35,12 +37,23 @@ pub struct Args {
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = Format::Dot)]
     pub format: Format,
+    /// Print one JSON document `{plan, format, graph, events, steps}` (`graph`: the export
+    /// as text; a load error is `{"error": …}`, exit 1).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `weft graph`.
 pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
     let plan = match input::load_plan(&args.plan, &ctx.limits)? {
         Ok(plan) => plan,
+        Err(e) if args.json => {
+            output::json(
+                out,
+                &serde_json::json!({"plan": null, "error": LoadDiag::new(&e)}),
+            )?;
+            return Ok(Status::PlanErrors);
+        }
         Err(e) => {
             // The graph is the data on stdout; the reason there is none goes to stderr.
             let mut err = std::io::stderr().lock();
@@ -63,6 +76,32 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
             weft_analysis::export::pnml(&net.workflow_net())
         }
     };
+    if args.json {
+        let events: Vec<_> = plan
+            .events
+            .iter()
+            .map(|(name, def)| serde_json::json!({"name": name, "kind": def.kind}))
+            .collect();
+        let steps: Vec<_> = plan
+            .steps
+            .iter()
+            .map(|(name, s)| {
+                let emits: Vec<&str> = s.emits.iter().map(|e| e.event()).collect();
+                serde_json::json!({"name": name, "action": s.action, "on": s.on, "emits": emits})
+            })
+            .collect();
+        let format = match args.format {
+            Format::Dot => "dot",
+            Format::Mermaid => "mermaid",
+            Format::Pnml => "pnml",
+        };
+        output::json(
+            out,
+            &serde_json::json!({"plan": plan.plan_name, "format": format, "graph": text,
+                "events": events, "steps": steps}),
+        )?;
+        return Ok(Status::Clean);
+    }
     out.write_all(text.as_bytes())?;
     if !text.ends_with('\n') {
         writeln!(out)?;

@@ -46,11 +46,14 @@ pub struct ReplayArgs {
     pub store: StoreArg,
 }
 
-/// `weft checkpoint INSTANCE`.
+/// `weft checkpoint INSTANCE [--json]`.
 #[derive(Debug, clap::Args)]
 pub struct CheckpointArgs {
     /// Instance id.
     pub instance: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub store: StoreArg,
 }
@@ -73,7 +76,9 @@ pub struct ResumeArgs {
 /// `weft journal …`.
 #[derive(Debug, Subcommand)]
 pub enum JournalCommand {
-    /// Verify an instance's hash-chained journal: any altered, missing or reordered record is found.
+    /// Verify an instance's hash-chained journal: any altered, missing or reordered record is
+    /// found, and a journal ending before what the store recorded beside it (the instance's
+    /// status, a snapshot). Exit 1 when it is broken, 2 when it cannot be checked.
     Verify {
         /// Instance id.
         instance: String,
@@ -195,8 +200,12 @@ pub fn replay(args: &ReplayArgs, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Resu
     } else {
         writeln!(
             out,
-            "replay of {}: MISMATCH: the journal does not reproduce the recorded state",
-            report.instance
+            "replay of {}: MISMATCH: {}",
+            report.instance,
+            report
+                .mismatch
+                .as_deref()
+                .unwrap_or("the journal does not reproduce the recorded state")
         )?;
     }
     Ok(if report.matches {
@@ -206,54 +215,225 @@ pub fn replay(args: &ReplayArgs, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Resu
     })
 }
 
-/// `weft journal verify`: exit 1 when the chain is broken.
+/// What `weft journal verify` found, as `--json` prints it.
+#[derive(Debug, serde::Serialize)]
+struct VerifyView<'a> {
+    instance: &'a str,
+    /// `intact`, `broken` or `unchecked` (a keyed journal without its key).
+    verdict: &'static str,
+    ok: bool,
+    /// `sha256` or `hmac-sha256` (absent when unchecked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chain: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    from_seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    to_seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    records: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    head: Option<String>,
+    /// The error's stable code (`chain_broken`, `chain_keyed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<&'static str>,
+    /// What is wrong, by a stable name (`record_altered`, `tail_missing`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fault: Option<&'static str>,
+    /// The first bad sequence number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hint: Option<&'static str>,
+}
+
+/// The view of a verification's outcome; `Err` for failures that are not a verdict (the
+/// store cannot be read).
+fn verify_view<'a>(
+    instance: &'a str,
+    r: Result<weft_store::VerifyReport, weft_durable::DurableError>,
+) -> anyhow::Result<VerifyView<'a>> {
+    let mut v = VerifyView {
+        instance,
+        verdict: "intact",
+        ok: true,
+        chain: None,
+        from_seq: None,
+        to_seq: None,
+        records: None,
+        head: None,
+        code: None,
+        fault: None,
+        seq: None,
+        message: None,
+        hint: None,
+    };
+    match r {
+        Ok(report) => {
+            v.chain = Some(if report.keyed {
+                "hmac-sha256"
+            } else {
+                "sha256"
+            });
+            v.from_seq = Some(report.from_seq);
+            v.to_seq = Some(report.to_seq);
+            v.records = Some(report.records);
+            v.head = Some(report.head.to_hex());
+        }
+        Err(weft_durable::DurableError::Store(weft_store::Error::Chain(e))) => {
+            v.verdict = "broken";
+            v.ok = false;
+            v.code = Some("chain_broken");
+            v.fault = Some(e.reason.code());
+            v.seq = Some(e.seq);
+            v.hint = Some(e.reason.hint());
+            v.message = Some(e.to_string());
+        }
+        Err(e @ weft_durable::DurableError::Store(weft_store::Error::ChainKeyed { .. })) => {
+            v.verdict = "unchecked";
+            v.ok = false;
+            v.code = Some(e.code());
+            v.message = Some(match &e {
+                weft_durable::DurableError::Store(weft_store::Error::ChainKeyed { message }) => {
+                    message.clone()
+                }
+                other => other.to_string(),
+            });
+            v.hint = Some(
+                "give the key the journal was written with: journal.hmac_key_file in weft.toml or WEFT_JOURNAL_HMAC_KEY",
+            );
+        }
+        Err(e) => anyhow::bail!("[{}] {e}", e.code()),
+    }
+    Ok(v)
+}
+
+/// `weft journal verify`: exit 1 when the chain is broken, 2 when it cannot be checked
+/// (a keyed journal and no key).
 pub fn journal(cmd: &JournalCommand, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
     let JournalCommand::Verify { instance, json, .. } = cmd;
     let rt = runtime()?;
     let r = rt.block_on(async {
         let store = ctx.open_store().await?;
         if store.get_instance(instance).await?.is_none() {
-            anyhow::bail!("[not_found] no instance `{instance}` in this store");
+            anyhow::bail!(
+                "[not_found] no instance `{instance}` in this store; hint: only runs with --store (or a server's instances) are journaled"
+            );
         }
         Ok::<_, anyhow::Error>(weft_durable::verify(store.as_ref(), instance).await)
     })?;
+    let v = verify_view(instance, r)?;
+    if *json {
+        print_json(out, &v)?;
+    } else {
+        let p = &ctx.palette;
+        match v.verdict {
+            "intact" => writeln!(
+                out,
+                "journal of {instance}: {} — records {}..={} ({} checked), head {}, {} chain",
+                p.paint("intact", Palette::bold()),
+                v.from_seq.unwrap_or(0),
+                v.to_seq.unwrap_or(0),
+                v.records.unwrap_or(0),
+                v.head.as_deref().unwrap_or(""),
+                if v.chain == Some("hmac-sha256") {
+                    "keyed HMAC-SHA256"
+                } else {
+                    "SHA-256"
+                },
+            )?,
+            verdict => {
+                let what = if verdict == "broken" {
+                    "BROKEN"
+                } else {
+                    "CANNOT BE CHECKED"
+                };
+                let code = match v.fault {
+                    Some(f) => format!("{}/{f}", v.code.unwrap_or("")),
+                    None => v.code.unwrap_or("").to_string(),
+                };
+                writeln!(
+                    out,
+                    "journal of {instance}: {} [{code}] {}",
+                    p.paint(what, Palette::bold()),
+                    v.message.as_deref().unwrap_or("")
+                )?;
+                if let Some(h) = v.hint {
+                    writeln!(out, "  hint: {h}")?;
+                }
+            }
+        }
+    }
+    Ok(match v.verdict {
+        "intact" => Status::Clean,
+        "broken" => Status::PlanErrors,
+        _ => anyhow::bail!(
+            "[chain_keyed] the journal of {instance} is keyed and cannot be checked without its key"
+        ),
+    })
+}
+
+/// `weft checkpoint`: prints `cp-<sha256>` naming the instance's current journal head,
+/// after verifying the journal: a broken one is refused (exit 1), since the checkpoint
+/// would name a state that was never recorded.
+pub fn checkpoint(args: &CheckpointArgs, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
+    let rt = runtime()?;
+    let id = &args.instance;
+    let r = rt.block_on(async {
+        let store = ctx.open_store().await?;
+        if store.get_instance(id).await?.is_none() {
+            anyhow::bail!(
+                "[not_found] no instance `{id}` in this store; hint: only runs with --store (or a server's instances) are journaled"
+            );
+        }
+        let cp = weft_durable::checkpoint(store.as_ref(), id).await;
+        let seq = match &cp {
+            Ok(cp) => Some(
+                weft_durable::checkpoint_seq(store.as_ref(), id, cp)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?,
+            ),
+            Err(_) => None,
+        };
+        Ok::<_, anyhow::Error>((cp, seq))
+    })?;
     match r {
-        Ok(report) => {
-            if *json {
+        (Ok(cp), seq) => {
+            if args.json {
                 print_json(
                     out,
-                    &serde_json::json!({"instance": instance, "ok": true, "report": format!("{report:?}")}),
+                    &serde_json::json!({"instance": id, "checkpoint": cp, "seq": seq}),
                 )?;
             } else {
-                writeln!(out, "journal of {instance}: chain intact ({report:?})")?;
+                writeln!(out, "{cp}")?;
             }
             Ok(Status::Clean)
         }
-        Err(e) => {
-            if *json {
+        (Err(weft_durable::DurableError::Store(weft_store::Error::Chain(e))), _) => {
+            let p = Palette::for_stderr();
+            let mut err = std::io::stderr().lock();
+            writeln!(
+                err,
+                "{} [chain_broken/{}] no checkpoint of {id}: its journal is broken: {e}",
+                p.paint("error:", Palette::bold()),
+                e.reason.code()
+            )?;
+            writeln!(
+                err,
+                "  hint: {} (`weft journal verify {id}` shows the same)",
+                e.reason.hint()
+            )?;
+            if args.json {
                 print_json(
                     out,
-                    &serde_json::json!({"instance": instance, "ok": false, "code": e.code(), "error": e.to_string()}),
+                    &serde_json::json!({"instance": id, "ok": false, "code": "chain_broken", "fault": e.reason.code(), "seq": e.seq, "message": e.to_string(), "hint": e.reason.hint()}),
                 )?;
-            } else {
-                writeln!(out, "journal of {instance}: BROKEN [{}] {e}", e.code())?;
             }
             Ok(Status::PlanErrors)
         }
+        (Err(e), _) => Err(anyhow::anyhow!("[{}] {e}", e.code())),
     }
-}
-
-/// `weft checkpoint`: prints `cp-<sha256>` naming the instance's current journal head.
-pub fn checkpoint(args: &CheckpointArgs, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
-    let rt = runtime()?;
-    let cp = rt.block_on(async {
-        let store = ctx.open_store().await?;
-        weft_durable::checkpoint(store.as_ref(), &args.instance)
-            .await
-            .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))
-    })?;
-    writeln!(out, "{cp}")?;
-    Ok(Status::Clean)
 }
 
 /// `weft resume`: continues an instance (or a fork of it from a checkpoint) until it settles.
@@ -269,6 +449,11 @@ pub fn resume(args: &ResumeArgs, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Resu
         let id = handle.id().to_string();
         let o = durable
             .wait(&handle)
+            .await
+            .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
+        // `wait` queues the instance record's status; `flush` writes it before the runtime ends.
+        durable
+            .flush()
             .await
             .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
         Ok::<_, anyhow::Error>((id, o))

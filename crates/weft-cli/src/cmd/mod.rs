@@ -92,9 +92,19 @@ impl Ctx {
             .ok_or_else(|| anyhow::anyhow!("the node has no store"))
     }
 
-    /// Opens the configured store through the openers table.
+    /// Opens the configured store through the openers table (with `[journal]`'s key).
     pub async fn open_store(&self) -> anyhow::Result<Arc<dyn weft_store::Store>> {
-        weft_node::Openers::default()
+        let openers = match self
+            .config
+            .config
+            .journal
+            .key()
+            .map_err(|e| anyhow::anyhow!("[invalid_config] {e}"))?
+        {
+            Some(k) => weft_node::Openers::default().with_journal_key(k),
+            None => weft_node::Openers::default(),
+        };
+        openers
             .open_store(&self.config.config.store.url)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))

@@ -3,9 +3,11 @@
 //! print the accepted plan, or write it with `-o`.
 //!
 //! The model is the OpenAI-compatible provider configured from `WEFT_LLM_*`, or a scripted
-//! provider file with `--script` (offline demo and tests). Exit codes: 0 = a plan was
-//! accepted; 1 = the attempts ran out (the last findings are listed) or the model failed;
-//! 2 = usage or I/O, including no provider configured.
+//! provider file with `--script` (offline demo and tests). The summary on stderr lists what
+//! the critic rejected in each round. Exit codes: 0 = a plan was accepted; 1 = the attempts
+//! ran out (the last findings are listed) or the model's replies were unusable; 2 = usage or
+//! environment: no provider configured, the model unreachable (a line per retry on stderr),
+//! timing out or answering 5xx.
 //!
 //! With `--store LOC` the exchanges are kept in the store's transcripts and the accepted plan
 //! in its plan cache: the same instruction, tools and model are answered from the store.
@@ -81,6 +83,7 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
             store, tenant,
         )));
     }
+    let _progress = crate::llm::retry_lines();
     let result = rt.block_on(async {
         let r = weft_llm::plan(&llm, &args.instruction, &tools, &opts).await;
         if let Some(t) = &sink
@@ -113,13 +116,7 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
             }
             return Ok(Status::PlanErrors);
         }
-        Err(
-            e @ (weft_llm::Error::Config(_)
-            | weft_llm::Error::File { .. }
-            | weft_llm::Error::InvalidInput(_)),
-        ) => {
-            anyhow::bail!("{e}")
-        }
+        Err(e) if crate::llm::is_environment(&e) => anyhow::bail!("{e}"),
         Err(e) => {
             let mut err = std::io::stderr().lock();
             writeln!(
@@ -182,6 +179,18 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         ),
         output::plural(outcome.critic_rounds(), "critic round"),
     )?;
+    for r in &outcome.rounds {
+        writeln!(
+            summary,
+            "{}: the critic rejected attempt {}:",
+            sp.paint("rejected", Palette::severity(weft_core::Severity::Warning)),
+            r.attempt
+        )?;
+        for f in &r.findings {
+            let line = weft_llm::error::render_finding(f).replace('\n', "\n  ");
+            writeln!(summary, "  {line}")?;
+        }
+    }
     for w in &outcome.warnings {
         writeln!(
             summary,

@@ -98,6 +98,11 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
             .wait(&handle)
             .await
             .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
+        // `wait` queues the instance record's status; `flush` writes it before the runtime ends.
+        durable
+            .flush()
+            .await
+            .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
         let f = durable
             .folded(handle.id())
             .await

@@ -11,7 +11,9 @@
 //! is enabled).
 //!
 //! Exit codes: 0 = completed, or a reactive run stopped cleanly (idle, timeout, Ctrl-C);
-//! 1 = stuck, failed, paused, an acyclic run cut short, or an invalid plan; 2 = usage or I/O.
+//! 1 = waiting (for an input event no `--event` delivered: a plain run keeps nothing to
+//! deliver it to later), stuck, failed, paused, an acyclic run cut short, or an invalid plan;
+//! 2 = usage or I/O.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -308,7 +310,11 @@ async fn execute(
     let (outcome, cut) = wait(args, &engine, &handle, plan.graph_type, started).await;
     if let Some(d) = &durable {
         // Make the final records (and the instance's status) durable before reporting.
+        // `wait` queues the status; `flush` writes it (the runtime is dropped on return).
         d.wait(&handle)
+            .await
+            .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
+        d.flush()
             .await
             .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
         eprintln!(
@@ -527,7 +533,7 @@ impl<'a> Report<'a> {
         }
     }
 
-    /// `completed`, `stuck`, `failed`, `paused`, `stopped`.
+    /// `completed`, `waiting`, `stuck`, `failed`, `paused`, `stopped`.
     fn outcome_name(&self) -> &'static str {
         self.ran.outcome.status.name()
     }
@@ -540,6 +546,7 @@ impl<'a> Report<'a> {
             RunStatus::Stuck => Some(
                 "nothing can fire, nothing is in flight and no output event holds a token".into(),
             ),
+            RunStatus::Waiting => Some(waiting_reason(o.awaits.as_ref())),
             _ => o.reason.clone(),
         }
     }
@@ -562,6 +569,7 @@ impl<'a> Report<'a> {
             "reason": self.reason(),
             "results": o.results_json(),
             "waiting": o.waiting,
+            "awaits": o.awaits,
             "undelivered": self.ran.undelivered,
             "firings": self.firings.len(),
             "elapsed_ms": u64::try_from(self.ran.elapsed.as_millis()).unwrap_or(u64::MAX),
@@ -576,9 +584,10 @@ impl<'a> Report<'a> {
             RunStatus::Stopped if self.ran.graph == GraphType::Reactive => {
                 p.paint("stopped", Palette::good())
             }
-            RunStatus::Paused { .. } => {
-                p.paint("paused", Palette::severity(weft_core::Severity::Warning))
-            }
+            RunStatus::Paused { .. } | RunStatus::Waiting => p.paint(
+                o.status.name(),
+                Palette::severity(weft_core::Severity::Warning),
+            ),
             other => p.paint(other.name(), Palette::error()),
         };
         writeln!(
@@ -686,6 +695,20 @@ impl<'a> Report<'a> {
         }
         Ok(())
     }
+}
+
+/// What a `waiting` run waits for, and how to give it that.
+fn waiting_reason(a: Option<&weft_runtime::Awaits>) -> String {
+    let events = a.map(|a| a.events.as_slice()).unwrap_or_default();
+    if events.is_empty() {
+        return "nothing can fire now; a pending timer can still move it".into();
+    }
+    let list: Vec<String> = events.iter().map(|e| format!("`{e}`")).collect();
+    format!(
+        "waiting for an event on {} (kind: input); deliver it with --event {}='{{...}}'",
+        list.join(" or "),
+        events[0]
+    )
 }
 
 fn waiting_line(w: &Waiting) -> String {

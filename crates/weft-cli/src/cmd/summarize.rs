@@ -45,9 +45,15 @@ fn journal_text(ins: &weft_durable::Inspection) -> String {
         })
         .collect();
     lines.push(format!("final status: {}", ins.status));
+    // `stuck:` lines are problems; a waiting instance's are not (it waits for its input).
+    let label = if ins.status == "stuck" {
+        "stuck"
+    } else {
+        "waiting"
+    };
     for w in &ins.waiting {
         lines.push(format!(
-            "stuck: step {} has [{}] but lacks [{}]",
+            "{label}: step {} has [{}] but lacks [{}]",
             w.step,
             w.has.join(", "),
             w.lacks.join(", ")
@@ -65,6 +71,7 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         None
     };
     let rt = runtime()?;
+    let _progress = model.is_some().then(crate::llm::retry_lines);
     let (ins, summary) = rt.block_on(async {
         let store = ctx.open_store().await?;
         let engine = super::history::engine(ctx)?;

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 /// How to reach an OpenAI-compatible chat-completions endpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpenAiConfig {
-    /// Base URL up to and including the version segment, e.g. `http://127.0.0.1:8080/v1`
+    /// Base URL up to and including the version segment, e.g. `http://127.0.0.1:11434/v1` (Ollama)
     /// (Azure: `https://NAME.openai.azure.com/openai/deployments/DEPLOYMENT`).
     pub base_url: String,
     /// Model name sent in the body.
@@ -71,7 +71,7 @@ impl OpenAiConfig {
         let base_url = get("WEFT_LLM_BASE_URL")
             .filter(|s| !s.trim().is_empty())
             .ok_or_else(|| {
-                Error::Config("WEFT_LLM_BASE_URL is not set (e.g. http://127.0.0.1:8080/v1)".into())
+                Error::Config("WEFT_LLM_BASE_URL (llm.base_url in weft.toml) is not set: the OpenAI-compatible server's base URL, e.g. http://127.0.0.1:11434/v1 for a local Ollama".into())
             })?;
         let mut c = Self::new(base_url.trim(), "default");
         if let Some(m) = get("WEFT_LLM_MODEL").filter(|s| !s.is_empty()) {

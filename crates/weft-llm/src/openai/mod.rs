@@ -211,7 +211,7 @@ impl ChatProvider for OpenAiProvider {
                         if retry >= self.cfg.max_retries {
                             return Err(last);
                         }
-                        tracing::warn!(error = %last, wait_ms = wait.as_millis() as u64, "Retrying LLM request");
+                        tracing::warn!(error = %last, attempt = retry + 1, wait_ms = wait.as_millis() as u64, "Retrying LLM request");
                         tokio::time::sleep(wait).await;
                         retry += 1;
                     }
