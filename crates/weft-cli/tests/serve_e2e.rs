@@ -1111,7 +1111,9 @@ async fn sigterm_keeps_a_waiting_instance_for_the_next_start() {
 
 // --- OTLP export --------------------------------------------------------------------------------
 
-/// Spans received by the test's OTLP/HTTP receiver: (service name, span name, attributes).
+/// Spans received by the test's OTLP/HTTP receiver: (service name, span name, attributes);
+/// the span's trace id and parent span id (hex) are in the attributes as `@trace_id` and
+/// `@parent_span_id`.
 type Received = Arc<Mutex<Vec<(String, String, BTreeMap<String, String>)>>>;
 
 /// An OTLP/HTTP traces receiver on a free loopback port (`POST /v1/traces`, protobuf).
@@ -1148,11 +1150,14 @@ async fn otlp_receiver() -> (SocketAddr, Received) {
                         .map(|a| text(&a.value))
                         .unwrap_or_default();
                     for span in rs.scope_spans.into_iter().flat_map(|s| s.spans) {
-                        let attrs = span
+                        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect();
+                        let mut attrs: BTreeMap<String, String> = span
                             .attributes
                             .iter()
                             .map(|a| (a.key.clone(), text(&a.value)))
                             .collect();
+                        attrs.insert("@trace_id".into(), hex(&span.trace_id));
+                        attrs.insert("@parent_span_id".into(), hex(&span.parent_span_id));
                         out.push((service.clone(), span.name, attrs));
                     }
                 }
@@ -1182,7 +1187,24 @@ async fn otlp_endpoint_exports_request_and_step_spans() {
     let api = server.api(Some("tA"));
     api.create_plan(&reactive_plan("traced")).await;
     let id = api.start("traced").await;
-    let r = api.event(&cloud_event(1, "ping", Some(&id))).await;
+    // The event comes from a caller's trace (W3C `traceparent`): its request span continues it.
+    let (caller_trace, caller_span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let mut req = api.request(
+        Method::POST,
+        "/v1/events",
+        Some("application/cloudevents+json"),
+        full(cloud_event(1, "ping", Some(&id)).to_string()),
+    );
+    req.headers_mut().insert(
+        "traceparent",
+        HeaderValue::from_str(&format!("00-{caller_trace}-{caller_span}-01")).expect("header"),
+    );
+    let res = api.connect().await.send_request(req).await.expect("event");
+    let r = Resp {
+        status: res.status(),
+        headers: res.headers().clone(),
+        body: res.into_body().collect().await.expect("body").to_bytes(),
+    };
     let request_id = r
         .headers
         .get("x-request-id")
@@ -1210,6 +1232,26 @@ async fn otlp_endpoint_exports_request_and_step_spans() {
     assert_eq!(service, "weft");
     assert_eq!(attrs.get("path").map(String::as_str), Some("/v1/events"));
     assert_eq!(attrs.get("tenant").map(String::as_str), Some("a"));
+    assert_eq!(
+        (
+            attrs.get("@trace_id").map(String::as_str),
+            attrs.get("@parent_span_id").map(String::as_str)
+        ),
+        (Some(caller_trace), Some(caller_span)),
+        "the request span continues the caller's trace"
+    );
+    // A request without `traceparent` starts a trace of its own.
+    let own = spans
+        .iter()
+        .find(|(_, name, a)| {
+            name == "http.request" && a.get("path").is_some_and(|p| p == "/v1/plans")
+        })
+        .unwrap_or_else(|| panic!("no span of POST /v1/plans: {spans:#?}"));
+    assert_ne!(
+        own.2.get("@trace_id").map(String::as_str),
+        Some(caller_trace)
+    );
+    assert_eq!(own.2.get("@parent_span_id").map(String::as_str), Some(""));
     let step = spans
         .iter()
         .find(|(_, name, a)| name == "weft.step" && a.get("instance") == Some(&id))

@@ -1,4 +1,5 @@
-//! `/metrics`: Prometheus/OpenMetrics text from `prometheus-client`. Counters are bumped by
+//! `/metrics`: OpenMetrics text from `prometheus-client`, or the Prometheus text format 0.0.4
+//! ([`prometheus_text`]) for clients that do not ask for OpenMetrics. Counters are bumped by
 //! the handlers (events ingested and routed, instances started, HTTP responses, LLM tokens,
 //! lifecycle events an SSE stream missed) and by `Metered`, the wrapper the engine's tools
 //! run in (steps fired, action latency); gauges (live instances, journal work) are read at
@@ -242,6 +243,44 @@ impl Metrics {
     }
 }
 
+/// The Prometheus text format 0.0.4 of an OpenMetrics 1.0 exposition as `prometheus-client`
+/// writes it (counters, gauges, histograms; no exemplars, no `_created`): the same samples,
+/// with a counter family's `HELP` and `TYPE` naming its `_total` sample, and no `UNIT` lines
+/// or `# EOF` (0.0.4 has neither).
+pub fn prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let total = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
+                out.push_str(prefix);
+                out.push_str(name);
+                out.push_str(total);
+                out.push(' ');
+                out.push_str(tail);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -316,5 +355,17 @@ impl Tool for Metered {
     }
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
         self.timed(|| self.inner.call_now(ctx, args))
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    #[test]
+    fn openmetrics_becomes_prometheus_text() {
+        let om = "# HELP weft_started Instances started.\n# TYPE weft_started counter\nweft_started_total 3\n# HELP weft_latency_seconds Latency.\n# TYPE weft_latency_seconds histogram\n# UNIT weft_latency_seconds seconds\nweft_latency_seconds_sum 0.5\nweft_latency_seconds_count 2\n# HELP weft_live Live.\n# TYPE weft_live gauge\nweft_live 1\n# EOF\n";
+        assert_eq!(
+            super::prometheus_text(om),
+            "# HELP weft_started_total Instances started.\n# TYPE weft_started_total counter\nweft_started_total 3\n# HELP weft_latency_seconds Latency.\n# TYPE weft_latency_seconds histogram\nweft_latency_seconds_sum 0.5\nweft_latency_seconds_count 2\n# HELP weft_live Live.\n# TYPE weft_live gauge\nweft_live 1\n"
+        );
     }
 }

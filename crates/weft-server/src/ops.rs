@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -62,18 +62,35 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> ApiResult<Json<Heal
     }
 }
 
-/// Prometheus metrics (OpenMetrics text).
+/// Prometheus metrics: OpenMetrics 1.0 text to a client whose `Accept` names
+/// `application/openmetrics-text` (Prometheus asks for it first), else the Prometheus text
+/// format 0.0.4.
 #[utoipa::path(get, path = "/metrics", operation_id = "ops_metrics", tag = "ops", responses(
-    (status = 200, body = String, content_type = "application/openmetrics-text")
+    (status = 200, description = "The metrics, in the format the `Accept` header asks for",
+     content((String = "application/openmetrics-text"), (String = "text/plain")))
 ))]
-pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let d = &state.inner.durable;
     let text = state.inner.metrics.render(d.engine(), d.journal());
-    let mut res = text.into_response();
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
+    let openmetrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    let (body, ct) = if openmetrics {
+        (
+            text,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
+    } else {
+        (
+            crate::metrics::prometheus_text(&text),
+            "text/plain; version=0.0.4; charset=utf-8",
+        )
+    };
+    let mut res = body.into_response();
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
     res
 }
 

@@ -2,7 +2,9 @@
 //! otherwise, put on every response, kept in a task-local so problem bodies and journal
 //! records can name it, and recorded on the request's `tracing` span (`http.request`). The
 //! same middleware counts responses by status (one layer instead of three: request id,
-//! tower-http's `TraceLayer` and a counter each cost a boxed future per request).
+//! tower-http's `TraceLayer` and a counter each cost a boxed future per request). When spans
+//! are exported, a W3C `traceparent` (and `tracestate`) on the request makes its span a child
+//! of the caller's, so weft's spans continue the caller's trace.
 
 use std::cell::Cell;
 
@@ -79,6 +81,14 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
         tenant = tracing::field::Empty,
         status = tracing::field::Empty,
     );
+    if !span.is_disabled() && req.headers().contains_key("traceparent") {
+        use opentelemetry::propagation::TextMapPropagator as _;
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new()
+            .extract(&Headers(req.headers()));
+        // A malformed `traceparent` extracts an empty context: the span starts a new trace.
+        let _ = span.set_parent(parent);
+    }
     let mut res = if span.is_disabled() {
         REQUEST_ID.scope(id, next.run(req)).await
     } else {
@@ -92,6 +102,19 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
     res.headers_mut().insert(X_REQUEST_ID.clone(), header);
     state.inner.metrics.response(res.status());
     res
+}
+
+/// The request headers as the propagator reads them (W3C names are lowercase).
+struct Headers<'a>(&'a axum::http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(HeaderName::as_str).collect()
+    }
 }
 
 #[cfg(test)]

@@ -31,12 +31,37 @@ async fn ops_routes_answer_without_auth() {
         s.get("/readyz", None).await,
         (StatusCode::OK, json!({"status": "ready"}))
     );
+    // Prometheus text 0.0.4 unless OpenMetrics is asked for (as Prometheus does).
     let (st, v, ct) = s
         .call(req("GET", "/metrics", None).body(Body::empty()).unwrap())
         .await;
     assert_eq!(st, StatusCode::OK);
+    assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
+    let plain = v.as_str().unwrap().to_string();
+    assert!(
+        plain.contains("# TYPE weft_instances_started_total counter")
+            && !plain.contains("# EOF")
+            && !plain.contains("# UNIT"),
+        "{plain}"
+    );
+    let (st, v, ct) = s
+        .call(
+            req("GET", "/metrics", None)
+                .header(
+                    "accept",
+                    "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+                )
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
     assert!(ct.starts_with("application/openmetrics-text"), "{ct}");
     let text = v.as_str().unwrap();
+    assert!(
+        text.contains("# TYPE weft_instances_started counter") && text.ends_with("# EOF\n"),
+        "{text}"
+    );
     for m in [
         "weft_instances_started_total",
         "weft_steps_fired_total",

@@ -15,6 +15,7 @@ import pathlib
 import re
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -225,3 +226,35 @@ def test_a_stream_of_an_unknown_instance_raises(weft: Client) -> None:
     with pytest.raises(WeftError) as e:
         weft.stream(instance="no-such-instance")
     assert (e.value.status, e.value.code) == (404, "not_found")
+
+
+def test_metrics_parse_as_prometheus_text_and_as_openmetrics(weft: Client, server: str) -> None:
+    """``/metrics`` in the format ``Accept`` asks for, read by the official Prometheus
+    client's parsers: the text format 0.0.4 by default, OpenMetrics 1.0 when asked."""
+    from prometheus_client.openmetrics.parser import (
+        text_string_to_metric_families as openmetrics_families,
+    )
+    from prometheus_client.parser import text_string_to_metric_families as prometheus_families
+
+    weft.register_plan(sample())
+    weft.start("sample")
+
+    def scrape(accept: str | None) -> tuple[str, str]:
+        req = urllib.request.Request(server + "/metrics")
+        if accept:
+            req.add_header("Accept", accept)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.headers["Content-Type"], r.read().decode()
+
+    ct, text = scrape(None)
+    assert ct == "text/plain; version=0.0.4; charset=utf-8"
+    families = {f.name: f for f in prometheus_families(text)}
+    assert families["weft_instances_started"].type == "counter"
+    assert families["weft_instances_started"].samples[0].value >= 1
+    assert families["weft_action_latency_seconds"].type == "histogram"
+
+    ct, text = scrape("application/openmetrics-text;version=1.0.0,text/plain;q=0.5")
+    assert ct.startswith("application/openmetrics-text; version=1.0.0")
+    families = {f.name: f for f in openmetrics_families(text)}
+    assert families["weft_instances_started"].type == "counter"
+    assert families["weft_instances_started"].samples[0].value >= 1
