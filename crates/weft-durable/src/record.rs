@@ -66,6 +66,9 @@ pub enum Entry {
         /// `X-Request-Id` of the request that caused it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request_id: Option<String>,
+        /// How deep in `plan.run` children the instance is (absent: 0, started from outside).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        depth: u32,
     },
     /// `token.added`.
     Token {
@@ -283,7 +286,12 @@ impl Entry {
     /// The entry for a runtime input (`tenant`, `plan_version` only matter for `Start`).
     pub fn from_input(net: &Net, tenant: &str, plan_version: u32, input: &Input) -> Entry {
         match input {
-            Input::Start { plan, input, now } => Entry::Started {
+            Input::Start {
+                plan,
+                input,
+                now,
+                depth,
+            } => Entry::Started {
                 v: RECORD_VERSION,
                 tenant: tenant.to_string(),
                 plan: plan.to_string(),
@@ -291,6 +299,7 @@ impl Entry {
                 input: input.clone(),
                 now: *now,
                 request_id: None,
+                depth: *depth,
             },
             Input::Token {
                 event,
@@ -398,6 +407,8 @@ impl Entry {
             now: i64,
             #[serde(skip_serializing_if = "Option::is_none")]
             request_id: Option<&'a str>,
+            #[serde(skip_serializing_if = "is_zero")]
+            depth: u32,
         }
         #[derive(Serialize)]
         struct Token<'a> {
@@ -481,6 +492,7 @@ impl Entry {
                 input,
                 now,
                 request_id,
+                depth,
             } => to_vec(&Started {
                 v: *v,
                 tenant,
@@ -489,6 +501,7 @@ impl Entry {
                 input,
                 now: *now,
                 request_id: request_id.as_deref(),
+                depth: *depth,
             }),
             Entry::Token {
                 event,
@@ -674,11 +687,16 @@ impl Entry {
         };
         Ok(Some(match self {
             Entry::Started {
-                plan, input, now, ..
+                plan,
+                input,
+                now,
+                depth,
+                ..
             } => Input::Start {
                 plan: plan.as_str().into(),
                 input: input.clone(),
                 now: *now,
+                depth: *depth,
             },
             Entry::Token {
                 event,
@@ -891,6 +909,10 @@ impl Folded {
     }
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -919,11 +941,15 @@ mod tests {
                 input,
                 now,
                 request_id,
+                depth,
             } => {
                 let mut b = json!({"v": v, "tenant": tenant, "plan": plan,
                     "plan_version": plan_version, "input": input, "now": now});
                 if let Some(r) = request_id {
                     b["request_id"] = json!(r);
+                }
+                if *depth > 0 {
+                    b["depth"] = json!(depth);
                 }
                 b
             }
@@ -1022,7 +1048,7 @@ mod tests {
         marking.insert("b".to_string(), 2);
         marking.insert("a".to_string(), 1);
         let mut out = Vec::new();
-        for request_id in [None, Some("req-\"1".to_string())] {
+        for (request_id, depth) in [(None, 0), (Some("req-\"1".to_string()), 2)] {
             out.push(Entry::Started {
                 v: 1,
                 tenant: "t".into(),
@@ -1031,6 +1057,7 @@ mod tests {
                 input: payload.clone(),
                 now: 3,
                 request_id: request_id.clone(),
+                depth,
             });
             for correlation in [None, Some("c-1".to_string())] {
                 out.push(Entry::Token {
@@ -1154,6 +1181,7 @@ mod tests {
             input: serde_json::json!({}),
             now: 3,
             request_id: None,
+            depth: 0,
         };
         assert!(
             !String::from_utf8(started.to_record(0).body)

@@ -113,8 +113,8 @@ pub(crate) struct Cell {
     /// When each of those timers is next due (epoch ms), by timer id: what a `waiting`
     /// instance reports it waits for.
     pub timer_due: Mutex<std::collections::BTreeMap<u64, i64>>,
-    /// How deep in `plan.run` children this instance is (0: started from outside). Not
-    /// journaled: a recovered child counts from 0 again, its ancestors' depth bounded anew.
+    /// How deep in `plan.run` children this instance is (0: started from outside); journaled
+    /// with its start, so a recovered child has the same depth.
     pub depth: AtomicU32,
     /// The instance's key-value context (`context.get` / `context.put`).
     pub kv: Mutex<Option<Box<serde_json::Map<String, Value>>>>,

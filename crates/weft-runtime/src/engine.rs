@@ -497,6 +497,7 @@ impl Engine {
             plan: Arc::clone(&plan.name),
             input,
             now,
+            depth: opts.depth,
         });
         InstanceHandle { cell }
     }

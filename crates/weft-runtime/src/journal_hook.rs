@@ -31,6 +31,8 @@ pub enum Input {
         input: Value,
         /// Clock time.
         now: i64,
+        /// How deep in `plan.run` children the instance is (0: started from outside).
+        depth: u32,
     },
     /// A token from outside (an ingested event).
     Token {
@@ -154,6 +156,14 @@ pub struct Extras {
     /// The key-value context (`context.put`).
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub context: serde_json::Map<String, Value>,
+    /// How deep in `plan.run` children the instance is, from its start (0: started from
+    /// outside), so a recovered child keeps counting towards `limits.max_child_depth`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub depth: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Extras {
@@ -200,6 +210,7 @@ impl Extras {
             Input::ContextPut { key, value, .. } => {
                 self.context.insert(key.clone(), value.clone());
             }
+            Input::Start { depth, .. } => self.depth = *depth,
             _ => {}
         }
     }

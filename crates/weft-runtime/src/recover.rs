@@ -118,6 +118,7 @@ impl Engine {
         if !extras.set_by.is_empty() {
             *lock(&cell.timer_keys) = extras.set_by.clone();
         }
+        cell.depth.store(extras.depth, Ordering::Relaxed);
         let mut actions = Vec::new();
         {
             let mut g = lock(&cell.core);

@@ -54,3 +54,51 @@ async fn a_computed_self_reference_stops_at_the_depth_limit() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The depth is journaled with the start (`Input::Start`, folded into `Extras`): an instance
+/// restored from its journal keeps it, so a crash does not reset the count. Restored deep
+/// past the limit, its `plan.run` is refused; counted from 0 again it would run the child.
+#[tokio::test]
+async fn a_restored_instance_keeps_its_child_depth() {
+    let h = harness();
+    let leaf = json!({"plan_name":"leaf","graph_type":"acyclic","events":{"start":{},"r":{"kind":"output"}},
+        "steps":{"e":{"on":["start"],"action":"echo","args":{"x":1},"emits":["r"]}}});
+    h.engine
+        .register(serde_json::from_value(leaf).expect("plan"))
+        .expect("leaf");
+    let name = h.plan(
+        json!({"plan_name":"deep","graph_type":"acyclic","events":{"start":{},"r":{"kind":"output"}},
+        "steps":{"call":{"on":["start"],"action":"plan.run","args":{"plan":"leaf"},"emits":["r"]}}}),
+    );
+    let p = h.engine.plan(&name).expect("registered");
+    let depth = 1_000;
+    let (mut inst, mut extras) = (None, weft_runtime::Extras::default());
+    let start = weft_runtime::Input::Start {
+        plan: std::sync::Arc::clone(&p.name),
+        input: json!({}),
+        now: 0,
+        depth,
+    };
+    assert!(weft_runtime::journal_hook::fold(
+        &p.net,
+        "i7",
+        &mut inst,
+        &mut extras,
+        &start
+    ));
+    assert_eq!(extras.depth, depth);
+    let (restored, _) = h
+        .engine
+        .restore_with(
+            "t",
+            &p,
+            inst.expect("started"),
+            &Default::default(),
+            &extras,
+        )
+        .expect("restores");
+    match restored.wait().await.status {
+        Status::Failed { reason } => assert!(reason.contains("child_depth"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
