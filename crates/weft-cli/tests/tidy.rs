@@ -18,6 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &[
         "weft-builtins",
         "weft-sources",
+        "weft-policy",
         "weft-runtime",
         "weft-store-sqlite",
         "weft-store-postgres",

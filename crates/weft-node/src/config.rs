@@ -36,6 +36,19 @@ pub struct Config {
     pub planner: PlannerConfig,
     /// The journal's keyed chain (HMAC-SHA256, key held outside the store).
     pub journal: JournalConfig,
+    /// Rego policies deciding every tool call.
+    pub policy: PolicyConfig,
+}
+
+/// `[policy]`: the deployment's Rego bundle (`weft_policy`), evaluated before every tool
+/// call at the chain's policy stage. No bundle: every call is allowed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// `.rego` files, or directories whose `*.rego` files are read (in name order); one
+    /// of them declares `package weft` with the rule `deny` (a set of reasons).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bundles: Vec<std::path::PathBuf>,
 }
 
 /// `[journal]`: the key of a keyed journal chain (see `weft_store::chain` and

@@ -80,6 +80,21 @@ impl Builder {
         self
     }
 
+    /// Installs the links the configuration asks for at stages the caller left empty:
+    /// `[policy]`'s bundle at [`Stage::Policy`] (a bundle that does not compile is an error).
+    fn configured_links(mut self) -> Result<Self, Error> {
+        let bundles = &self.config.policy.bundles;
+        if !bundles.is_empty() && self.chain.get(Stage::Policy).is_none() {
+            let policy = weft_policy::Policy::load(bundles)
+                .map_err(|e| Error::Config(format!("[policy] bundles: {e}")))?;
+            self.chain.set(
+                Stage::Policy,
+                Arc::new(weft_policy::PolicyLink::new(policy)),
+            );
+        }
+        Ok(self)
+    }
+
     /// Installs `link` at `stage` of the tool-call chain (the durability stage belongs to
     /// the durable engine, which installs its journal gate there itself).
     #[must_use]
@@ -254,15 +269,16 @@ impl Builder {
     /// Call inside a tokio runtime if any tool is asynchronous or timers are used, after
     /// [`Builder::discover_mcp`] when `[[tools.mcp]]` servers are configured.
     pub fn in_memory(self) -> Result<Node, Error> {
-        let p = self.parts()?;
+        let this = self.configured_links()?;
+        let p = this.parts()?;
         Ok(Node {
-            config: Arc::new(self.config),
+            config: Arc::new(this.config),
             registry: p.registry,
             outside: p.outside,
             engine: Engine::new(p.opts),
             durable: None,
             llm: p.llm,
-            chain: self.chain,
+            chain: this.chain,
             toolbox: None,
         })
     }
@@ -284,6 +300,11 @@ impl Builder {
     }
 
     async fn open_discovered(self, store: Arc<dyn Store>) -> Result<Node, Error> {
+        let this = self.configured_links()?;
+        this.open_linked(store).await
+    }
+
+    async fn open_linked(self, store: Arc<dyn Store>) -> Result<Node, Error> {
         let mut p = self.parts()?;
         // Every tenant's declared tools, before anything compiles a stored plan.
         let toolbox = Arc::new(Toolbox::new(&self.config));

@@ -1,0 +1,334 @@
+//! Governance before every effect (seed 003's Rego policies): a [`Policy`] is a bundle of
+//! `.rego` files evaluated in process with `regorus`, and [`PolicyLink`] is the interceptor
+//! at the policy stage of the tool-call chain (`weft_tools::Stage::Policy`, outermost), so
+//! every tool call of every kind is decided before anything else happens to it: a denied
+//! call consumes no budget, records no dispatch and never reaches the tool.
+//!
+//! ## The contract with a bundle
+//! The bundle declares `package weft` and a rule `deny`: a set of reasons (strings). weft
+//! evaluates `data.weft.deny` for each call's input document; a call is denied when the set
+//! is not empty, with its reasons (sorted, joined) as the step error `policy_denied`, which
+//! is not retried. An undefined `deny` allows. A rule that cannot be evaluated (a runtime
+//! error, the time limit) denies: policies fail closed.
+//!
+//! The input document, version [`INPUT_VERSION`]:
+//! ```json
+//! {"version": 1, "kind": "tool_call", "tenant": "acme", "instance": "i…", "plan": "billing",
+//!  "step": "charge", "attempt": 1,
+//!  "tool": {"name": "http.request", "effect": "write", "idempotent": false},
+//!  "args": {"url": "https://…"}}
+//! ```
+//! `instance`, `plan` and `step` are empty for calls made outside an instance (the ReAct
+//! planner's).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use weft_tools::{
+    BoxFuture, InlineArgs, InlineContext, Interceptor, Tool, ToolContext, ToolError, ToolSpec,
+};
+
+/// The version of the input document; a change that removes or renames a field raises it.
+pub const INPUT_VERSION: u32 = 1;
+
+/// The rule weft evaluates.
+pub const DENY_RULE: &str = "data.weft.deny";
+
+/// How long one decision may take before it denies.
+pub const EVAL_LIMIT: Duration = Duration::from_millis(250);
+
+/// Largest policy file read.
+const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Why a bundle is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// A file or directory could not be read.
+    #[error("policy bundle: cannot read {path}: {message}")]
+    Read {
+        /// What was read.
+        path: String,
+        /// Why it failed.
+        message: String,
+    },
+    /// A file is not valid Rego.
+    #[error("policy bundle: {path} does not compile: {message}")]
+    Compile {
+        /// The file.
+        path: String,
+        /// regorus's message (with the line and column).
+        message: String,
+    },
+    /// No file declares `package weft`, so `data.weft.deny` could never be defined.
+    #[error(
+        "policy bundle: no file declares `package weft` (files: {files}); weft evaluates `data.weft.deny`, a set of reasons"
+    )]
+    NoWeftPackage {
+        /// The files read.
+        files: String,
+    },
+}
+
+/// A decision about one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The call may go on.
+    Allow,
+    /// The call is refused, for these reasons (sorted, at least one).
+    Deny(Vec<String>),
+}
+
+/// A compiled bundle. Cheap to clone; each decision runs on a clone of the prepared engine.
+#[derive(Clone)]
+pub struct Policy {
+    engine: regorus::Engine,
+    files: Arc<[String]>,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("files", &self.files)
+            .finish()
+    }
+}
+
+impl Policy {
+    /// A bundle from `(name, rego text)` pairs; the name appears in errors.
+    pub fn from_sources(sources: Vec<(String, String)>) -> Result<Policy, PolicyError> {
+        let mut engine = regorus::Engine::new();
+        engine.set_execution_timer_config(regorus::utils::limits::ExecutionTimerConfig {
+            limit: EVAL_LIMIT,
+            check_interval: std::num::NonZeroU32::MIN.saturating_add(99),
+        });
+        let mut files = Vec::with_capacity(sources.len());
+        for (name, text) in sources {
+            engine
+                .add_policy(name.clone(), text)
+                .map_err(|e| PolicyError::Compile {
+                    path: name.clone(),
+                    message: e.to_string(),
+                })?;
+            files.push(name);
+        }
+        let has_weft = engine
+            .get_packages()
+            .map(|p| p.iter().any(|p| p == "data.weft"))
+            .unwrap_or(false);
+        if !has_weft {
+            return Err(PolicyError::NoWeftPackage {
+                files: files.join(", "),
+            });
+        }
+        Ok(Policy {
+            engine,
+            files: files.into(),
+        })
+    }
+
+    /// A bundle from files and directories (every `*.rego` file directly in a directory,
+    /// in name order).
+    pub fn load(paths: &[PathBuf]) -> Result<Policy, PolicyError> {
+        let mut sources = Vec::new();
+        for p in paths {
+            if p.is_dir() {
+                let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+                    .map_err(|e| read_error(p, &e))?
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|f| f.extension().is_some_and(|x| x == "rego") && f.is_file())
+                    .collect();
+                found.sort();
+                for f in found {
+                    sources.push((f.display().to_string(), read(&f)?));
+                }
+            } else {
+                sources.push((p.display().to_string(), read(p)?));
+            }
+        }
+        Policy::from_sources(sources)
+    }
+
+    /// The files of the bundle, in the order they were read.
+    pub fn files(&self) -> &[String] {
+        &self.files
+    }
+
+    /// The decision for an input document.
+    pub fn decide(&self, input: &Value) -> Decision {
+        let mut engine = self.engine.clone();
+        let value = match regorus::Value::from_json_str(&input.to_string()) {
+            Ok(v) => v,
+            Err(e) => return Decision::Deny(vec![format!("the policy input is not valid: {e}")]),
+        };
+        engine.set_input(value);
+        let out = match engine.eval_rule(DENY_RULE.to_string()) {
+            Ok(v) => v,
+            Err(e) => {
+                return Decision::Deny(vec![format!(
+                    "the policy could not be evaluated ({DENY_RULE}): {e}"
+                )]);
+            }
+        };
+        if out == regorus::Value::Undefined {
+            return Decision::Allow;
+        }
+        let reasons: Vec<String> = match out
+            .to_json_str()
+            .ok()
+            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+        {
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .map(|r| match r {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                })
+                .collect(),
+            Some(other) => {
+                return Decision::Deny(vec![format!(
+                    "{DENY_RULE} must be a set of reasons, it is {other}"
+                )]);
+            }
+            None => {
+                return Decision::Deny(vec![format!("{DENY_RULE} could not be read")]);
+            }
+        };
+        if reasons.is_empty() {
+            return Decision::Allow;
+        }
+        let mut reasons = reasons;
+        reasons.sort();
+        reasons.dedup();
+        Decision::Deny(reasons)
+    }
+}
+
+fn read_error(p: &Path, e: &std::io::Error) -> PolicyError {
+    PolicyError::Read {
+        path: p.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn read(p: &Path) -> Result<String, PolicyError> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(p)
+        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| read_error(p, &e))?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(PolicyError::Read {
+            path: p.display().to_string(),
+            message: format!("larger than {MAX_FILE_BYTES} bytes"),
+        });
+    }
+    Ok(text)
+}
+
+/// The input document of a tool call (see the module docs).
+pub fn call_input(ctx: &ToolContext, spec: &ToolSpec, args: &Value) -> Value {
+    json!({
+        "version": INPUT_VERSION,
+        "kind": "tool_call",
+        "tenant": &*ctx.tenant,
+        "instance": &*ctx.instance,
+        "plan": &*ctx.plan,
+        "step": &*ctx.step,
+        "attempt": ctx.attempt,
+        "tool": {
+            "name": spec.name,
+            "effect": spec.effect,
+            "idempotent": spec.idempotent,
+        },
+        "args": args,
+    })
+}
+
+/// The policy stage of the chain: every call is decided by the bundle before it runs.
+#[derive(Debug, Clone)]
+pub struct PolicyLink {
+    policy: Arc<Policy>,
+}
+
+impl PolicyLink {
+    /// The link for `policy`.
+    pub fn new(policy: Policy) -> Self {
+        PolicyLink {
+            policy: Arc::new(policy),
+        }
+    }
+}
+
+impl Interceptor for PolicyLink {
+    fn describe(&self) -> String {
+        format!("Rego policy ({})", self.policy.files().join(", "))
+    }
+
+    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
+        Arc::new(Governed {
+            inner: tool,
+            policy: Arc::clone(&self.policy),
+        })
+    }
+}
+
+/// A tool behind the policy.
+struct Governed {
+    inner: Arc<dyn Tool>,
+    policy: Arc<Policy>,
+}
+
+impl Governed {
+    fn check(&self, ctx: &ToolContext, args: &Value) -> Result<(), ToolError> {
+        match self
+            .policy
+            .decide(&call_input(ctx, self.inner.spec(), args))
+        {
+            Decision::Allow => Ok(()),
+            Decision::Deny(reasons) => Err(ToolError::fatal(
+                "policy_denied",
+                format!(
+                    "the policy denies `{}`: {}",
+                    self.inner.spec().name,
+                    reasons.join("; ")
+                ),
+            )),
+        }
+    }
+}
+
+impl Tool for Governed {
+    fn spec(&self) -> &ToolSpec {
+        self.inner.spec()
+    }
+
+    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        match self.check(&ctx, &args) {
+            Ok(()) => self.inner.call(ctx, args),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+
+    fn is_immediate(&self) -> bool {
+        self.inner.is_immediate()
+    }
+
+    fn waits_for_journal(&self) -> bool {
+        self.inner.waits_for_journal()
+    }
+
+    fn call_inline(
+        &self,
+        ctx: InlineContext<'_>,
+        args: InlineArgs<'_>,
+    ) -> Result<Value, ToolError> {
+        self.call_now(ctx.into_context(), args.into_value())
+    }
+
+    fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+        self.check(&ctx, &args)?;
+        self.inner.call_now(ctx, args)
+    }
+}
