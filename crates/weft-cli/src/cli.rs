@@ -6,8 +6,8 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::cmd::{
-    analyze, bench, config, explain, graph, history, plan, repair, run, schema, serve, summarize,
-    tools, validate,
+    analyze, bench, config, explain, graph, history, plan, policy, repair, run, schema, serve,
+    summarize, tools, validate,
 };
 
 /// weft: check, analyse and export AI plans (colored Petri nets) before they run.
@@ -76,6 +76,9 @@ pub enum Command {
     /// Print the effective configuration (weft.toml, WEFT_… variables, flags) with where
     /// each value came from; --check validates it.
     Config(config::Args),
+    /// Try the Rego policy bundle that decides every tool call: `eval` one input, `test`.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
 }
 
 /// When to colour human output.

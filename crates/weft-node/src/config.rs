@@ -47,7 +47,7 @@ pub struct Config {
 pub struct PolicyConfig {
     /// `.rego` files, or directories whose `*.rego` files are read (in name order); one
     /// of them declares `package weft` with the rule `deny` (a set of reasons).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// `WEFT_POLICY_BUNDLES` takes them comma-separated.
     pub bundles: Vec<std::path::PathBuf>,
 }
 

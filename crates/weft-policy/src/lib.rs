@@ -85,6 +85,49 @@ pub enum Decision {
 pub struct Policy {
     engine: regorus::Engine,
     files: Arc<[String]>,
+    /// The `test_*` rules of the bundle, as `data.<package>.<rule>` ([`Policy::run_tests`]).
+    tests: Arc<[String]>,
+}
+
+/// The result of one `test_*` rule ([`Policy::run_tests`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestOutcome {
+    /// `data.<package>.<rule>`.
+    pub rule: String,
+    /// Whether the rule evaluated to `true`.
+    pub passed: bool,
+    /// What it evaluated to instead (`false`, undefined, an error).
+    pub detail: Option<String>,
+}
+
+/// The `test_*` rules a Rego file defines, as `data.<package>.<rule>`: rule heads at the start
+/// of a line (`test_name if {`), as OPA's test runner finds them by name.
+fn test_rules(text: &str) -> Vec<String> {
+    let package = text.lines().find_map(|l| {
+        let rest = l.trim_start().strip_prefix("package ")?;
+        let name: String = rest
+            .trim()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.'))
+            .collect();
+        (!name.is_empty()).then_some(name)
+    });
+    let Some(package) = package else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("test_"))
+        .map(|l| {
+            let name: String = l
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            format!("data.{package}.{name}")
+        })
+        .collect();
+    out.dedup();
+    out
 }
 
 impl std::fmt::Debug for Policy {
@@ -104,7 +147,9 @@ impl Policy {
             check_interval: std::num::NonZeroU32::MIN.saturating_add(99),
         });
         let mut files = Vec::with_capacity(sources.len());
+        let mut tests = Vec::new();
         for (name, text) in sources {
+            tests.extend(test_rules(&text));
             engine
                 .add_policy(name.clone(), text)
                 .map_err(|e| PolicyError::Compile {
@@ -122,9 +167,12 @@ impl Policy {
                 files: files.join(", "),
             });
         }
+        tests.sort();
+        tests.dedup();
         Ok(Policy {
             engine,
             files: files.into(),
+            tests: tests.into(),
         })
     }
 
@@ -155,50 +203,70 @@ impl Policy {
         &self.files
     }
 
+    /// Evaluates `rule` (e.g. `data.weft.deny`) for `input` (none: an empty input), as JSON.
+    pub fn eval(&self, rule: &str, input: Option<&Value>) -> Result<Value, String> {
+        let mut engine = self.engine.clone();
+        if let Some(input) = input {
+            engine.set_input(
+                regorus::Value::from_json_str(&input.to_string()).map_err(|e| e.to_string())?,
+            );
+        }
+        let out = engine
+            .eval_rule(rule.to_string())
+            .map_err(|e| e.to_string())?;
+        if out == regorus::Value::Undefined {
+            return Ok(Value::Null);
+        }
+        let text = out.to_json_str().map_err(|e| e.to_string())?;
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    }
+
+    /// Runs the bundle's Rego tests: every `test_*` rule, which passes when it is `true`.
+    pub fn run_tests(&self) -> Vec<TestOutcome> {
+        self.tests
+            .iter()
+            .map(|rule| {
+                let (passed, detail) = match self.eval(rule, None) {
+                    Ok(Value::Bool(true)) => (true, None),
+                    Ok(Value::Null) => (false, Some("undefined".to_string())),
+                    Ok(other) => (false, Some(other.to_string())),
+                    Err(e) => (false, Some(e)),
+                };
+                TestOutcome {
+                    rule: rule.clone(),
+                    passed,
+                    detail,
+                }
+            })
+            .collect()
+    }
+
     /// The decision for an input document.
     pub fn decide(&self, input: &Value) -> Decision {
-        let mut engine = self.engine.clone();
-        let value = match regorus::Value::from_json_str(&input.to_string()) {
-            Ok(v) => v,
-            Err(e) => return Decision::Deny(vec![format!("the policy input is not valid: {e}")]),
-        };
-        engine.set_input(value);
-        let out = match engine.eval_rule(DENY_RULE.to_string()) {
-            Ok(v) => v,
+        let items = match self.eval(DENY_RULE, Some(input)) {
+            Ok(Value::Null) => return Decision::Allow,
+            Ok(Value::Array(items)) => items,
+            Ok(other) => {
+                return Decision::Deny(vec![format!(
+                    "{DENY_RULE} must be a set of reasons, it is {other}"
+                )]);
+            }
             Err(e) => {
                 return Decision::Deny(vec![format!(
                     "the policy could not be evaluated ({DENY_RULE}): {e}"
                 )]);
             }
         };
-        if out == regorus::Value::Undefined {
-            return Decision::Allow;
-        }
-        let reasons: Vec<String> = match out
-            .to_json_str()
-            .ok()
-            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
-        {
-            Some(Value::Array(items)) => items
-                .into_iter()
-                .map(|r| match r {
-                    Value::String(s) => s,
-                    other => other.to_string(),
-                })
-                .collect(),
-            Some(other) => {
-                return Decision::Deny(vec![format!(
-                    "{DENY_RULE} must be a set of reasons, it is {other}"
-                )]);
-            }
-            None => {
-                return Decision::Deny(vec![format!("{DENY_RULE} could not be read")]);
-            }
-        };
+        let mut reasons: Vec<String> = items
+            .into_iter()
+            .map(|r| match r {
+                Value::String(s) => s,
+                other => other.to_string(),
+            })
+            .collect();
         if reasons.is_empty() {
             return Decision::Allow;
         }
-        let mut reasons = reasons;
         reasons.sort();
         reasons.dedup();
         Decision::Deny(reasons)

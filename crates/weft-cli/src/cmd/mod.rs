@@ -8,6 +8,7 @@ pub mod explain;
 pub mod graph;
 pub mod history;
 pub mod plan;
+pub mod policy;
 pub mod repair;
 pub mod run;
 pub mod schema;
@@ -237,5 +238,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
         Command::Repair(args) => repair::run(&args, &ctx, out),
         Command::Summarize(args) => summarize::run(&args, &ctx, out),
         Command::Config(args) => config::run(&args, &ctx.config, &ctx.palette, out),
+        Command::Policy(cmd) => policy::run(&cmd, &ctx, out),
     }
 }

@@ -1,0 +1,132 @@
+//! `weft policy`: the Rego bundle that decides every tool call (`[policy] bundles`, or files
+//! given on the command line), tried without running anything. `eval` shows the decision
+//! for one input document and why; `test` runs the bundle's Rego tests.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+use weft_policy::{DENY_RULE, Decision, Policy};
+
+use super::{Ctx, Status};
+use crate::output;
+
+/// `weft policy …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum PolicyCommand {
+    /// Decide one input document (`{"kind": "tool_call", "tool": …, "args": …}`, as weft
+    /// builds it before a call) and print the decision with its reasons. Exit 0 when
+    /// allowed, 1 when denied.
+    Eval {
+        /// The input document (JSON), `-` for stdin.
+        #[arg(long)]
+        input: PathBuf,
+        /// `.rego` files or directories (default: `[policy] bundles`).
+        bundles: Vec<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the bundle's Rego tests: every rule named `test_*` must be true (use `with input
+    /// as …` in them). Exit 1 when one fails.
+    Test {
+        /// `.rego` files or directories (default: `[policy] bundles`).
+        bundles: Vec<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn bundle(given: &[PathBuf], ctx: &Ctx) -> anyhow::Result<Policy> {
+    let paths = if given.is_empty() {
+        ctx.config.config.policy.bundles.clone()
+    } else {
+        given.to_vec()
+    };
+    anyhow::ensure!(
+        !paths.is_empty(),
+        "no policy bundle: name .rego files or directories, or set `[policy] bundles` in weft.toml"
+    );
+    Ok(Policy::load(&paths)?)
+}
+
+/// Runs `weft policy …`.
+pub fn run(cmd: &PolicyCommand, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
+    match cmd {
+        PolicyCommand::Eval {
+            input,
+            bundles,
+            json,
+        } => {
+            let policy = bundle(bundles, ctx)?;
+            let text = if input.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?
+            } else {
+                std::fs::read_to_string(input)
+                    .with_context(|| format!("cannot read {}", input.display()))?
+            };
+            let doc: Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not JSON", input.display()))?;
+            let decision = policy.decide(&doc);
+            let (name, reasons) = match &decision {
+                Decision::Allow => ("allow", Vec::new()),
+                Decision::Deny(r) => ("deny", r.clone()),
+            };
+            if *json {
+                output::json(
+                    out,
+                    &json!({"decision": name, "reasons": reasons, "rule": DENY_RULE,
+                            "bundle": policy.files()}),
+                )?;
+            } else {
+                writeln!(out, "{name}")?;
+                for r in &reasons {
+                    writeln!(out, "  - {r}")?;
+                }
+            }
+            Ok(match decision {
+                Decision::Allow => Status::Clean,
+                Decision::Deny(_) => Status::PlanErrors,
+            })
+        }
+        PolicyCommand::Test { bundles, json } => {
+            let policy = bundle(bundles, ctx)?;
+            let results = policy.run_tests();
+            let failed = results.iter().filter(|t| !t.passed).count();
+            if *json {
+                let tests: Vec<Value> = results
+                    .iter()
+                    .map(|t| json!({"rule": t.rule, "passed": t.passed, "detail": t.detail}))
+                    .collect();
+                output::json(
+                    out,
+                    &json!({"passed": results.len() - failed, "failed": failed, "tests": tests}),
+                )?;
+            } else {
+                for t in &results {
+                    match &t.detail {
+                        None => writeln!(out, "PASS {}", t.rule)?,
+                        Some(d) => writeln!(out, "FAIL {} ({d})", t.rule)?,
+                    }
+                }
+                writeln!(
+                    out,
+                    "{} passed, {failed} failed{}",
+                    results.len() - failed,
+                    if results.is_empty() {
+                        " (no rule named test_* in the bundle)"
+                    } else {
+                        ""
+                    }
+                )?;
+            }
+            Ok(if failed > 0 || results.is_empty() {
+                Status::PlanErrors
+            } else {
+                Status::Clean
+            })
+        }
+    }
+}
