@@ -12,11 +12,10 @@ fn example(name: &str) -> String {
     root().join("examples").join(name).display().to_string()
 }
 
-#[test]
-fn run_store_then_inspect_replay_verify_checkpoint() {
-    let dir = temp_dir("durable");
+/// `weft run examples/fanout.json --store .weft/weft.db --json` in `dir`, which must succeed.
+fn run_fanout_stored(dir: &std::path::Path) -> std::process::Output {
     let out = weft_in(
-        &dir,
+        dir,
         &[
             "run",
             &example("fanout.json"),
@@ -28,6 +27,13 @@ fn run_store_then_inspect_replay_verify_checkpoint() {
         ],
     );
     assert_eq!(code(&out), 0, "{}", stdout(&out));
+    out
+}
+
+#[test]
+fn run_store_then_inspect_replay_verify_checkpoint() {
+    let dir = temp_dir("durable");
+    let out = run_fanout_stored(&dir);
     let doc = json(&out);
     assert_eq!(doc["outcome"], "completed");
     let id = doc["instance"].as_str().expect("instance id").to_string();
@@ -260,19 +266,7 @@ fn rewrite_batch(data: &[u8], instance: &str, seq: u64) -> Option<Vec<u8>> {
 #[test]
 fn a_cut_tail_with_its_head_moved_back_is_found() {
     let dir = temp_dir("durable-tail");
-    let out = weft_in(
-        &dir,
-        &[
-            "run",
-            &example("fanout.json"),
-            "--input",
-            r#"{"dataset":"sales"}"#,
-            "--store",
-            ".weft/weft.db",
-            "--json",
-        ],
-    );
-    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let out = run_fanout_stored(&dir);
     let id = json(&out)["instance"].as_str().expect("id").to_string();
     // Opening the store once merges the run's records into `journal` and `chain_heads`.
     assert_eq!(code(&weft_in(&dir, &["journal", "verify", &id])), 0);

@@ -569,6 +569,14 @@ impl Durable {
         settle(&self.journal, h).await
     }
 
+    /// [`Durable::wait`], then [`Durable::flush`]: the instance record's status is written
+    /// too, for a process about to exit (the CLI's `run --store`, `resume`, `repair`).
+    pub async fn wait_written(&self, h: &InstanceHandle) -> Result<Outcome, DurableError> {
+        let o = self.wait(h).await?;
+        self.flush().await?;
+        Ok(o)
+    }
+
     /// Rebuilds every non-terminal instance of the store (snapshot + journal tail, read in
     /// batches with `Store::load_many`) and continues it (see
     /// `weft_runtime::Engine::restore` for in-flight actions).

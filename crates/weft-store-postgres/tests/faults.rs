@@ -305,17 +305,11 @@ async fn a_removed_tail_with_its_head_moved_back_is_detected() {
     with_schema(|url, schema| async move {
         let store = PgStore::open_in_schema(&url, Some(&schema)).await.unwrap();
         store
-            .create_instance(weft_store::InstanceRecord {
-                id: "i".into(),
-                tenant: "t".into(),
-                plan_name: "p".into(),
-                plan_version: 1,
-                status: weft_store::InstanceStatus::Running,
-                reason: None,
-                created_at_ms: 1,
-                updated_at_ms: 1,
-                parent: None,
-            })
+            .create_instance(weft_store::conformance::instance(
+                "i",
+                "t",
+                weft_store::InstanceStatus::Running,
+            ))
             .await
             .unwrap();
         store.append("i", recs(5)).await.unwrap();

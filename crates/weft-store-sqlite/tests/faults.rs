@@ -328,17 +328,11 @@ async fn version_7_store_is_migrated() {
     {
         let store = SqliteStore::open(&path).await.unwrap();
         store
-            .create_instance(weft_store::InstanceRecord {
-                id: "i".into(),
-                tenant: "t".into(),
-                plan_name: "p".into(),
-                plan_version: 1,
-                status: weft_store::InstanceStatus::Running,
-                reason: None,
-                created_at_ms: 1,
-                updated_at_ms: 1,
-                parent: None,
-            })
+            .create_instance(weft_store::conformance::instance(
+                "i",
+                "t",
+                weft_store::InstanceStatus::Running,
+            ))
             .await
             .unwrap();
     }
@@ -719,17 +713,11 @@ async fn a_removed_tail_with_its_head_moved_back_is_detected() {
     let path = temp("tail-and-head");
     let store = SqliteStore::open(&path).await.unwrap();
     store
-        .create_instance(weft_store::InstanceRecord {
-            id: "i".into(),
-            tenant: "t".into(),
-            plan_name: "p".into(),
-            plan_version: 1,
-            status: weft_store::InstanceStatus::Running,
-            reason: None,
-            created_at_ms: 1,
-            updated_at_ms: 1,
-            parent: None,
-        })
+        .create_instance(weft_store::conformance::instance(
+            "i",
+            "t",
+            weft_store::InstanceStatus::Running,
+        ))
         .await
         .unwrap();
     store.append("i", five()).await.unwrap();

@@ -448,12 +448,7 @@ pub fn resume(args: &ResumeArgs, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Resu
             .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
         let id = handle.id().to_string();
         let o = durable
-            .wait(&handle)
-            .await
-            .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
-        // `wait` queues the instance record's status; `flush` writes it before the runtime ends.
-        durable
-            .flush()
+            .wait_written(&handle)
             .await
             .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
         Ok::<_, anyhow::Error>((id, o))

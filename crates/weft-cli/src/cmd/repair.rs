@@ -95,12 +95,7 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
             .repair(restored.id(), args.failure.clone())
             .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
         let o = durable
-            .wait(&handle)
-            .await
-            .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
-        // `wait` queues the instance record's status; `flush` writes it before the runtime ends.
-        durable
-            .flush()
+            .wait_written(&handle)
             .await
             .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
         let f = durable

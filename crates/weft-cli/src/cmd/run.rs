@@ -310,11 +310,7 @@ async fn execute(
     let (outcome, cut) = wait(args, &engine, &handle, plan.graph_type, started).await;
     if let Some(d) = &durable {
         // Make the final records (and the instance's status) durable before reporting.
-        // `wait` queues the status; `flush` writes it (the runtime is dropped on return).
-        d.wait(&handle)
-            .await
-            .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
-        d.flush()
+        d.wait_written(&handle)
             .await
             .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
         eprintln!(

@@ -7,7 +7,8 @@ use serde_json::json;
 
 use crate::{EffectRecorded, InstanceRecord, InstanceStatus, Page, PlanStatus, Store, Timer};
 
-fn instance(id: &str, tenant: &str, status: InstanceStatus) -> InstanceRecord {
+/// An instance record of plan `p` version 1 (for the cases and backends' own tests).
+pub fn instance(id: &str, tenant: &str, status: InstanceStatus) -> InstanceRecord {
     InstanceRecord {
         id: id.to_string(),
         tenant: tenant.to_string(),
