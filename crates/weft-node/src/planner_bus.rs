@@ -156,6 +156,28 @@ impl Tools {
 }
 
 /// What one request needs.
+/// Returns once the server has processed every subscription `client` sent before the call.
+/// `flush` only writes them to the socket; the server handles one connection's operations in
+/// order, so a message this connection publishes to its own fresh inbox arriving back means
+/// the earlier subscriptions are in place.
+async fn registered(client: &async_nats::Client) -> Result<(), String> {
+    let inbox = client.new_inbox();
+    let mut probe = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    client
+        .publish(inbox, Vec::new().into())
+        .await
+        .map_err(|e| e.to_string())?;
+    client.flush().await.map_err(|e| e.to_string())?;
+    match tokio::time::timeout(Duration::from_secs(10), probe.next()).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err("the connection closed".into()),
+        Err(_) => Err("the server did not answer within 10 s".into()),
+    }
+}
+
 struct Service {
     client: async_nats::Client,
     llm: Option<Arc<dyn ChatProvider>>,
@@ -215,8 +237,7 @@ async fn start(
         .await
         .map_err(|e| Error::Planner(format!("cannot subscribe to `{}`: {e}", config.subject)))?;
     // The subscription is registered with the server before `spawn` returns.
-    client
-        .flush()
+    registered(&client)
         .await
         .map_err(|e| Error::Planner(format!("cannot reach `{url}`: {e}")))?;
     let svc = Arc::new(Service {

@@ -429,19 +429,43 @@ async fn no_worker_is_a_quick_worker_unavailable_naming_the_subject() {
 }
 
 /// A raw responder on `subject`: replies `reply` to every request (or nothing when `None`).
+/// It returns once the server routes requests from another connection to it: a flush only
+/// writes the subscription to the socket, and the server may read a request from another
+/// connection first (CI saw `no responders` that way). Readiness is probed with a request
+/// the responder always answers.
 async fn raw_responder(subject: String, reply: Option<&'static [u8]>) -> async_nats::Client {
     use futures::StreamExt;
+    const PROBE: &[u8] = b"__ready__";
     let c = async_nats::connect(nats_url()).await.unwrap();
-    let mut sub = c.subscribe(subject).await.unwrap();
+    let mut sub = c.subscribe(subject.clone()).await.unwrap();
     c.flush().await.unwrap();
     let c2 = c.clone();
     tokio::spawn(async move {
         while let Some(m) = sub.next().await {
-            if let (Some(r), Some(to)) = (reply, m.reply) {
+            let answer = if m.payload.as_ref() == PROBE {
+                Some(PROBE)
+            } else {
+                reply
+            };
+            if let (Some(r), Some(to)) = (answer, m.reply) {
                 c2.publish(to, r.into()).await.unwrap();
             }
         }
     });
+    let other = async_nats::connect(nats_url()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match other.request(subject.clone(), PROBE.into()).await {
+            Ok(m) if m.payload.as_ref() == PROBE => break,
+            r => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the responder on {subject} never became routable: {r:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
     c
 }
 
