@@ -24,10 +24,19 @@ pub struct ToolsConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpConfig {
-    /// Hosts that may be called: exact names (`api.example.com`), IP literals, or
-    /// `*.example.com` (any subdomain, not the apex). Empty denies everything. Loopback
-    /// hosts (`localhost`, `127.0.0.0/8`, `::1`) and names that resolve to loopback are only
-    /// reachable when listed exactly, never through a wildcard.
+    /// Hosts that may be called: exact names (`api.example.com`), IP literals, `*.example.com`
+    /// (any subdomain, not the apex) or `*` (any host but the special ones below). Empty
+    /// denies everything; there are no CIDR entries.
+    ///
+    /// Special addresses are reachable only when the host is listed exactly (the IP literal,
+    /// or the name that resolves to them), never through `*` or `*.example.com`: loopback
+    /// (`127.0.0.0/8`, `::1`, and the names `localhost` and `*.localhost`), unspecified
+    /// (`0.0.0.0`, `::`), private (`10.0.0.0/8`, `172.16.0.0/12`, `192.168.0.0/16`,
+    /// `fc00::/7`), link-local (`169.254.0.0/16` with the cloud metadata service at
+    /// `169.254.169.254`, `fe80::/10`) and carrier-grade NAT (`100.64.0.0/10`), each also as
+    /// an IPv4-mapped IPv6 address (`::ffff:169.254.169.254`). A name that is not listed
+    /// exactly is refused those of its DNS answers (and refused outright when it has no
+    /// others); redirects are checked the same way, hop by hop.
     pub allow_hosts: Vec<String>,
     /// Largest response body accepted, in bytes.
     pub max_body_bytes: usize,

@@ -1,11 +1,13 @@
 //! `http.request`: calls an allowlisted HTTP(S) endpoint and returns `{status, headers, body}`.
 //!
 //! Plans are written by LLMs, so this tool is the main way a plan could reach something it
-//! should not: every host (including redirect targets) is checked against the configured
-//! allowlist before any connection, loopback needs an exact entry, proxies are ignored, and
-//! the response body is capped. Failures map to stable codes the retry policy understands:
-//! `http_status` (retryable for 5xx and 429), `timeout` and `connect` (retryable), `denied`,
-//! `body_too_large` and `args_invalid` (fatal).
+//! should not: every host (including each redirect target, literal IPs too) is checked
+//! against the configured allowlist before any connection; loopback, private, link-local
+//! (cloud metadata) and carrier-grade NAT addresses need an exact entry, also when a name
+//! resolves to them (see `http_guard`); proxies are ignored, and the response body is capped.
+//! Failures map to stable codes the retry policy understands: `http_status` (retryable for
+//! 5xx and 429), `timeout` and `connect` (retryable), `denied`, `body_too_large` and
+//! `args_invalid` (fatal).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
