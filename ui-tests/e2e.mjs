@@ -262,6 +262,29 @@ await check("actions: checkpoint, stop, resume from the checkpoint (a fork), the
   assertEq(orig.status, "stopped", "the original instance stays stopped");
 });
 
+await check("a step waiting for approval is granted from the instance page", async () => {
+  const plan = {
+    plan_name: "ui-approval", graph_type: "acyclic",
+    events: { start: {}, done: { kind: "output" } },
+    steps: { ship: { on: ["start"], action: "echo", args: { what: "parcel" },
+      approval: { reason: "ship the parcel?" }, emits: ["done"] } },
+  };
+  await apiCall("/v1/plans", { body: plan });
+  const started = await apiCall("/v1/instances", { body: { plan: "ui-approval", input: {} } });
+  await open(page, `#/instances/${encodeURIComponent(started.id)}`);
+  await page.waitForFunction(() => document.querySelector('[data-testid="instance-status"]')?.textContent === "waiting_approval", null, { timeout: 20000 });
+  const item = page.locator('[data-testid="approval"][data-step="ship"]');
+  await item.waitFor({ timeout: 10000 });
+  assert((await item.innerText()).includes("ship the parcel?"), "the reason is shown");
+  await shot(page, "05-approval-waiting");
+  await page.fill('[data-testid="approval-comment"]', "looks right");
+  await page.click('[data-testid="approval-grant"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="instance-status"]')?.textContent === "completed", null, { timeout: 20000 });
+  const journal = await apiCall(`/v1/instances/${encodeURIComponent(started.id)}/journal`);
+  const decided = journal.records.find((r) => r.kind === "approval.decided");
+  assert(decided && decided.body.granted === true && decided.body.comment === "looks right", `decision journaled: ${JSON.stringify(decided)}`);
+});
+
 await check("failed steps are marked on the net and in the timeline (failure-handling example)", async () => {
   await apiCall("/v1/plans", { body: example("failure-handling.json") });
   const started = await apiCall("/v1/instances", { body: { plan: "failure-handling", input: { order: "A-1", email: "buyer@example.com" } } });

@@ -6,8 +6,8 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::cmd::{
-    analyze, bench, config, explain, graph, history, plan, policy, repair, run, schema, serve,
-    summarize, tools, validate,
+    analyze, approve, bench, config, explain, graph, history, plan, policy, repair, run, schema,
+    serve, summarize, tools, validate,
 };
 
 /// weft: check, analyse and export AI plans (colored Petri nets) before they run.
@@ -79,6 +79,12 @@ pub enum Command {
     /// Try the Rego policy bundle that decides every tool call: `eval` one input, `test`.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Grant a step's pending approval on a running `weft serve` (without a step: list what
+    /// waits).
+    Approve(approve::Args),
+    /// Deny a step's pending approval on a running `weft serve`: the step fails with
+    /// `approval_denied` and its tool is never called.
+    Deny(approve::Args),
 }
 
 /// When to colour human output.

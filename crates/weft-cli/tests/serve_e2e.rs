@@ -3,7 +3,8 @@
 //! runs to completion, a reactive plan takes 1,000 events exactly once, the SSE stream carries a
 //! run's lifecycle in order, two tenants see nothing of each other, bad input gets a 4xx problem
 //! with a stable code, SIGTERM leaves a waiting instance that the next start continues, and
-//! `--otlp-endpoint` exports request and step spans to a real OTLP/HTTP receiver.
+//! `--otlp-endpoint` exports request and step spans to a real OTLP/HTTP receiver, and a step's
+//! approval waits across kill -9 and is decided with `weft approve` / `weft deny`.
 //! The in-process router tests live in crates/weft-server/tests; these exercise the binary.
 
 mod common;
@@ -1107,6 +1108,129 @@ async fn sigterm_keeps_a_waiting_instance_for_the_next_start() {
     assert_eq!(tokens, 5, "journaled events across the restart");
     let status = server.terminate();
     assert_eq!(status.code(), Some(0));
+}
+
+// --- human approvals ----------------------------------------------------------------------------
+
+/// `notify` sends an email once a person approves; a denial goes to `refused`.
+fn approval_plan() -> Value {
+    json!({"plan_name": "notify", "graph_type": "acyclic",
+        "events": {"start": {}, "sent": {"kind": "output"}, "refused": {"kind": "output"}},
+        "steps": {"mail": {"on": ["start"], "action": "send_email",
+            "args": {"to": "ann@example.com", "subject": "hi", "body": "hello"},
+            "approval": {"reason": "email ann?"},
+            "emits": ["sent"], "on_fail": "emit:refused"}}})
+}
+
+fn outbox(d: &Path) -> usize {
+    std::fs::read_dir(d.join(".weft/outbox")).map_or(0, |r| r.count())
+}
+
+/// `weft approve` / `weft deny` against the server at `addr`.
+fn decide(addr: SocketAddr, verb: &str, id: &str, step: Option<&str>) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_weft"));
+    cmd.args([verb, id])
+        .args(step)
+        .args(["--server", &format!("http://{addr}"), "--token", "tA"])
+        .args(["--as", "ann", "--comment", "checked"])
+        .env("NO_COLOR", "1");
+    cmd.output().expect("run weft approve")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_waits_across_kill_9_and_its_effect_runs_once() {
+    let d = dir("approval");
+    let server = Server::start(&d, Some(TOKENS));
+    let api = server.api(Some("tA"));
+    api.create_plan(&approval_plan()).await;
+    let id = api.start("notify").await;
+    let s = api
+        .wait_state(&id, "waiting for its approval", |s| {
+            s["status"] == "waiting_approval"
+        })
+        .await;
+    assert_eq!(s["approvals"][0]["step"], "mail", "{s}");
+    assert_eq!(s["approvals"][0]["reasons"][0], "email ann?", "{s}");
+    assert_eq!(outbox(&d), 0, "nothing is sent before the decision");
+    // Another tenant sees nothing of it.
+    server
+        .api(Some("tB"))
+        .post_json(
+            &format!("/v1/instances/{id}/approvals/mail"),
+            &json!({"decision": "grant"}),
+        )
+        .await
+        .problem(404, "not_found", "another tenant's approval");
+
+    // kill -9, then a new process on the same store: the same request still waits.
+    drop(server);
+    let server = Server::start(&d, Some(TOKENS));
+    let api = server.api(Some("tA"));
+    let s = api
+        .wait_state(&id, "waiting again after kill -9", |s| {
+            s["status"] == "waiting_approval"
+        })
+        .await;
+    assert_eq!(s["approvals"].as_array().map(Vec::len), Some(1), "{s}");
+    let listed = decide(server.addr, "approve", &id, None);
+    assert!(listed.status.success(), "{listed:?}");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        text.contains("mail (firing 0): waiting") && text.contains("email ann?"),
+        "{text}"
+    );
+    // Bad decisions are problems, not decisions.
+    api.post_json(
+        &format!("/v1/instances/{id}/approvals/mail"),
+        &json!({"decision": "maybe"}),
+    )
+    .await
+    .problem(400, "invalid_request", "an unknown decision");
+    api.post_json(
+        &format!("/v1/instances/{id}/approvals/nope"),
+        &json!({"decision": "grant"}),
+    )
+    .await
+    .problem(404, "no_approval", "a step that waits for nothing");
+
+    let granted = decide(server.addr, "approve", &id, Some("mail"));
+    assert!(granted.status.success(), "{granted:?}");
+    let s = api
+        .wait_state(&id, "completed", |s| s["status"] == "completed")
+        .await;
+    assert!(s["results"].to_string().contains("sent"), "{s}");
+    assert_eq!(outbox(&d), 1, "the approved email is sent once");
+    let again = decide(server.addr, "deny", &id, Some("mail"));
+    assert!(!again.status.success(), "nothing waits any more");
+    let journal = api.journal(&id).await;
+    let kinds: Vec<&str> = journal
+        .iter()
+        .filter_map(|r| r["kind"].as_str())
+        .filter(|k| k.starts_with("approval."))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["approval.requested", "approval.decided"],
+        "{journal:?}"
+    );
+    let decided = journal
+        .iter()
+        .find(|r| r["kind"] == "approval.decided")
+        .unwrap();
+    assert_eq!(decided["body"]["principal"], "ann", "{decided}");
+    assert_eq!(decided["body"]["comment"], "checked", "{decided}");
+
+    // A denial: the email is never sent and the step's `on_fail` takes the error.
+    let id2 = api.start("notify").await;
+    api.wait_state(&id2, "waiting", |s| s["status"] == "waiting_approval")
+        .await;
+    let denied = decide(server.addr, "deny", &id2, Some("mail"));
+    assert!(denied.status.success(), "{denied:?}");
+    let s = api
+        .wait_state(&id2, "completed", |s| s["status"] == "completed")
+        .await;
+    assert!(s["results"].to_string().contains("approval_denied"), "{s}");
+    assert_eq!(outbox(&d), 1, "a denied email is never sent");
 }
 
 // --- OTLP export --------------------------------------------------------------------------------

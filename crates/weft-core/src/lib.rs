@@ -29,6 +29,8 @@ pub use instance::{
 pub use load::{Limits, LoadError, parse_plan};
 pub use name::valid_name;
 pub use net::{EventId, Net, StepId};
-pub use plan::{Consume, Emit, EventDef, EventKind, GraphType, OnFail, Plan, Step};
+pub use plan::{
+    Approval, ApprovalDefault, Consume, Emit, EventDef, EventKind, GraphType, OnFail, Plan, Step,
+};
 pub use token::{Origin, Token, TokenId};
 pub use validate::{Validation, validate};

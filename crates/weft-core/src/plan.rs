@@ -131,6 +131,46 @@ pub struct Step {
     /// What the step does, in plain language.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// A person must approve each firing before its action is called (see [`Approval`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+}
+
+/// A step's human approval: each firing waits, before its tool is called, until a person
+/// grants or denies it (`POST /v1/instances/{id}/approvals/{step}`, `weft approve`,
+/// `weft deny`, the web UI). A grant calls the tool; a denial is the step error
+/// `approval_denied`, which is not retried and follows the step's `on_fail`. The step's
+/// `timeout_ms` bounds the wait too, so an approval step usually leaves it unset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Approval {
+    /// What the approver is asked, shown with the request (default: the step's description).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How long to wait for a decision, in milliseconds; then `default` applies. Unset:
+    /// wait until someone decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// The decision when `timeout_ms` passes without one: `deny` (default) or `grant`.
+    #[serde(default, skip_serializing_if = "ApprovalDefault::is_deny")]
+    pub default: ApprovalDefault,
+}
+
+/// What an approval that timed out decides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDefault {
+    /// Deny the call.
+    #[default]
+    Deny,
+    /// Grant the call.
+    Grant,
+}
+
+impl ApprovalDefault {
+    fn is_deny(&self) -> bool {
+        matches!(self, ApprovalDefault::Deny)
+    }
 }
 
 fn empty_object() -> Value {

@@ -513,6 +513,32 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
                 .hint("give the action at least 1 ms, or remove `timeout_ms`"),
             );
         }
+        if let Some(a) = &step.approval {
+            if a.timeout_ms == Some(0) {
+                ctx.push(
+                    Finding::new(
+                        Code::InvalidPolicy,
+                        Severity::Error,
+                        sp("approval"),
+                        format!("step `{sname}` waits 0 ms for its approval"),
+                    )
+                    .hint("give people time to decide (e.g. `\"timeout_ms\": 3600000`), or remove `timeout_ms` to wait until someone does"),
+                );
+            }
+            if step.timeout_ms.is_some() {
+                ctx.push(
+                    Finding::new(
+                        Code::InvalidPolicy,
+                        Severity::Warning,
+                        sp("timeout_ms"),
+                        format!(
+                            "step `{sname}` needs an approval and has `timeout_ms`: the wait for the decision counts towards it"
+                        ),
+                    )
+                    .hint("bound the wait with `approval.timeout_ms` and remove the step's `timeout_ms`"),
+                );
+            }
+        }
         let on_fail = match &step.on_fail {
             None | Some(OnFail::Abort) => FailPolicy::Abort,
             Some(OnFail::Continue) => FailPolicy::Continue,

@@ -90,6 +90,14 @@
 //! ([`RecoveryReport::stale_timer_rows`]). Each process reserves a block of 2^32 instance ids
 //! (journal `weft.ids`) so ids never repeat across restarts.
 //!
+//! ## Approvals
+//! A call waiting for a person writes `approval.requested` (flushed at once: nothing else
+//! would make it durable while the call waits), its decision `approval.decided`; both fold
+//! into [`Folded::extras`] until the firing's last outcome. The wait comes before the journal
+//! gate, so a pending approval has no `action.dispatched`: recovery dispatches the call
+//! again, which finds its request (and waits on) or its decision (and goes on), and a
+//! deadline that passed while weft was down applies the default at once.
+//!
 //! ## Compaction policy (bounded storage for reactive plans)
 //! For reactive instances the journal keeps a folded copy of the state beside the buffer;
 //! when at least [`DurableConfig::snapshot_every`] records (default 100) were written
@@ -107,7 +115,7 @@
 //! See [`Entry`]: `instance.started` (plan, plan version, input, record version `v`),
 //! `token.added`, `timer.set`, `timer.fired`, `context.put`, `action.result` /
 //! `action.error`, `action.dispatched`, `instance.paused` / `resumed` / `stopped`,
-//! `repair.applied`. A journal whose `v` is newer than [`RECORD_VERSION`] is refused with
+//! `repair.applied`, `approval.requested` / `decided`. A journal whose `v` is newer than [`RECORD_VERSION`] is refused with
 //! `journal_too_new`; an unknown kind is named.
 //!
 //! Throughput, recovery and compaction figures, with how they were measured:

@@ -22,6 +22,10 @@
 //!   records after it name events of that plan, and the fold, snapshots and recovery
 //!   continue on it ([`Folded::repaired`]);
 //! - `repair.failed` `{reason}`: a repair could not be made; the instance failed.
+//! - `approval.requested` `{key, step, firing, reasons, deadline_ms, default_grant, now}`:
+//!   a firing waits for a person before its tool is called (written once per firing);
+//! - `approval.decided` `{key, granted, principal, comment, now}`: its decision (by a
+//!   person, or `weft:deadline` applying the default).
 //!
 //! Events are written by name, so a record stays readable without the compiled net.
 //!
@@ -188,6 +192,39 @@ pub enum Entry {
         /// Why.
         reason: String,
     },
+    /// `approval.requested`.
+    ApprovalRequested {
+        /// Idempotency key of the firing.
+        key: String,
+        /// Step.
+        step: String,
+        /// Firing.
+        firing: FiringId,
+        /// What the approver is asked.
+        reasons: Vec<String>,
+        /// When the default decision applies.
+        #[serde(default)]
+        deadline_ms: Option<i64>,
+        /// The decision at the deadline.
+        #[serde(default)]
+        default_grant: bool,
+        /// Clock time.
+        now: i64,
+    },
+    /// `approval.decided`.
+    ApprovalDecided {
+        /// Idempotency key of the firing.
+        key: String,
+        /// Whether the call may go ahead.
+        granted: bool,
+        /// Who decided.
+        principal: String,
+        /// Their comment.
+        #[serde(default)]
+        comment: Option<String>,
+        /// Clock time.
+        now: i64,
+    },
 }
 
 /// The plan an instance runs after a repair: what the fold, snapshots and recovery need.
@@ -260,6 +297,8 @@ impl Entry {
             Entry::ContextPut { .. } => "context.put",
             Entry::Repaired { .. } => "repair.applied",
             Entry::RepairFailed { .. } => "repair.failed",
+            Entry::ApprovalRequested { .. } => "approval.requested",
+            Entry::ApprovalDecided { .. } => "approval.decided",
         }
     }
 
@@ -367,6 +406,36 @@ impl Entry {
             Input::ContextPut { key, value, now } => Entry::ContextPut {
                 key: key.clone(),
                 value: value.clone(),
+                now: *now,
+            },
+            Input::ApprovalRequested {
+                key,
+                step,
+                firing,
+                reasons,
+                deadline_ms,
+                default_grant,
+                now,
+            } => Entry::ApprovalRequested {
+                key: key.clone(),
+                step: step.clone(),
+                firing: *firing,
+                reasons: reasons.clone(),
+                deadline_ms: *deadline_ms,
+                default_grant: *default_grant,
+                now: *now,
+            },
+            Input::ApprovalDecided {
+                key,
+                granted,
+                principal,
+                comment,
+                now,
+            } => Entry::ApprovalDecided {
+                key: key.clone(),
+                granted: *granted,
+                principal: principal.clone(),
+                comment: comment.clone(),
                 now: *now,
             },
             Input::Repair(r) => Entry::Repaired {
@@ -481,6 +550,24 @@ impl Entry {
         struct ContextPut<'a> {
             key: &'a str,
             value: &'a Value,
+            now: i64,
+        }
+        #[derive(Serialize)]
+        struct ApprovalRequested<'a> {
+            key: &'a str,
+            step: &'a str,
+            firing: FiringId,
+            reasons: &'a [String],
+            deadline_ms: Option<i64>,
+            default_grant: bool,
+            now: i64,
+        }
+        #[derive(Serialize)]
+        struct ApprovalDecided<'a> {
+            key: &'a str,
+            granted: bool,
+            principal: &'a str,
+            comment: Option<&'a str>,
             now: i64,
         }
         let body = match self {
@@ -610,6 +697,36 @@ impl Entry {
                 value,
                 now: *now,
             }),
+            Entry::ApprovalRequested {
+                key,
+                step,
+                firing,
+                reasons,
+                deadline_ms,
+                default_grant,
+                now,
+            } => to_vec(&ApprovalRequested {
+                key,
+                step,
+                firing: *firing,
+                reasons,
+                deadline_ms: *deadline_ms,
+                default_grant: *default_grant,
+                now: *now,
+            }),
+            Entry::ApprovalDecided {
+                key,
+                granted,
+                principal,
+                comment,
+                now,
+            } => to_vec(&ApprovalDecided {
+                key,
+                granted: *granted,
+                principal,
+                comment: comment.as_deref(),
+                now: *now,
+            }),
         };
         body.unwrap_or_default()
     }
@@ -650,6 +767,8 @@ impl Entry {
                     "context.put" => "context_put",
                     "repair.applied" => "repaired",
                     "repair.failed" => "repair_failed",
+                    "approval.requested" => "approval_requested",
+                    "approval.decided" => "approval_decided",
                     other => {
                         return Err(DurableError::Journal {
                             message: format!(
@@ -784,6 +903,36 @@ impl Entry {
             })),
             Entry::RepairFailed { reason } => Input::RepairFailed {
                 reason: reason.clone(),
+            },
+            Entry::ApprovalRequested {
+                key,
+                step,
+                firing,
+                reasons,
+                deadline_ms,
+                default_grant,
+                now,
+            } => Input::ApprovalRequested {
+                key: key.clone(),
+                step: step.clone(),
+                firing: *firing,
+                reasons: reasons.clone(),
+                deadline_ms: *deadline_ms,
+                default_grant: *default_grant,
+                now: *now,
+            },
+            Entry::ApprovalDecided {
+                key,
+                granted,
+                principal,
+                comment,
+                now,
+            } => Input::ApprovalDecided {
+                key: key.clone(),
+                granted: *granted,
+                principal: principal.clone(),
+                comment: comment.clone(),
+                now: *now,
             },
         }))
     }
@@ -1034,6 +1183,24 @@ mod tests {
             Entry::ContextPut { key, value, now } => {
                 json!({"key": key, "value": value, "now": now})
             }
+            Entry::ApprovalRequested {
+                key,
+                step,
+                firing,
+                reasons,
+                deadline_ms,
+                default_grant,
+                now,
+            } => json!({"key": key, "step": step, "firing": firing, "reasons": reasons,
+                "deadline_ms": deadline_ms, "default_grant": default_grant, "now": now}),
+            Entry::ApprovalDecided {
+                key,
+                granted,
+                principal,
+                comment,
+                now,
+            } => json!({"key": key, "granted": granted, "principal": principal,
+                "comment": comment, "now": now}),
         };
         serde_json::to_vec(&body).unwrap_or_default()
     }
@@ -1132,6 +1299,24 @@ mod tests {
         out.push(Entry::RepairFailed {
             reason: "no".into(),
         });
+        for (deadline_ms, comment) in [(None, None), (Some(5_000), Some("ok \"é\"".to_string()))] {
+            out.push(Entry::ApprovalRequested {
+                key: "i/s/3".into(),
+                step: "s".into(),
+                firing: 3,
+                reasons: vec!["why".into(), "q\"\n".into()],
+                deadline_ms,
+                default_grant: comment.is_some(),
+                now: 11,
+            });
+            out.push(Entry::ApprovalDecided {
+                key: "i/s/3".into(),
+                granted: deadline_ms.is_some(),
+                principal: "ann".into(),
+                comment,
+                now: 12,
+            });
+        }
         out
     }
 
@@ -1141,7 +1326,7 @@ mod tests {
     fn direct_bodies_match_the_reference_encoder() {
         let entries = every_kind();
         let kinds: BTreeSet<&str> = entries.iter().map(|e| e.kind()).collect();
-        assert_eq!(kinds.len(), 13, "every record kind is covered: {kinds:?}");
+        assert_eq!(kinds.len(), 15, "every record kind is covered: {kinds:?}");
         for e in entries {
             let r = e.to_record(0);
             assert_eq!(

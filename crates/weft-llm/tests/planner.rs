@@ -125,7 +125,7 @@ async fn unknown_field_is_named_with_its_pointer() {
     let out = plan(&run.llm, "Say hi", &tools(), &opts()).await.unwrap();
     assert_eq!(
         sent(&run, 1),
-        "CRITIC: attempt 1 of 3 was rejected. Fix every finding below and call `create_plan` again with the complete corrected plan.\n- L004 invalid-plan-json at /steps/greet/actoin: unknown field `actoin`, expected one of `on`, `action`, `args`, `emits`, `guard`, `correlate`, `retry`, `timeout_ms`, `on_fail`, `description` at line 1, column 188 (at /steps/greet/actoin)\n  hint: check the plan against `weft schema`; unknown fields are rejected"
+        "CRITIC: attempt 1 of 3 was rejected. Fix every finding below and call `create_plan` again with the complete corrected plan.\n- L004 invalid-plan-json at /steps/greet/actoin: unknown field `actoin`, expected one of `on`, `action`, `args`, `emits`, `guard`, `correlate`, `retry`, `timeout_ms`, `on_fail`, `description`, `approval` at line 1, column 188 (at /steps/greet/actoin)\n  hint: check the plan against `weft schema`; unknown fields are rejected"
     );
     assert_eq!(out.rounds[0].findings[0].pointer, "/steps/greet/actoin");
 }

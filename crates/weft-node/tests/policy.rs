@@ -1,7 +1,8 @@
 //! `[policy]` on a node: the bundle named in the configuration decides every tool call of
 //! every plan before it runs. A denied `send_email` fails its step with `policy_denied` and
 //! writes nothing to the outbox; an allowed one is sent. A bundle that does not compile
-//! refuses to build the node, naming the file.
+//! refuses to build the node, naming the file. A call the bundle names in `require_approval`
+//! waits for a person's decision before it runs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -99,5 +100,61 @@ fn a_bundle_that_does_not_compile_refuses_the_node() {
         msg.contains("[policy]") && msg.contains("weft.rego") && msg.contains("does not compile"),
         "{msg}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+const APPROVAL_BUNDLE: &str = r#"
+package weft
+
+require_approval contains msg if {
+    input.tool.name == "send_email"
+    msg := sprintf("email to %s", [input.args.to])
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_approval_waits_for_a_person_before_the_call() {
+    use weft_runtime::Filter;
+    let dir = std::env::temp_dir().join(format!("weft-node-approval-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let node = Builder::new(config(&dir, APPROVAL_BUNDLE))
+        .in_memory()
+        .expect("node");
+    let engine = node.engine();
+    let mut events = engine.subscribe(Filter::default());
+    let plan = engine
+        .compile_value(mail("ann@example.com"))
+        .expect("compiles");
+    let h = engine.start_with("local", &plan, json!({}), Default::default());
+    // `approval.requested` says what is asked.
+    let asked = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            if let weft_runtime::Delivery::Event(e) = events.recv().await.expect("bus open")
+                && e.ty == "approval.requested"
+            {
+                return e;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "approval.requested within 10 s: {:?} {:?}",
+            h.state(),
+            h.outcome_now()
+        )
+    });
+    assert_eq!(asked.data["step"], "send", "{:?}", asked.data);
+    assert_eq!(asked.data["reasons"][0], "email to ann@example.com");
+    assert_eq!(h.state().status_name(), "waiting_approval");
+    assert_eq!(outbox(&dir), 0, "nothing is sent before the decision");
+    engine
+        .decide_approval(h.id(), "send", None, true, "ann", None)
+        .expect("decided");
+    let o = tokio::time::timeout(std::time::Duration::from_secs(10), h.wait())
+        .await
+        .expect("settles");
+    assert_eq!(o.status, Status::Completed, "{o:?}");
+    assert_eq!(outbox(&dir), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }

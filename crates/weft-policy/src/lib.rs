@@ -11,6 +11,12 @@
 //! is not retried. An undefined `deny` allows. A rule that cannot be evaluated (a runtime
 //! error, the time limit) denies: policies fail closed.
 //!
+//! A bundle may also define `require_approval`, a set of reasons: a call it names (and
+//! `deny` does not) waits for a person's decision before it runs (the engine's approvals:
+//! `approval.requested`, `POST /v1/instances/{id}/approvals/{step}`, `weft approve`), at most
+//! `data.weft.approval_timeout_ms` if the bundle defines it, then it is denied. Such a
+//! bundle makes every call behind it asynchronous, since any call may have to wait.
+//!
 //! The input document, version [`INPUT_VERSION`]:
 //! ```json
 //! {"version": 1, "kind": "tool_call", "tenant": "acme", "instance": "i…", "plan": "billing",
@@ -26,8 +32,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use weft_tools::approval::approve_then_call;
 use weft_tools::{
-    BoxFuture, InlineArgs, InlineContext, Interceptor, Tool, ToolContext, ToolError, ToolSpec,
+    ApprovalRequest, BoxFuture, InlineArgs, InlineContext, Interceptor, Tool, ToolContext,
+    ToolError, ToolSpec,
 };
 
 /// The version of the input document; a change that removes or renames a field raises it.
@@ -78,7 +86,21 @@ pub enum Decision {
     Allow,
     /// The call is refused, for these reasons (sorted, at least one).
     Deny(Vec<String>),
+    /// The call may go on once a person approves it, asked for these reasons (sorted, at
+    /// least one), waiting at most `timeout_ms` (then it is denied).
+    RequireApproval {
+        /// What the approver is asked.
+        reasons: Vec<String>,
+        /// `data.weft.approval_timeout_ms`, if the bundle defines it.
+        timeout_ms: Option<u64>,
+    },
 }
+
+/// The rule naming the reasons a call needs a person's approval.
+pub const APPROVAL_RULE: &str = "data.weft.require_approval";
+
+/// The rule bounding the wait for an approval, in milliseconds.
+pub const APPROVAL_TIMEOUT_RULE: &str = "data.weft.approval_timeout_ms";
 
 /// A compiled bundle. Cheap to clone; each decision runs on a clone of the prepared engine.
 #[derive(Clone)]
@@ -87,6 +109,26 @@ pub struct Policy {
     files: Arc<[String]>,
     /// The `test_*` rules of the bundle, as `data.<package>.<rule>` ([`Policy::run_tests`]).
     tests: Arc<[String]>,
+    /// Whether `package weft` defines `deny` (regorus refuses to evaluate a rule that no
+    /// file defines; an absent `deny` allows).
+    denies: bool,
+    /// Whether `package weft` defines `require_approval`: then a call may wait for a person,
+    /// so no tool behind this bundle is called inline.
+    approvals: bool,
+    /// Whether `package weft` defines `approval_timeout_ms`.
+    approval_timeout: bool,
+}
+
+/// Whether a Rego file of `package weft` defines the rule `rule` (a rule head at the start
+/// of a line).
+fn defines(text: &str, rule: &str) -> bool {
+    let weft = text
+        .lines()
+        .any(|l| l.trim_start().strip_prefix("package ").map(str::trim) == Some("weft"));
+    weft && text.lines().any(|l| {
+        l.strip_prefix(rule)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '[', ':', '=', '{']))
+    })
 }
 
 /// The result of one `test_*` rule ([`Policy::run_tests`]).
@@ -148,8 +190,12 @@ impl Policy {
         });
         let mut files = Vec::with_capacity(sources.len());
         let mut tests = Vec::new();
+        let (mut denies, mut approvals, mut approval_timeout) = (false, false, false);
         for (name, text) in sources {
             tests.extend(test_rules(&text));
+            denies |= defines(&text, "deny");
+            approvals |= defines(&text, "require_approval");
+            approval_timeout |= defines(&text, "approval_timeout_ms");
             engine
                 .add_policy(name.clone(), text)
                 .map_err(|e| PolicyError::Compile {
@@ -173,6 +219,9 @@ impl Policy {
             engine,
             files: files.into(),
             tests: tests.into(),
+            denies,
+            approvals,
+            approval_timeout,
         })
     }
 
@@ -196,6 +245,11 @@ impl Policy {
             }
         }
         Policy::from_sources(sources)
+    }
+
+    /// Whether the bundle defines `require_approval` (a call may wait for a person).
+    pub fn may_require_approval(&self) -> bool {
+        self.approvals
     }
 
     /// The files of the bundle, in the order they were read.
@@ -241,21 +295,14 @@ impl Policy {
             .collect()
     }
 
-    /// The decision for an input document.
-    pub fn decide(&self, input: &Value) -> Decision {
-        let items = match self.eval(DENY_RULE, Some(input)) {
-            Ok(Value::Null) => return Decision::Allow,
+    /// The reasons a set rule gives for `input`: empty when it is undefined or empty; an
+    /// error (which denies) when it is not a set or cannot be evaluated.
+    fn reasons(&self, rule: &str, input: &Value) -> Result<Vec<String>, String> {
+        let items = match self.eval(rule, Some(input)) {
+            Ok(Value::Null) => return Ok(Vec::new()),
             Ok(Value::Array(items)) => items,
-            Ok(other) => {
-                return Decision::Deny(vec![format!(
-                    "{DENY_RULE} must be a set of reasons, it is {other}"
-                )]);
-            }
-            Err(e) => {
-                return Decision::Deny(vec![format!(
-                    "the policy could not be evaluated ({DENY_RULE}): {e}"
-                )]);
-            }
+            Ok(other) => return Err(format!("{rule} must be a set of reasons, it is {other}")),
+            Err(e) => return Err(format!("the policy could not be evaluated ({rule}): {e}")),
         };
         let mut reasons: Vec<String> = items
             .into_iter()
@@ -264,12 +311,52 @@ impl Policy {
                 other => other.to_string(),
             })
             .collect();
-        if reasons.is_empty() {
-            return Decision::Allow;
-        }
         reasons.sort();
         reasons.dedup();
-        Decision::Deny(reasons)
+        Ok(reasons)
+    }
+
+    /// The decision for an input document: a denial wins over an approval.
+    pub fn decide(&self, input: &Value) -> Decision {
+        if self.denies {
+            match self.reasons(DENY_RULE, input) {
+                Ok(r) if r.is_empty() => {}
+                Ok(r) => return Decision::Deny(r),
+                Err(e) => return Decision::Deny(vec![e]),
+            }
+        }
+        if !self.approvals {
+            return Decision::Allow;
+        }
+        let reasons = match self.reasons(APPROVAL_RULE, input) {
+            Ok(r) if r.is_empty() => return Decision::Allow,
+            Ok(r) => r,
+            Err(e) => return Decision::Deny(vec![e]),
+        };
+        if !self.approval_timeout {
+            return Decision::RequireApproval {
+                reasons,
+                timeout_ms: None,
+            };
+        }
+        let timeout_ms = match self.eval(APPROVAL_TIMEOUT_RULE, Some(input)) {
+            Ok(Value::Null) => None,
+            Ok(Value::Number(n)) if n.as_u64().is_some_and(|t| t > 0) => n.as_u64(),
+            Ok(other) => {
+                return Decision::Deny(vec![format!(
+                    "{APPROVAL_TIMEOUT_RULE} must be a positive whole number of milliseconds, it is {other}"
+                )]);
+            }
+            Err(e) => {
+                return Decision::Deny(vec![format!(
+                    "the policy could not be evaluated ({APPROVAL_TIMEOUT_RULE}): {e}"
+                )]);
+            }
+        };
+        Decision::RequireApproval {
+            reasons,
+            timeout_ms,
+        }
     }
 }
 
@@ -349,12 +436,14 @@ struct Governed {
 }
 
 impl Governed {
-    fn check(&self, ctx: &ToolContext, args: &Value) -> Result<(), ToolError> {
+    /// The decision for this call: `Ok(None)` to call, `Ok(Some(request))` to call once a
+    /// person approves, `Err` when denied.
+    fn check(&self, ctx: &ToolContext, args: &Value) -> Result<Option<ApprovalRequest>, ToolError> {
         match self
             .policy
             .decide(&call_input(ctx, self.inner.spec(), args))
         {
-            Decision::Allow => Ok(()),
+            Decision::Allow => Ok(None),
             Decision::Deny(reasons) => Err(ToolError::fatal(
                 "policy_denied",
                 format!(
@@ -363,6 +452,14 @@ impl Governed {
                     reasons.join("; ")
                 ),
             )),
+            Decision::RequireApproval {
+                reasons,
+                timeout_ms,
+            } => Ok(Some(ApprovalRequest {
+                reasons,
+                timeout_ms,
+                default_grant: false,
+            })),
         }
     }
 }
@@ -374,17 +471,19 @@ impl Tool for Governed {
 
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
         match self.check(&ctx, &args) {
-            Ok(()) => self.inner.call(ctx, args),
+            Ok(None) => self.inner.call(ctx, args),
+            Ok(Some(request)) => approve_then_call(Arc::clone(&self.inner), request, ctx, args),
             Err(e) => Box::pin(std::future::ready(Err(e))),
         }
     }
 
+    // A bundle that may ask for approvals makes every call a future (it may wait).
     fn is_immediate(&self) -> bool {
-        self.inner.is_immediate()
+        self.inner.is_immediate() && !self.policy.may_require_approval()
     }
 
     fn waits_for_journal(&self) -> bool {
-        self.inner.waits_for_journal()
+        self.inner.waits_for_journal() && !self.policy.may_require_approval()
     }
 
     fn call_inline(
@@ -396,7 +495,15 @@ impl Tool for Governed {
     }
 
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
-        self.check(&ctx, &args)?;
-        self.inner.call_now(ctx, args)
+        match self.check(&ctx, &args)? {
+            None => self.inner.call_now(ctx, args),
+            Some(_) => Err(ToolError::fatal(
+                "approval_unavailable",
+                format!(
+                    "the policy requires an approval for `{}`, and this call cannot wait for one",
+                    self.inner.spec().name
+                ),
+            )),
+        }
     }
 }

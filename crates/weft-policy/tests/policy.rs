@@ -74,7 +74,77 @@ fn a_rule_that_fails_to_evaluate_denies() {
     .unwrap();
     match p.decide(&input("acme", "echo", "pure", json!({}))) {
         Decision::Deny(r) => assert!(r[0].contains("must be a set of reasons"), "{r:?}"),
-        Decision::Allow => panic!("an unreadable decision must deny"),
+        other => panic!("an unreadable decision must deny: {other:?}"),
+    }
+}
+
+const APPROVALS: &str = r#"
+package weft
+
+deny contains "no deletes" if input.tool.name == "delete_all"
+
+require_approval contains msg if {
+    input.tool.effect == "write"
+    msg := sprintf("%s writes (step %s)", [input.tool.name, input.step])
+}
+
+approval_timeout_ms := 60000 if input.tenant == "acme"
+"#;
+
+#[test]
+fn require_approval_asks_a_person_and_a_denial_wins() {
+    let p = Policy::from_sources(vec![("a.rego".into(), APPROVALS.into())]).unwrap();
+    assert!(p.may_require_approval());
+    assert_eq!(
+        p.decide(&input("acme", "send_email", "write", json!({}))),
+        Decision::RequireApproval {
+            reasons: vec!["send_email writes (step s)".into()],
+            timeout_ms: Some(60_000)
+        }
+    );
+    assert_eq!(
+        p.decide(&input("other", "send_email", "write", json!({}))),
+        Decision::RequireApproval {
+            reasons: vec!["send_email writes (step s)".into()],
+            timeout_ms: None
+        }
+    );
+    assert_eq!(
+        p.decide(&input("acme", "echo", "pure", json!({}))),
+        Decision::Allow
+    );
+    // `delete_all` is a write too, but the denial wins over the approval.
+    assert_eq!(
+        p.decide(&input("acme", "delete_all", "write", json!({}))),
+        Decision::Deny(vec!["no deletes".into()])
+    );
+    // A bundle without the rule never asks (and its tools stay inline).
+    let plain = Policy::from_sources(vec![(
+        "d.rego".into(),
+        "package weft
+deny contains \"x\" if false
+# require_approval is not a rule here
+"
+        .into(),
+    )])
+    .unwrap();
+    assert!(!plain.may_require_approval());
+}
+
+#[test]
+fn an_unreadable_approval_timeout_denies() {
+    let p = Policy::from_sources(vec![(
+        "t.rego".into(),
+        "package weft
+require_approval contains \"why\" if true
+approval_timeout_ms := \"soon\"
+"
+        .into(),
+    )])
+    .unwrap();
+    match p.decide(&input("acme", "echo", "pure", json!({}))) {
+        Decision::Deny(r) => assert!(r[0].contains("approval_timeout_ms"), "{r:?}"),
+        other => panic!("{other:?}"),
     }
 }
 

@@ -120,6 +120,11 @@ pub(crate) struct Cell {
     pub kv: Mutex<Option<Box<serde_json::Map<String, Value>>>>,
     /// Restored only: idempotency key → timer id of timers set by firings still in flight.
     pub timer_keys: Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Approvals of firings still in flight, by idempotency key, with whoever waits on them.
+    pub approvals: Mutex<std::collections::BTreeMap<String, crate::approvals::Live>>,
+    /// Whether a firing of this instance ever asked for an approval (so an outcome looks
+    /// at `approvals` only then).
+    pub asked_approval: std::sync::atomic::AtomicBool,
 }
 
 impl Cell {
@@ -160,6 +165,8 @@ impl Cell {
             depth: AtomicU32::new(0),
             kv: Mutex::new(None),
             timer_keys: Mutex::new(std::collections::BTreeMap::new()),
+            approvals: Mutex::new(std::collections::BTreeMap::new()),
+            asked_approval: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -422,7 +429,10 @@ impl Cell {
                 }
             }
             // Recorded by the tool services (services.rs), never submitted to the loop.
-            Input::TimerSet { .. } | Input::ContextPut { .. } => return,
+            Input::TimerSet { .. }
+            | Input::ContextPut { .. }
+            | Input::ApprovalRequested { .. }
+            | Input::ApprovalDecided { .. } => return,
             Input::Stop { reason } => {
                 if let Some(i) = core.inst.as_mut()
                     && !i.status.is_terminal()
@@ -811,6 +821,7 @@ impl Cell {
             awaits: self.awaits(core),
             in_flight,
             fired,
+            awaiting_approval: self.awaits_approval(),
         }
     }
 }

@@ -681,6 +681,9 @@ impl Cell {
             None
         };
         let c = inst.complete(net, firing, result, now);
+        if !inst.in_flight.contains_key(&firing) {
+            self.forget_approvals(firing);
+        }
         if let (Some(t), Some(out)) = (core.trace.as_mut(), traced)
             && let Some(e) = t.iter_mut().find(|e| e.firing == firing)
         {

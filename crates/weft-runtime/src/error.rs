@@ -57,6 +57,29 @@ pub enum Error {
         /// Its status name.
         status: &'static str,
     },
+    /// No firing of the step waits for an approval.
+    #[error("no firing of step `{step}` of instance `{instance}` waits for an approval")]
+    NoApproval {
+        /// Instance.
+        instance: String,
+        /// The step asked for.
+        step: String,
+    },
+    /// The approval was decided before.
+    #[error(
+        "the approval of step `{step}` of instance `{instance}` was already {} by {principal}",
+        if *.granted { "granted" } else { "denied" }
+    )]
+    AlreadyDecided {
+        /// Instance.
+        instance: String,
+        /// Step.
+        step: String,
+        /// The earlier decision.
+        granted: bool,
+        /// Who made it.
+        principal: String,
+    },
 }
 
 impl Error {
@@ -72,6 +95,8 @@ impl Error {
             Error::TimersUnavailable(_) => "timer_unavailable",
             Error::NoRepairer => "no_repairer",
             Error::NotRepairable { .. } => "not_repairable",
+            Error::NoApproval { .. } => "no_approval",
+            Error::AlreadyDecided { .. } => "already_decided",
         }
     }
 }

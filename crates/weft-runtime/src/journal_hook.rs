@@ -5,9 +5,10 @@
 //! instance's loop, followed by "fire everything enabled" (deterministic in the core). So
 //! the sequence of inputs is a complete history: replaying it into a fresh
 //! `weft_core::Instance` (see [`replay`]) rebuilds the same marking. Two inputs change only
-//! what the instance keeps beside its marking ([`Extras`]): `TimerSet` and `ContextPut` are
-//! recorded by the engine's tool services while the tool runs (before its outcome), not
-//! applied by the loop. [`fold`] is the one rule for both parts. The durability layer
+//! what the instance keeps beside its marking ([`Extras`]): `TimerSet`, `ContextPut` and the
+//! approvals (`ApprovalRequested`, `ApprovalDecided`) are recorded by the engine's tool
+//! services and its approval API while the tool runs (before its outcome), not applied by
+//! the loop. [`fold`] is the one rule for both parts. The durability layer
 //! implements [`Journal`] to persist these records; the default is no journal at all.
 
 use std::collections::BTreeMap;
@@ -113,6 +114,38 @@ pub enum Input {
         /// Clock time.
         now: i64,
     },
+    /// A firing asks a person for approval before its tool is called (a step's `approval`,
+    /// a policy's `require_approval`). Recorded by the engine's tool services once per
+    /// firing, before the wait; changes only the approvals of [`Extras`].
+    ApprovalRequested {
+        /// Idempotency key of the firing (`<instance>/<step>/<firing>`).
+        key: String,
+        /// The step.
+        step: String,
+        /// The firing.
+        firing: FiringId,
+        /// What the approver is asked.
+        reasons: Vec<String>,
+        /// When the default decision applies (epoch ms), if the wait is bounded.
+        deadline_ms: Option<i64>,
+        /// The decision at the deadline.
+        default_grant: bool,
+        /// Clock time.
+        now: i64,
+    },
+    /// A person (or the deadline) decided a requested approval. Changes only [`Extras`].
+    ApprovalDecided {
+        /// Idempotency key of the firing.
+        key: String,
+        /// Whether the call may go ahead.
+        granted: bool,
+        /// Who decided (`weft:deadline` for the default decision).
+        principal: String,
+        /// The decider's comment.
+        comment: Option<String>,
+        /// Clock time.
+        now: i64,
+    },
     /// A repair: the instance moves onto a revised plan (see [`Repair`]).
     Repair(Box<Repair>),
     /// A repair could not be made (the repairer failed, the revised plan was invalid or
@@ -141,6 +174,42 @@ pub struct PendingTimer {
     pub remaining: Option<u32>,
 }
 
+/// An approval a firing asked for, and its decision once there is one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingApproval {
+    /// The step.
+    pub step: String,
+    /// The firing.
+    pub firing: FiringId,
+    /// What the approver is asked.
+    pub reasons: Vec<String>,
+    /// When it was asked (epoch ms).
+    pub requested_ms: i64,
+    /// When the default decision applies (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<i64>,
+    /// The decision at the deadline.
+    #[serde(default)]
+    pub default_grant: bool,
+    /// The decision, once made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decided>,
+}
+
+/// A recorded approval decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decided {
+    /// Whether the call may go ahead.
+    pub granted: bool,
+    /// Who decided.
+    pub principal: String,
+    /// The decider's comment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// When (epoch ms).
+    pub at_ms: i64,
+}
+
 /// What the fold keeps beside the core instance's marking: the timers that are set and
 /// have not fired for the last time, and the key-value context. [`fold`] rebuilds it from
 /// the inputs; `Engine::restore_with` makes it live again (timers re-armed, context back).
@@ -160,6 +229,9 @@ pub struct Extras {
     /// outside), so a recovered child keeps counting towards `limits.max_child_depth`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub depth: u32,
+    /// The approvals of firings that have no outcome yet, by idempotency key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub approvals: BTreeMap<String, PendingApproval>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -206,6 +278,45 @@ impl Extras {
             Input::Outcome { firing, .. } if !self.set_by.is_empty() => {
                 let suffix = format!("/{firing}");
                 self.set_by.retain(|k, _| !k.ends_with(&suffix));
+            }
+            Input::ApprovalRequested {
+                key,
+                step,
+                firing,
+                reasons,
+                deadline_ms,
+                default_grant,
+                now,
+            } => {
+                self.approvals
+                    .entry(key.clone())
+                    .or_insert_with(|| PendingApproval {
+                        step: step.clone(),
+                        firing: *firing,
+                        reasons: reasons.clone(),
+                        requested_ms: *now,
+                        deadline_ms: *deadline_ms,
+                        default_grant: *default_grant,
+                        decision: None,
+                    });
+            }
+            Input::ApprovalDecided {
+                key,
+                granted,
+                principal,
+                comment,
+                now,
+            } => {
+                if let Some(a) = self.approvals.get_mut(key)
+                    && a.decision.is_none()
+                {
+                    a.decision = Some(Decided {
+                        granted: *granted,
+                        principal: principal.clone(),
+                        comment: comment.clone(),
+                        at_ms: *now,
+                    });
+                }
             }
             Input::ContextPut { key, value, .. } => {
                 self.context.insert(key.clone(), value.clone());
@@ -395,6 +506,16 @@ pub fn fold(
         return false;
     }
     extras.apply(input);
+    // An approval holds for every attempt of its firing: it goes with the last outcome.
+    if let Input::Outcome { firing, .. } = input
+        && !extras.approvals.is_empty()
+        && !inst
+            .as_ref()
+            .is_some_and(|i| i.in_flight.contains_key(firing))
+    {
+        let suffix = format!("/{firing}");
+        extras.approvals.retain(|k, _| !k.ends_with(&suffix));
+    }
     true
 }
 
@@ -438,7 +559,11 @@ pub fn apply(net: &Net, id: &str, inst: &mut Option<Instance>, input: &Input) ->
                 Input::Pause { reason } => i.pause(reason.clone()),
                 Input::Resume => i.resume(net),
                 Input::Stop { .. } => i.stop(),
-                Input::Start { .. } | Input::TimerSet { .. } | Input::ContextPut { .. } => {}
+                Input::Start { .. }
+                | Input::TimerSet { .. }
+                | Input::ContextPut { .. }
+                | Input::ApprovalRequested { .. }
+                | Input::ApprovalDecided { .. } => {}
                 Input::Repair(r) => {
                     if let Err(lost) = i.rebase(net, &r.net) {
                         i.fail_with(lost.to_string());
@@ -460,6 +585,8 @@ pub fn apply(net: &Net, id: &str, inst: &mut Option<Instance>, input: &Input) ->
                 | Input::Stop { .. }
                 | Input::TimerSet { .. }
                 | Input::ContextPut { .. }
+                | Input::ApprovalRequested { .. }
+                | Input::ApprovalDecided { .. }
         )
     {
         while i.next(net).is_some() {}

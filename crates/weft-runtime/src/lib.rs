@@ -10,6 +10,7 @@
 //! Architecture invariant: the runtime never changes a marking except by applying a
 //! [`journal_hook::Input`] to a `weft_core::Instance`; all time comes from [`clock::Clock`].
 
+mod approvals;
 pub mod bus;
 mod cell;
 pub mod clock;
@@ -25,6 +26,7 @@ mod repair_loop;
 mod services;
 mod timers;
 
+pub use approvals::ApprovalView;
 pub use bus::{Bus, CloudEvent, Delivery, Filter, InProcessBus, Subscription};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{
@@ -32,7 +34,9 @@ pub use engine::{
 };
 pub use error::Error;
 pub use ids::IdNames;
-pub use journal_hook::{Extras, Input, Journal, MemoryJournal, PendingTimer, Repair};
+pub use journal_hook::{
+    Decided, Extras, Input, Journal, MemoryJournal, PendingApproval, PendingTimer, Repair,
+};
 pub use outcome::{Awaits, InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
 pub use plans::CompiledPlan;
 pub use recover::Redispatch;

@@ -109,6 +109,21 @@ pub struct StateSnapshot {
     pub in_flight: Vec<InFlightInfo>,
     /// Firings so far.
     pub fired: u64,
+    /// Whether a firing waits for a person's approval.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_approval: bool,
+}
+
+impl StateSnapshot {
+    /// The status as people see it: `waiting_approval` for a running instance whose firing
+    /// waits for a person, else the status's name.
+    pub fn status_name(&self) -> &'static str {
+        if self.awaiting_approval && self.status == Status::Running {
+            "waiting_approval"
+        } else {
+            self.status.name()
+        }
+    }
 }
 
 /// One firing, for the readable trace.

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use weft_core::catalog::ToolCatalog;
-use weft_core::{Effect, EventKind, Limits, Net, Plan, validate};
-use weft_tools::{Registry, Tool};
+use weft_core::{ApprovalDefault, Effect, EventKind, Limits, Net, Plan, validate};
+use weft_tools::{ApprovalRequest, Approved, Registry, Tool};
 
 use crate::Error;
 
@@ -79,7 +79,23 @@ impl CompiledPlan {
             .steps
             .iter()
             .map(|s| {
-                let tool = registry.get(&s.action).cloned();
+                let approval = plan.steps.get(s.name.as_str()).and_then(|st| {
+                    st.approval.as_ref().map(|a| ApprovalRequest {
+                        reasons: vec![
+                            a.reason
+                                .clone()
+                                .or_else(|| st.description.clone())
+                                .unwrap_or_else(|| format!("step `{}` needs approval", s.name)),
+                        ],
+                        timeout_ms: a.timeout_ms,
+                        default_grant: a.default == ApprovalDefault::Grant,
+                    })
+                });
+                // A step with an approval waits for it before its (chain-wrapped) tool.
+                let tool = registry.get(&s.action).cloned().map(|t| match approval {
+                    Some(request) => Approved::wrap(t, request),
+                    None => t,
+                });
                 let validator = match &tool {
                     Some(t) if !s.args.is_literal() || !check_tools => validators
                         .entry(s.action.clone())

@@ -119,6 +119,14 @@ impl Engine {
             *lock(&cell.timer_keys) = extras.set_by.clone();
         }
         cell.depth.store(extras.depth, Ordering::Relaxed);
+        if !extras.approvals.is_empty() {
+            cell.asked_approval.store(true, Ordering::Relaxed);
+            *lock(&cell.approvals) = extras
+                .approvals
+                .iter()
+                .map(|(k, a)| (k.clone(), crate::approvals::Live::restored(a.clone())))
+                .collect();
+        }
         let mut actions = Vec::new();
         {
             let mut g = lock(&cell.core);

@@ -13,7 +13,10 @@ use std::sync::atomic::Ordering;
 
 use serde_json::Value;
 use weft_core::Status;
-use weft_tools::{BoxFuture, ChildPlan, TimerRequest, ToolContext, ToolError, ToolServices};
+use weft_tools::{
+    ApprovalDecision, ApprovalRequest, BoxFuture, ChildPlan, TimerRequest, ToolContext, ToolError,
+    ToolServices,
+};
 
 use crate::cell::{Cell, lock};
 use crate::engine::{Engine, StartOptions};
@@ -116,6 +119,14 @@ impl ToolServices for Cell {
             .get_or_insert_with(Default::default)
             .insert(key.to_string(), value);
         Ok(())
+    }
+
+    fn await_approval(
+        &self,
+        ctx: &ToolContext,
+        request: ApprovalRequest,
+    ) -> BoxFuture<'static, Result<ApprovalDecision, ToolError>> {
+        self.approval_wait(ctx, request)
     }
 
     fn run_child(

@@ -13,7 +13,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::{auth, events, instances, llm, ops, plans, request_id, tools};
+use crate::{approvals, auth, events, instances, llm, ops, plans, request_id, tools};
 
 /// The HTTP application over `state` (STYLE §11: tested in-process with `oneshot`).
 pub fn app(state: AppState) -> Router {
@@ -38,6 +38,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/instances/{id}/resume", post(instances::resume))
         .route("/v1/instances/{id}/checkpoint", post(instances::checkpoint))
         .route("/v1/instances/{id}/repair", post(llm::repair))
+        .route("/v1/instances/{id}/approvals", get(approvals::list))
+        .route(
+            "/v1/instances/{id}/approvals/{step}",
+            post(approvals::decide),
+        )
         .route("/v1/tools", get(tools::list))
         .route(
             "/v1/tools/{name}",
@@ -130,7 +135,7 @@ impl utoipa::Modify for Security {
         llm::generate, llm::explain, llm::repair, llm::react,
         instances::start, instances::list, instances::get, instances::trace,
         instances::journal, instances::inspect, instances::stop, instances::resume,
-        instances::checkpoint,
+        instances::checkpoint, approvals::list, approvals::decide,
         events::ingest, events::stream,
         tools::list, tools::get, tools::put, tools::delete,
     ),

@@ -297,6 +297,12 @@ pub(crate) struct InstanceState {
     pub fired: u64,
     /// Whether the instance is live in this process.
     pub live: bool,
+    /// Approvals of firings in flight: `{key, step, firing, reasons, requested_ms,
+    /// deadline_ms, default, decision}`; the status is `waiting_approval` while one has no
+    /// decision.
+    #[schema(value_type = Vec<Object>)]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<Value>,
 }
 
 fn reason_of(s: &Status) -> Option<String> {
@@ -390,6 +396,7 @@ fn state_view(
         failure,
         fired,
         live,
+        approvals: Vec::new(),
     }
 }
 
@@ -424,7 +431,18 @@ pub(crate) async fn get(
             trace.as_deref(),
             true,
         );
-        view.awaits = h.state().awaits.and_then(|a| serde_json::to_value(a).ok());
+        let snap = h.state();
+        view.status = snap.status_name().to_string();
+        view.awaits = snap.awaits.and_then(|a| serde_json::to_value(a).ok());
+        view.approvals = state
+            .inner
+            .durable
+            .engine()
+            .approvals(&id)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|a| serde_json::to_value(a).ok())
+            .collect();
         return Ok(Json(view));
     }
     let Some(rec) = o.record else {
@@ -448,6 +466,16 @@ pub(crate) async fn get(
         view.status = rec.status.as_str().to_string();
         view.reason = rec.reason;
     }
+    view.approvals = folded
+        .extras
+        .approvals
+        .iter()
+        .map(|(key, a)| {
+            json!({"key": key, "step": a.step, "firing": a.firing,
+            "reasons": a.reasons, "requested_ms": a.requested_ms, "deadline_ms": a.deadline_ms,
+            "default": if a.default_grant { "grant" } else { "deny" }, "decision": a.decision})
+        })
+        .collect();
     if let Some(i) = folded
         .instance
         .as_ref()

@@ -17,6 +17,7 @@
 //! with every other waiting request).
 
 mod app;
+mod approvals;
 mod auth;
 mod body;
 pub use weft_core::cloudevents;

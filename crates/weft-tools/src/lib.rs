@@ -12,6 +12,7 @@
 //! call. The built-in tools live in `weft-builtins`; tools users bring come from the sources
 //! the assembly point (`weft-node`) reads from the configuration.
 
+pub mod approval;
 pub mod chain;
 pub mod registry;
 
@@ -24,6 +25,7 @@ use serde_json::Value;
 pub use weft_core::catalog::{Effect, ToolSpec};
 pub use weft_core::instance::Args;
 
+pub use approval::{ApprovalDecision, ApprovalRequest, Approved};
 pub use chain::{Chain, Interceptor, Stage};
 pub use registry::{Registry, TenantTools};
 
@@ -142,6 +144,25 @@ pub trait ToolServices: Send + Sync {
         plan: ChildPlan,
         input: Value,
     ) -> BoxFuture<'static, Result<Value, ToolError>>;
+    /// Waits for a person's decision on the calling firing ([`ApprovalRequest`]): the
+    /// engine records the request (once per firing: a retry or a re-dispatch after a restart
+    /// finds it, or its decision), tells people it waits and resolves with the decision.
+    /// Default (no engine): `approval_unavailable`.
+    fn await_approval(
+        &self,
+        ctx: &ToolContext,
+        _request: ApprovalRequest,
+    ) -> BoxFuture<'static, Result<ApprovalDecision, ToolError>> {
+        let step = ctx.step.to_string();
+        Box::pin(async move {
+            Err(ToolError::fatal(
+                "approval_unavailable",
+                format!(
+                    "the call of step `{step}` needs a person's approval, and approvals need an instance of a running engine"
+                ),
+            ))
+        })
+    }
 }
 
 /// Which plan a child instance runs.

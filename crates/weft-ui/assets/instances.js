@@ -11,6 +11,7 @@ const TERMINAL = new Set(["completed", "failed", "stopped"]);
 const LIFECYCLE = [
   "plan.started", "plan.step.started", "plan.step.finished", "plan.step.error",
   "plan.completed", "plan.waiting", "plan.stuck", "plan.failed", "plan.stopped",
+  "approval.requested", "approval.decided",
   "weft.lagged", // the stream fell behind: the refetch catches up
 ];
 
@@ -209,6 +210,9 @@ export async function instanceView(main, id) {
     const inflight = src.in_flight || [];
     if (inflight.length)
       statePanel.append(h("h3", {}, "In flight"), h("ul", {}, inflight.map((a) => h("li", {}, h("code", {}, a.step), a.tool ? ` (${a.tool})` : "", a.since_ms ? ` since ${fmtTime(a.since_ms)}` : ""))));
+    const approvals = mode === "live" ? inst.approvals || [] : [];
+    if (approvals.length)
+      statePanel.append(h("h3", {}, "Approvals"), h("ul", { "data-testid": "approvals" }, approvals.map(approvalItem)));
     const awaits = mode === "live" ? inst.awaits : null;
     if (awaits)
       statePanel.append(h("h3", {}, "Waits for"), h("ul", { "data-testid": "awaits" }, [
@@ -223,6 +227,37 @@ export async function instanceView(main, id) {
       statePanel.append(h("h3", {}, "Results"), h("pre", { class: "code", "data-testid": "results" }, json(inst.results)));
     if (!inflight.length && !waiting.length && !(mode === "live" && (inst.failure || (inst.results && inst.results.length))))
       statePanel.append(h("p", { class: "muted" }, "Nothing waiting or in flight."));
+  };
+
+  // One approval: what is asked, and Grant / Deny while it waits (the call runs only once
+  // granted; a denial fails the step with `approval_denied`).
+  const approvalItem = (a) => {
+    const li = h("li", { "data-testid": "approval", "data-step": a.step },
+      h("code", {}, a.step), ` (firing ${a.firing})`,
+      h("ul", {}, (a.reasons || []).map((r) => h("li", {}, r))));
+    if (a.decision) {
+      li.append(h("p", { class: "muted" }, `${a.decision.granted ? "granted" : "denied"} by ${a.decision.principal}`));
+      return li;
+    }
+    if (a.deadline_ms) li.append(h("p", { class: "muted" }, `${a.default === "grant" ? "granted" : "denied"} at ${fmtTime(a.deadline_ms)} unless decided`));
+    const comment = h("input", { type: "text", placeholder: "comment (optional)", "aria-label": `Comment on ${a.step}`, "data-testid": "approval-comment" });
+    const decide = async (decision) => {
+      try {
+        const body = { decision, firing: a.firing };
+        if (comment.value.trim()) body.comment = comment.value.trim();
+        await api(`/v1/instances/${enc(id)}/approvals/${enc(a.step)}`, { body });
+        toast(`${decision === "grant" ? "Granted" : "Denied"} ${a.step}`);
+        await refresh();
+      } catch (e) {
+        li.append(problemBox(e));
+      }
+    };
+    const grant = h("button", { type: "button", "data-testid": "approval-grant" }, "Grant");
+    const deny = h("button", { type: "button", "data-testid": "approval-deny" }, "Deny");
+    grant.addEventListener("click", () => decide("grant"));
+    deny.addEventListener("click", () => decide("deny"));
+    li.append(h("div", { class: "row" }, comment, grant, deny));
+    return li;
   };
 
   const renderNet = () => {

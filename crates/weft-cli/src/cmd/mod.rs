@@ -2,6 +2,7 @@
 //! the given writer and returns a [`Status`]. Errors (`anyhow`) mean usage or I/O failure.
 
 pub mod analyze;
+pub mod approve;
 pub mod bench;
 pub mod config;
 pub mod explain;
@@ -239,5 +240,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
         Command::Summarize(args) => summarize::run(&args, &ctx, out),
         Command::Config(args) => config::run(&args, &ctx.config, &ctx.palette, out),
         Command::Policy(cmd) => policy::run(&cmd, &ctx, out),
+        Command::Approve(args) => approve::run(&args, true, &ctx, out),
+        Command::Deny(args) => approve::run(&args, false, &ctx, out),
     }
 }

@@ -70,25 +70,34 @@ pub fn run(cmd: &PolicyCommand, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Resul
             let doc: Value = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not JSON", input.display()))?;
             let decision = policy.decide(&doc);
-            let (name, reasons) = match &decision {
-                Decision::Allow => ("allow", Vec::new()),
-                Decision::Deny(r) => ("deny", r.clone()),
+            let (name, reasons, timeout_ms) = match &decision {
+                Decision::Allow => ("allow", Vec::new(), None),
+                Decision::Deny(r) => ("deny", r.clone(), None),
+                Decision::RequireApproval {
+                    reasons,
+                    timeout_ms,
+                } => ("require_approval", reasons.clone(), *timeout_ms),
             };
             if *json {
-                output::json(
-                    out,
-                    &json!({"decision": name, "reasons": reasons, "rule": DENY_RULE,
-                            "bundle": policy.files()}),
-                )?;
+                let mut doc = json!({"decision": name, "reasons": reasons, "rule": DENY_RULE,
+                        "bundle": policy.files()});
+                if let Some(t) = timeout_ms {
+                    doc["approval_timeout_ms"] = json!(t);
+                }
+                output::json(out, &doc)?;
             } else {
-                writeln!(out, "{name}")?;
+                match timeout_ms {
+                    Some(t) => writeln!(out, "{name} (within {t} ms, else denied)")?,
+                    None => writeln!(out, "{name}")?,
+                }
                 for r in &reasons {
                     writeln!(out, "  - {r}")?;
                 }
             }
+            // Exit 0 only when the call would run as it is.
             Ok(match decision {
                 Decision::Allow => Status::Clean,
-                Decision::Deny(_) => Status::PlanErrors,
+                Decision::Deny(_) | Decision::RequireApproval { .. } => Status::PlanErrors,
             })
         }
         PolicyCommand::Test { bundles, json } => {
