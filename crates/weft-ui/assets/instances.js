@@ -256,7 +256,7 @@ export async function instanceView(main, id) {
     const deny = h("button", { type: "button", "data-testid": "approval-deny" }, "Deny");
     grant.addEventListener("click", () => decide("grant"));
     deny.addEventListener("click", () => decide("deny"));
-    li.append(h("div", { class: "row" }, comment, grant, deny));
+    li.append(h("div", { class: "row" }, comment), h("div", { class: "row" }, grant, deny));
     return li;
   };
 

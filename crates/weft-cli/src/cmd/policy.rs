@@ -16,8 +16,8 @@ use crate::output;
 #[derive(Debug, clap::Subcommand)]
 pub enum PolicyCommand {
     /// Decide one input document (`{"kind": "tool_call", "tool": …, "args": …}`, as weft
-    /// builds it before a call) and print the decision with its reasons. Exit 0 when
-    /// allowed, 1 when denied.
+    /// builds it before a call) and print the decision (`allow`, `deny`, `require_approval`)
+    /// with its reasons. Exit 0 when allowed, 1 when denied or when it needs an approval.
     Eval {
         /// The input document (JSON), `-` for stdin.
         #[arg(long)]
