@@ -59,19 +59,6 @@ impl Place {
     }
 }
 
-/// Runs one "process": a fresh multi-thread runtime that is dropped (with every task it
-/// still has: timers, committers) when `f` returns.
-fn process<T>(f: impl Future<Output = T>) -> T {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let out = rt.block_on(f);
-    rt.shutdown_timeout(Duration::from_secs(5));
-    out
-}
-
 async fn durable_at(store: Arc<dyn Store>, clock: &ManualClock) -> Durable {
     let mut reg = registry(false);
     weft_builtins::timer::register(&mut reg);

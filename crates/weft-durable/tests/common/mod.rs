@@ -164,3 +164,16 @@ pub(crate) fn reactive(name: &str) -> Value {
         "events": {"start": {}, "ping": {"kind": "input"}, "pong": {"kind": "output"}},
         "steps": {"probe": {"on": ["ping"], "action": "echo", "args": {}, "emits": []}}})
 }
+
+/// Runs one "process": a fresh multi-thread runtime that is dropped (with every task it
+/// still has: timers, committers) when `f` returns, as a crash would end them.
+pub(crate) fn process<T>(f: impl Future<Output = T>) -> T {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let out = rt.block_on(f);
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    out
+}
