@@ -215,6 +215,11 @@ impl Policy {
         }
         tests.sort();
         tests.dedup();
+        // Prepare the engine once (rule analysis, scheduling, loop hoisting): regorus does it
+        // on the first evaluation, and every decision runs on a clone of this engine, which
+        // would otherwise prepare again (measured: most of a decision's cost). The result is
+        // not needed: the rule may be absent or need an input.
+        let _ = engine.eval_rule(DENY_RULE.to_string());
         Ok(Policy {
             engine,
             files: files.into(),
@@ -259,20 +264,28 @@ impl Policy {
 
     /// Evaluates `rule` (e.g. `data.weft.deny`) for `input` (none: an empty input), as JSON.
     pub fn eval(&self, rule: &str, input: Option<&Value>) -> Result<Value, String> {
-        let mut engine = self.engine.clone();
-        if let Some(input) = input {
-            engine.set_input(
-                regorus::Value::from_json_str(&input.to_string()).map_err(|e| e.to_string())?,
-            );
-        }
-        let out = engine
-            .eval_rule(rule.to_string())
-            .map_err(|e| e.to_string())?;
+        let input = input.map(rego_value).transpose()?;
+        let out = self.eval_rego(rule, input)?;
         if out == regorus::Value::Undefined {
             return Ok(Value::Null);
         }
         let text = out.to_json_str().map_err(|e| e.to_string())?;
         serde_json::from_str(&text).map_err(|e| e.to_string())
+    }
+
+    /// Evaluates `rule` on a clone of the prepared engine.
+    fn eval_rego(
+        &self,
+        rule: &str,
+        input: Option<regorus::Value>,
+    ) -> Result<regorus::Value, String> {
+        let mut engine = self.engine.clone();
+        if let Some(input) = input {
+            engine.set_input(input);
+        }
+        engine
+            .eval_rule(rule.to_string())
+            .map_err(|e| e.to_string())
     }
 
     /// Runs the bundle's Rego tests: every `test_*` rule, which passes when it is `true`.
@@ -297,27 +310,34 @@ impl Policy {
 
     /// The reasons a set rule gives for `input`: empty when it is undefined or empty; an
     /// error (which denies) when it is not a set or cannot be evaluated.
-    fn reasons(&self, rule: &str, input: &Value) -> Result<Vec<String>, String> {
-        let items = match self.eval(rule, Some(input)) {
-            Ok(Value::Null) => return Ok(Vec::new()),
-            Ok(Value::Array(items)) => items,
-            Ok(other) => return Err(format!("{rule} must be a set of reasons, it is {other}")),
+    fn reasons(&self, rule: &str, input: &regorus::Value) -> Result<Vec<String>, String> {
+        let set = match self.eval_rego(rule, Some(input.clone())) {
+            Ok(regorus::Value::Undefined) => return Ok(Vec::new()),
+            Ok(regorus::Value::Set(set)) => set,
+            Ok(other) => {
+                let shown = other.to_json_str().unwrap_or_else(|_| format!("{other:?}"));
+                return Err(format!("{rule} must be a set of reasons, it is {shown}"));
+            }
             Err(e) => return Err(format!("the policy could not be evaluated ({rule}): {e}")),
         };
-        let mut reasons: Vec<String> = items
-            .into_iter()
+        // A set iterates in order and without repeats.
+        Ok(set
+            .iter()
             .map(|r| match r {
-                Value::String(s) => s,
-                other => other.to_string(),
+                regorus::Value::String(s) => s.to_string(),
+                other => other.to_json_str().unwrap_or_else(|_| format!("{other:?}")),
             })
-            .collect();
-        reasons.sort();
-        reasons.dedup();
-        Ok(reasons)
+            .collect())
     }
 
     /// The decision for an input document: a denial wins over an approval.
     pub fn decide(&self, input: &Value) -> Decision {
+        // Converted once (no JSON text), shared by the rules below (its clones are cheap).
+        let input = match rego_value(input) {
+            Ok(v) => v,
+            Err(e) => return Decision::Deny(vec![format!("the input cannot be read: {e}")]),
+        };
+        let input = &input;
         if self.denies {
             match self.reasons(DENY_RULE, input) {
                 Ok(r) if r.is_empty() => {}
@@ -339,12 +359,13 @@ impl Policy {
                 timeout_ms: None,
             };
         }
-        let timeout_ms = match self.eval(APPROVAL_TIMEOUT_RULE, Some(input)) {
-            Ok(Value::Null) => None,
-            Ok(Value::Number(n)) if n.as_u64().is_some_and(|t| t > 0) => n.as_u64(),
+        let timeout_ms = match self.eval_rego(APPROVAL_TIMEOUT_RULE, Some(input.clone())) {
+            Ok(regorus::Value::Undefined) => None,
+            Ok(n) if n.as_u64().is_ok_and(|t| t > 0) => n.as_u64().ok(),
             Ok(other) => {
+                let shown = other.to_json_str().unwrap_or_else(|_| format!("{other:?}"));
                 return Decision::Deny(vec![format!(
-                    "{APPROVAL_TIMEOUT_RULE} must be a positive whole number of milliseconds, it is {other}"
+                    "{APPROVAL_TIMEOUT_RULE} must be a positive whole number of milliseconds, it is {shown}"
                 )]);
             }
             Err(e) => {
@@ -358,6 +379,12 @@ impl Policy {
             timeout_ms,
         }
     }
+}
+
+/// A JSON document as a Rego value, through serde (no JSON text in between).
+fn rego_value(v: &Value) -> Result<regorus::Value, String> {
+    use serde::Deserialize as _;
+    regorus::Value::deserialize(v).map_err(|e| e.to_string())
 }
 
 fn read_error(p: &Path, e: &std::io::Error) -> PolicyError {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
-use weft_tools::Registry;
+use weft_tools::{Chain, Registry, Stage};
 
 use super::sys::{median, peak_rss_mib};
 use super::{line, round};
@@ -14,13 +14,38 @@ const REPS: usize = 5;
 
 /// An engine with the pure built-ins and `bench.add`, no journal, no subscribers.
 pub fn engine() -> Engine {
+    engine_with(Chain::new())
+}
+
+/// [`engine`] with `chain` applied to its tools.
+pub fn engine_with(chain: Chain) -> Engine {
     let mut registry = Registry::new();
     weft_builtins::builtin::register_pure(&mut registry);
     registry.register(super::tool::tool());
     Engine::new(EngineOptions {
         registry: Arc::new(registry),
+        chain,
         ..EngineOptions::default()
     })
+}
+
+/// The variable naming a Rego bundle (files or directories, `:`-separated) that W1–W3 run
+/// behind, at the chain's policy stage: what the policy adds per step.
+pub const POLICY_VAR: &str = "WEFT_BENCH_POLICY";
+
+/// The engine W1–W3 run on: [`engine`], behind the bundle `WEFT_BENCH_POLICY` names.
+fn bench_engine() -> Result<(Engine, Option<String>), String> {
+    let Some(paths) = std::env::var_os(POLICY_VAR).filter(|p| !p.is_empty()) else {
+        return Ok((engine(), None));
+    };
+    let paths: Vec<std::path::PathBuf> = std::env::split_paths(&paths).collect();
+    let policy = weft_policy::Policy::load(&paths).map_err(|e| format!("{POLICY_VAR}: {e}"))?;
+    let name = policy.files().join(", ");
+    let chain = Chain::new().with(
+        Stage::Policy,
+        Arc::new(weft_policy::PolicyLink::new(policy)),
+    );
+    Ok((engine_with(chain), Some(name)))
 }
 
 fn add_step(on: &[String], key: &str, value: i64, emit: &str) -> Value {
@@ -164,16 +189,17 @@ fn extra(reps: &[f64], steps_per_rep: f64) -> (f64, Value) {
 
 /// W1.
 pub(crate) fn chain() -> Result<Value, String> {
-    let engine = engine();
+    let (engine, policy) = bench_engine()?;
     let plan = compile(&engine, chain_plan("chain", 100))?;
     let reps = protocol(&engine, &plan, 10, 1, chain_expected(100))?;
-    let (med, e) = extra(&reps, 100.0);
+    let (med, mut e) = extra(&reps, 100.0);
+    e["policy"] = json!(policy);
     Ok(line("chain", "steps_per_second", 100.0 / med, "steps/s", e))
 }
 
 /// W2.
 pub(crate) fn fanout() -> Result<Value, String> {
-    let engine = engine();
+    let (engine, policy) = bench_engine()?;
     let plan = compile(&engine, fanout_plan())?;
     let expected = |r: usize| {
         let mut m = Map::new();
@@ -188,6 +214,7 @@ pub(crate) fn fanout() -> Result<Value, String> {
     let reps = protocol(&engine, &plan, 100, 1000, expected)?;
     let (med, mut e) = extra(&reps, 12_000.0);
     e["steps_per_second"] = json!(round(12_000.0 / med));
+    e["policy"] = json!(policy);
     Ok(line(
         "fanout",
         "workflows_per_second",
@@ -199,11 +226,12 @@ pub(crate) fn fanout() -> Result<Value, String> {
 
 /// W3.
 pub(crate) fn many() -> Result<Value, String> {
-    let engine = engine();
+    let (engine, policy) = bench_engine()?;
     let plan = compile(&engine, chain_plan("many", 5))?;
     let reps = protocol(&engine, &plan, 1000, 10_000, chain_expected(5))?;
     let (med, mut e) = extra(&reps, 50_000.0);
     e["runs_per_second"] = json!(round(10_000.0 / med));
+    e["policy"] = json!(policy);
     Ok(line(
         "many",
         "steps_per_second",
