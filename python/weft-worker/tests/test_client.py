@@ -178,12 +178,32 @@ def test_problems_are_raised_with_code_detail_hint_and_status(weft: Client, serv
     assert (e.value.status, e.value.code) == (0, "unreachable")
 
 
-def test_approve_raises_the_servers_answer_until_approvals_exist(weft: Client) -> None:
+def test_approve_grants_a_waiting_step_and_refuses_when_nothing_waits(weft: Client) -> None:
     weft.register_plan(REACTIVE)
     run = weft.start("client-reactive")
+    assert weft.approvals(run.id) == []
     with pytest.raises(WeftError) as e:
         weft.approve(run.id, "see")
-    assert e.value.status == 404 and e.value.code == "not_found"
+    assert e.value.status == 404 and e.value.code == "no_approval"
+    weft.register_plan(
+        {"plan_name": "client-approval", "graph_type": "acyclic",
+         "events": {"start": {}, "done": {"kind": "output"}},
+         "steps": {"ship": {"on": ["start"], "action": "echo", "args": {},
+                            "approval": {"reason": "ship it?"}, "emits": ["done"]}}}
+    )
+    run = weft.start("client-approval")
+    for _ in range(200):
+        waiting = weft.approvals(run.id)
+        if waiting:
+            break
+        time.sleep(0.02)
+    assert waiting[0]["step"] == "ship" and waiting[0]["reasons"] == ["ship it?"]
+    decided = weft.approve(run.id, "ship", comment="ok", principal="ann")
+    assert decided["decision"]["granted"] is True
+    assert decided["decision"]["principal"] == "ann"
+    with pytest.raises(WeftError) as e:
+        weft.approve(run.id, "ship", approved=False)
+    assert e.value.status in (404, 409)
 
 
 def test_stream_reconnects_with_last_event_id_and_misses_nothing(weft: Client) -> None:

@@ -556,15 +556,28 @@ class Client:
         *,
         approved: bool = True,
         comment: str | None = None,
+        principal: str | None = None,
+        firing: int | None = None,
     ) -> Json:
-        """Approves (or, with ``approved=False``, rejects) the call ``step`` of ``instance``
-        waits on (``POST /v1/instances/{id}/approvals/{step}``). Servers without approvals
-        answer ``404`` ``not_found``, raised as :class:`WeftError`."""
-        body: Json = {"approved": approved}
+        """Grants (or, with ``approved=False``, denies) the pending approval of ``step`` of
+        ``instance`` (``POST /v1/instances/{id}/approvals/{step}``) and returns the decided
+        approval. Nothing waiting is ``404`` ``no_approval``; a decided one ``409``
+        ``already_decided``, raised as :class:`WeftError`."""
+        body: Json = {"decision": "grant" if approved else "deny"}
         if comment is not None:
             body["comment"] = comment
+        if principal is not None:
+            body["principal"] = principal
+        if firing is not None:
+            body["firing"] = firing
         path = f"/v1/instances/{_seg(instance)}/approvals/{_seg(step)}"
         return self._request("POST", path, body) or {}
+
+    def approvals(self, instance: str) -> list[Json]:
+        """The approvals of ``instance``'s firings in flight (``GET
+        /v1/instances/{id}/approvals``), oldest first."""
+        path = f"/v1/instances/{_seg(instance)}/approvals"
+        return (self._request("GET", path) or {}).get("approvals", [])
 
     # --- events -----------------------------------------------------------------------------
 
