@@ -332,6 +332,9 @@ impl Policy {
 
     /// The decision for an input document: a denial wins over an approval.
     pub fn decide(&self, input: &Value) -> Decision {
+        if !self.denies && !self.approvals {
+            return Decision::Allow;
+        }
         // Converted once (no JSON text), shared by the rules below (its clones are cheap).
         let input = match rego_value(input) {
             Ok(v) => v,

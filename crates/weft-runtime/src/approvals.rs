@@ -67,7 +67,8 @@ pub struct ApprovalView {
 }
 
 impl ApprovalView {
-    fn of(key: &str, r: &PendingApproval) -> Self {
+    /// The view of a recorded approval (live, or folded from a journal).
+    pub fn of(key: &str, r: &PendingApproval) -> Self {
         ApprovalView {
             key: key.to_string(),
             step: r.step.clone(),

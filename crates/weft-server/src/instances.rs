@@ -470,11 +470,7 @@ pub(crate) async fn get(
         .extras
         .approvals
         .iter()
-        .map(|(key, a)| {
-            json!({"key": key, "step": a.step, "firing": a.firing,
-            "reasons": a.reasons, "requested_ms": a.requested_ms, "deadline_ms": a.deadline_ms,
-            "default": if a.default_grant { "grant" } else { "deny" }, "decision": a.decision})
-        })
+        .filter_map(|(key, a)| serde_json::to_value(weft_runtime::ApprovalView::of(key, a)).ok())
         .collect();
     if let Some(i) = folded
         .instance
