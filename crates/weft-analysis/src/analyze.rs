@@ -29,7 +29,19 @@ pub fn analyze_plan(plan: &Plan, opts: &AnalysisOptions) -> AnalysisReport {
             env_tokens: opts.env_tokens,
         },
     );
-    analyze_net(&net, opts)
+    let mut report = analyze_net(&net, opts);
+    if let Some(gov) = &opts.governance {
+        let bounds = Bounds {
+            max_states: opts.max_states,
+            max_bytes: opts.max_bytes,
+            interrupt: opts.interrupt.clone(),
+        };
+        let (g, findings) = crate::governance::check(plan, &net, gov, &bounds);
+        // Required properties and budgets are not soundness: they leave the verdict alone.
+        report.findings.extend(findings);
+        report.governance = Some(g);
+    }
+    report
 }
 
 /// Analyses a P/T net: deadlocks, dead steps, boundedness and (for acyclic nets) soundness.
@@ -278,6 +290,7 @@ pub fn analyze_net(net: &PtNet, opts: &AnalysisOptions) -> AnalysisReport {
         bounded,
         reduced,
         notes,
+        governance: None,
     }
 }
 

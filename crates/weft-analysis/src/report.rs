@@ -20,6 +20,9 @@ pub struct AnalysisOptions {
     /// when it returns true. The crate reads no clock itself (a check of
     /// `Instant::now() >= deadline` is the usual one).
     pub interrupt: Option<Interrupt>,
+    /// Tool facts and required properties for the governance checks (approval coverage,
+    /// declared properties, the cost bound); `None` skips them.
+    pub governance: Option<std::sync::Arc<crate::governance::Governance>>,
 }
 
 /// A check that says "stop now" (the same type as CEL evaluation's interrupt).
@@ -36,6 +39,7 @@ impl Default for AnalysisOptions {
             max_coverability_nodes: 100_000,
             max_bytes: DEFAULT_MAX_BYTES,
             interrupt: None,
+            governance: None,
         }
     }
 }
@@ -48,6 +52,7 @@ impl std::fmt::Debug for AnalysisOptions {
             .field("max_coverability_nodes", &self.max_coverability_nodes)
             .field("max_bytes", &self.max_bytes)
             .field("interrupt", &self.interrupt.is_some())
+            .field("governance", &self.governance)
             .finish()
     }
 }
@@ -88,4 +93,8 @@ pub struct AnalysisReport {
     pub reduced: bool,
     /// Assumptions the analysis made (environment budgets, over-approximations), in words.
     pub notes: Vec<String>,
+    /// Approval coverage, declared properties and the cost bound, when the options asked for
+    /// them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub governance: Option<crate::governance::GovernanceReport>,
 }

@@ -22,6 +22,8 @@ pub fn builtin_spec(name: &str) -> ToolSpec {
             args_schema: serde_json::json!({}),
             effect: weft_core::catalog::Effect::Pure,
             idempotent: true,
+            cost: None,
+            llm: false,
         })
 }
 

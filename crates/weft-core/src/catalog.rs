@@ -41,6 +41,13 @@ pub struct ToolSpec {
     /// Whether calling twice with the same idempotency key is safe.
     #[serde(default)]
     pub idempotent: bool,
+    /// Declared cost of one call, in the deployment's own unit (money, credits): what plan
+    /// `limits.max_cost` and `weft analyze`'s cost bound add up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    /// Each call asks a language model: counted against `limits.max_llm_calls`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub llm: bool,
 }
 
 fn any_schema() -> Value {

@@ -85,6 +85,10 @@ pub enum Code {
     Sound,
     /// A008: an imported net is not a workflow net and has no final marking.
     NotWorkflowNet,
+    /// A009: a property a policy requires ("before X, always Y") does not hold on some run.
+    PropertyViolated,
+    /// A010: some run of an acyclic plan can spend more than the plan's `limits` allow.
+    OverBudget,
 }
 
 impl Code {
@@ -117,6 +121,8 @@ impl Code {
             Code::StateLimit => "A006",
             Code::Sound => "A007",
             Code::NotWorkflowNet => "A008",
+            Code::PropertyViolated => "A009",
+            Code::OverBudget => "A010",
         }
     }
 
@@ -149,6 +155,8 @@ impl Code {
             Code::StateLimit => "state-limit",
             Code::Sound => "sound",
             Code::NotWorkflowNet => "not-workflow-net",
+            Code::PropertyViolated => "property-violated",
+            Code::OverBudget => "over-budget",
         }
     }
 }

@@ -30,7 +30,8 @@ pub use load::{Limits, LoadError, parse_plan};
 pub use name::valid_name;
 pub use net::{EventId, Net, StepId};
 pub use plan::{
-    Approval, ApprovalDefault, Consume, Emit, EventDef, EventKind, GraphType, OnFail, Plan, Step,
+    Approval, ApprovalDefault, Consume, Emit, EventDef, EventKind, GraphType, OnFail, Plan,
+    PlanLimits, Step,
 };
 pub use token::{Origin, Token, TokenId};
 pub use validate::{Validation, validate};

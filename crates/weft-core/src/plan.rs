@@ -34,6 +34,37 @@ pub struct Plan {
     /// Events that receive the instance's input. Defaults to `["start"]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial: Option<Vec<String>>,
+    /// Budgets of each instance of the plan. `weft analyze` compares them with the plan's
+    /// static bound (acyclic plans) before it runs; the engine's budget stage enforces them
+    /// while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<PlanLimits>,
+}
+
+/// Budgets of one instance (`"limits"` of a plan). Every field is optional; an absent one
+/// does not limit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlanLimits {
+    /// Tool calls, every attempt of every step counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tool_calls: Option<u64>,
+    /// Calls of tools that ask a language model (`llm.complete`, `agent.react`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_llm_calls: Option<u64>,
+    /// Sum of the declared `cost` of the tools called.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost: Option<f64>,
+    /// Wall time from the start of the instance, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_ms: Option<u64>,
+}
+
+impl PlanLimits {
+    /// True when no field is set.
+    pub fn is_empty(&self) -> bool {
+        self == &PlanLimits::default()
+    }
 }
 
 /// Acyclic (one-off DAG) or reactive (long-lived, may cycle).

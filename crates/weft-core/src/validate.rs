@@ -274,6 +274,40 @@ fn check_name(ctx: &mut Ctx<'_>, name: &str, pointer: String, what: &str) {
     }
 }
 
+/// V015 for plan `limits` that no run could meet or that are not numbers.
+fn check_limits(ctx: &mut Ctx<'_>, l: &crate::plan::PlanLimits) {
+    let zero = [
+        ("max_tool_calls", l.max_tool_calls == Some(0)),
+        ("max_wall_ms", l.max_wall_ms == Some(0)),
+    ];
+    for (field, bad) in zero {
+        if bad {
+            ctx.push(
+                Finding::new(
+                    Code::InvalidPolicy,
+                    Severity::Error,
+                    format!("/limits/{field}"),
+                    format!("`limits.{field}` is 0: no run of the plan could stay within it"),
+                )
+                .hint("raise the limit, or remove it to leave this unlimited"),
+            );
+        }
+    }
+    if let Some(c) = l.max_cost
+        && (!c.is_finite() || c < 0.0)
+    {
+        ctx.push(
+            Finding::new(
+                Code::InvalidPolicy,
+                Severity::Error,
+                "/limits/max_cost",
+                format!("`limits.max_cost` is {c}; it must be a finite number ≥ 0"),
+            )
+            .hint("e.g. \"max_cost\": 2.5, in the unit the tools' `cost` is declared in"),
+        );
+    }
+}
+
 /// Validates `plan`. With a `catalog`, actions and literal args are checked against it.
 pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits) -> Validation {
     let mut ctx = Ctx {
@@ -295,6 +329,9 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
         );
     }
     check_name(&mut ctx, &plan.plan_name, "/plan_name".into(), "plan");
+    if let Some(l) = &plan.limits {
+        check_limits(&mut ctx, l);
+    }
     for name in plan.events.keys() {
         check_name(&mut ctx, name, event_ptr(name), "event");
     }

@@ -53,6 +53,8 @@ async fn durable_at(
             args_schema: json!({}),
             effect: Effect::Write,
             idempotent: false,
+            cost: None,
+            llm: false,
         },
         calls: Arc::clone(calls),
     }));

@@ -173,6 +173,8 @@ async fn runs_survive(how: Disruption, tag: &str) {
             args_schema: json!({}),
             effect: Effect::Write,
             idempotent: false,
+            cost: None,
+            llm: false,
         },
         calls: Arc::clone(&calls),
     }));

@@ -36,6 +36,8 @@ fn probe(name: &str, effect: Effect, immediate: bool, fails: u32) -> Probe {
             args_schema: json!({}),
             effect,
             idempotent: true,
+            cost: None,
+            llm: false,
         },
         immediate,
         fails,

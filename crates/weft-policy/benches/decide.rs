@@ -48,6 +48,8 @@ fn spec(name: &str, effect: Effect, idempotent: bool) -> ToolSpec {
         args_schema: json!({}),
         effect,
         idempotent,
+        cost: None,
+        llm: false,
     }
 }
 

@@ -206,6 +206,8 @@ fn spec(name: &str, effect: Effect, idempotent: bool) -> ToolSpec {
         args_schema: json!({}),
         effect,
         idempotent,
+        cost: None,
+        llm: false,
     }
 }
 

@@ -204,6 +204,8 @@ async fn the_link_calls_the_tool_only_when_the_policy_allows() {
             args_schema: json!({}),
             effect: Effect::Write,
             idempotent: false,
+            cost: None,
+            llm: false,
         },
         calls: Arc::clone(&calls),
     });

@@ -58,6 +58,8 @@ fn engine(clock: &ManualClock, journal: &Arc<MemoryJournal>, hang: bool) -> Engi
             args_schema: json!({}),
             effect: Effect::Write,
             idempotent: true,
+            cost: None,
+            llm: false,
         },
         hang,
     }));

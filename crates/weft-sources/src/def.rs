@@ -62,6 +62,8 @@ impl ToolDef {
             args_schema: self.input_schema.clone(),
             effect: self.effect,
             idempotent: self.idempotent,
+            cost: self.cost,
+            llm: false,
         }
     }
 }

@@ -109,6 +109,8 @@ async fn run(db: &str, effects: &str, n: u64) -> Result<(), String> {
                     Effect::Write
                 },
                 idempotent,
+                cost: None,
+                llm: false,
             },
             log: Arc::clone(&log),
         }));

@@ -61,6 +61,8 @@ pub(crate) async fn latency() -> Result<Value, String> {
             args_schema: json!({}),
             effect: Effect::Pure,
             idempotent: true,
+            cost: None,
+            llm: false,
         },
         base,
         at: Arc::clone(&at),

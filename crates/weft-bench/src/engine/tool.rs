@@ -25,6 +25,8 @@ impl Default for BenchAdd {
                     "properties": {"key": {"type": "string"}, "value": {}}}),
                 effect: Effect::Pure,
                 idempotent: true,
+                cost: None,
+                llm: false,
             },
         }
     }

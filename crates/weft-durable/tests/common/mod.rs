@@ -88,6 +88,8 @@ impl TestTool {
                     Effect::Write
                 },
                 idempotent,
+                cost: None,
+                llm: false,
             },
             behaviour,
         })

@@ -26,6 +26,8 @@ pub(crate) fn spec(name: &str, effect: Effect) -> ToolSpec {
         args_schema: json!({}),
         effect,
         idempotent: true,
+        cost: None,
+        llm: false,
     }
 }
 
