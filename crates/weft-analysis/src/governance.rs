@@ -33,14 +33,24 @@ use crate::net::{NetKind, PtNet, Role};
 /// Name of the built-in property: every write is approved first.
 pub const APPROVAL_COVERAGE: &str = "approval_coverage";
 
-/// What the governance checks know about a plan's tools and which properties are required.
+/// What the governance checks know about the tools and which properties are required.
 #[derive(Debug, Clone, Default)]
 pub struct Governance {
-    /// Facts of tools by name (the plan's actions; a missing tool counts as `write`, no cost).
+    /// Facts of tools by name (a tool missing here counts as `write`, without a cost).
     pub tools: HashMap<String, ToolFacts>,
     /// Properties a policy declares; each must hold (a violation is an `A009` error). One
     /// named [`APPROVAL_COVERAGE`] replaces the built-in one, which is otherwise only reported.
     pub properties: Vec<Property>,
+    /// Decides whether a plan is accepted at all, given what the checks found (a policy
+    /// bundle's plan rules); its findings join the report's.
+    pub acceptance: Option<std::sync::Arc<dyn PlanAcceptance>>,
+}
+
+/// A decision on a whole plan before it runs (e.g. a Rego bundle's `deny` for plans). Pure:
+/// the same plan and report give the same findings.
+pub trait PlanAcceptance: Send + Sync + std::fmt::Debug {
+    /// Findings about `plan` (errors refuse it), given the governance checks' report.
+    fn findings(&self, plan: &Plan, report: &GovernanceReport) -> Vec<Finding>;
 }
 
 /// The facts of one tool the checks use.
@@ -55,15 +65,15 @@ pub struct ToolFacts {
 }
 
 impl Governance {
-    /// The facts of `plan`'s actions from `catalog`, and the required `properties`.
-    pub fn from_catalog(plan: &Plan, catalog: &dyn ToolCatalog, properties: Vec<Property>) -> Self {
-        let tools = plan
-            .steps
-            .values()
-            .filter_map(|s| {
-                let spec = catalog.spec(&s.action)?;
+    /// The facts of every tool of `catalog`, and the required `properties`.
+    pub fn from_catalog(catalog: &dyn ToolCatalog, properties: Vec<Property>) -> Self {
+        let tools = catalog
+            .names()
+            .into_iter()
+            .filter_map(|name| {
+                let spec = catalog.spec(name)?;
                 Some((
-                    s.action.clone(),
+                    name.to_string(),
                     ToolFacts {
                         effect: spec.effect,
                         cost: spec.cost,
@@ -72,7 +82,11 @@ impl Governance {
                 ))
             })
             .collect();
-        Governance { tools, properties }
+        Governance {
+            tools,
+            properties,
+            acceptance: None,
+        }
     }
 }
 
@@ -202,6 +216,18 @@ pub struct GovernanceReport {
     pub bound: Option<CostBound>,
 }
 
+/// Whether `f` is a governance finding that refuses a plan (`A009`, `A010`, `G001` errors):
+/// front ends refuse such a plan before it runs, unlike a deadlock, which is reported.
+pub fn refuses(f: &Finding) -> bool {
+    f.is_error()
+        && [
+            Code::PropertyViolated.as_str(),
+            Code::OverBudget.as_str(),
+            Code::PolicyDenied.as_str(),
+        ]
+        .contains(&f.code.as_str())
+}
+
 /// Runs the governance checks on `plan`'s net; returns the report and its findings (`A009` for
 /// a required property that does not hold, `A010` for a bound over the plan's `limits`).
 pub(crate) fn check(
@@ -227,6 +253,9 @@ pub(crate) fn check(
     if net.kind == NetKind::Acyclic {
         report.bound = cost_bound(plan, net, gov, bounds);
         findings.extend(budget_findings(plan, report.bound.as_ref()));
+    }
+    if let Some(a) = &gov.acceptance {
+        findings.extend(a.findings(plan, &report));
     }
     (report, findings)
 }
@@ -293,7 +322,10 @@ fn always_before(
                 }
                 path.reverse();
                 result.holds = Some(false);
-                result.witness = path.iter().map(|&t| net.witness_label(t as usize)).collect();
+                result.witness = path
+                    .iter()
+                    .map(|&t| net.witness_label(t as usize))
+                    .collect();
                 result.path = path
                     .iter()
                     .map(|&t| net.transitions[t as usize].name.clone())
@@ -307,7 +339,10 @@ fn always_before(
             if seen.contains_key(&next) {
                 continue;
             }
-            if guard.admit(markings.len(), markings.len() * net.places.len() * 8).is_err() {
+            if guard
+                .admit(markings.len(), markings.len() * net.places.len() * 8)
+                .is_err()
+            {
                 result.holds = None;
                 return result;
             }
@@ -326,7 +361,11 @@ fn property_finding(net: &PtNet, p: &Property, r: &PropertyResult) -> Option<Fin
     let what = if p.name == APPROVAL_COVERAGE {
         "every write is approved first".to_string()
     } else {
-        format!("before {}, always {}", describe(&p.before), describe(&p.always))
+        format!(
+            "before {}, always {}",
+            describe(&p.before),
+            describe(&p.always)
+        )
     };
     match r.holds {
         Some(true) => None,
@@ -514,7 +553,10 @@ fn cost_bound(plan: &Plan, net: &PtNet, gov: &Governance, bounds: &Bounds) -> Op
         Extreme {
             max: nodes[0].best[k],
             witness: path.iter().map(|&t| net.witness_label(t)).collect(),
-            path: path.iter().map(|&t| net.transitions[t].name.clone()).collect(),
+            path: path
+                .iter()
+                .map(|&t| net.transitions[t].name.clone())
+                .collect(),
         }
     };
     let any_cost = plan
@@ -562,7 +604,12 @@ fn budget_findings(plan: &Plan, bound: Option<&CostBound>) -> Vec<Finding> {
             limits.max_llm_calls.map(|v| v as f64),
             Some(&b.llm_calls),
         ),
-        ("max_cost", "declared cost", limits.max_cost, b.cost.as_ref()),
+        (
+            "max_cost",
+            "declared cost",
+            limits.max_cost,
+            b.cost.as_ref(),
+        ),
     ];
     let mut out = Vec::new();
     for (field, what, limit, extreme) in checks {
@@ -591,7 +638,7 @@ fn budget_findings(plan: &Plan, bound: Option<&CostBound>) -> Vec<Finding> {
 }
 
 /// A number without a needless `.0`.
-pub(crate) fn number(v: f64) -> String {
+pub fn number(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{}", v as i64)
     } else {

@@ -71,7 +71,7 @@ mod workflow;
 
 pub use analyze::{analyze_net, analyze_plan};
 pub use compile::{CompileOptions, MAX_ENUMERATED_WHENS};
-pub use governance::{Governance, GovernanceReport, Property, Selector};
+pub use governance::{Governance, GovernanceReport, PlanAcceptance, Property, Selector};
 pub use net::{NetKind, NotWorkflow, Place, PtNet, Role, Transition};
 pub use pnml::PnmlError;
 pub use report::{AnalysisOptions, AnalysisReport, DEFAULT_MAX_BYTES, Interrupt, Verdict};

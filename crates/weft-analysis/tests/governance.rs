@@ -35,7 +35,7 @@ fn catalog() -> StaticCatalog {
 }
 
 fn analyze_with(p: &Plan, properties: Vec<Property>) -> AnalysisReport {
-    let gov = Governance::from_catalog(p, &catalog(), properties);
+    let gov = Governance::from_catalog(&catalog(), properties);
     analyze_plan(
         p,
         &AnalysisOptions {
@@ -61,7 +61,9 @@ fn net(p: &Plan) -> PtNet {
 fn replay(net: &PtNet, path: &[String]) -> Vec<u32> {
     let mut m = net.initial.clone();
     for name in path {
-        let t = net.transition_index(name).expect("witness names a transition");
+        let t = net
+            .transition_index(name)
+            .expect("witness names a transition");
         m = net
             .fire(t, &m)
             .unwrap_or_else(|| panic!("witness step `{name}` enabled"));
@@ -243,7 +245,13 @@ const CHOICE: &str = r#"{"plan_name":"choice","graph_type":"acyclic",
 fn the_cost_bound_is_the_most_expensive_run_with_retries_counted() {
     let p = plan(CHOICE);
     let r = analyze_with(&p, vec![]);
-    let b = r.governance.as_ref().unwrap().bound.as_ref().expect("bound");
+    let b = r
+        .governance
+        .as_ref()
+        .unwrap()
+        .bound
+        .as_ref()
+        .expect("bound");
     // split 1 + long1 3 + long2 2 + long3 1.
     assert_eq!(b.tool_calls.max, 7.0);
     assert_eq!(b.tool_calls.witness, ["split", "long1", "long2", "long3"]);
@@ -272,8 +280,15 @@ fn a_bound_over_the_limits_refuses_the_plan_and_one_within_does_not() {
     let a010: Vec<_> = r.findings.iter().filter(|f| f.code == "A010").collect();
     let pointers: Vec<&str> = a010.iter().map(|f| f.pointer.as_str()).collect();
     assert_eq!(pointers, ["/limits/max_tool_calls", "/limits/max_cost"]);
-    assert!(a010.iter().all(|f| f.severity == weft_core::Severity::Error));
-    assert!(a010[0].message.contains("7 tool calls"), "{}", a010[0].message);
+    assert!(
+        a010.iter()
+            .all(|f| f.severity == weft_core::Severity::Error)
+    );
+    assert!(
+        a010[0].message.contains("7 tool calls"),
+        "{}",
+        a010[0].message
+    );
     assert_eq!(
         a010[1].witness.as_deref(),
         Some(&["split".to_string(), "short".to_string()][..])
@@ -306,7 +321,7 @@ fn reactive_plans_get_properties_but_no_bound() {
 #[test]
 fn a_limit_stops_the_checks_with_an_unknown_answer() {
     let p = plan(UNAPPROVED);
-    let gov = Governance::from_catalog(&p, &catalog(), required_coverage());
+    let gov = Governance::from_catalog(&catalog(), required_coverage());
     let limited = |max_states| {
         analyze_plan(
             &p,
@@ -334,7 +349,7 @@ fn a_limit_stops_the_checks_with_an_unknown_answer() {
             "pd":{"on":["d"],"action":"noop","emits":["j"]},
             "join":{"on":["j"],"action":"noop","emits":["done"]}}}"#,
     );
-    let gov = Governance::from_catalog(&wide, &catalog(), vec![]);
+    let gov = Governance::from_catalog(&catalog(), vec![]);
     let r = analyze_plan(
         &wide,
         &AnalysisOptions {

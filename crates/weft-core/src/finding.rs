@@ -30,7 +30,7 @@ impl Severity {
 }
 
 /// The stable codes of every finding weft can report. `V…` come from validation, `A…` from
-/// behavioural analysis. Never renumber; retire codes instead.
+/// behavioural analysis, `G…` from the deployment's governance. Never renumber; retire codes instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Code {
     /// V001: a step, `initial` or `on_fail` names an event that is not declared.
@@ -89,6 +89,8 @@ pub enum Code {
     PropertyViolated,
     /// A010: some run of an acyclic plan can spend more than the plan's `limits` allow.
     OverBudget,
+    /// G001: the deployment's policy refuses the plan.
+    PolicyDenied,
 }
 
 impl Code {
@@ -123,6 +125,7 @@ impl Code {
             Code::NotWorkflowNet => "A008",
             Code::PropertyViolated => "A009",
             Code::OverBudget => "A010",
+            Code::PolicyDenied => "G001",
         }
     }
 
@@ -157,6 +160,7 @@ impl Code {
             Code::NotWorkflowNet => "not-workflow-net",
             Code::PropertyViolated => "property-violated",
             Code::OverBudget => "over-budget",
+            Code::PolicyDenied => "policy-denied",
         }
     }
 }

@@ -19,6 +19,7 @@
 mod check;
 pub mod config;
 mod error;
+mod governance;
 pub mod llm;
 pub mod load;
 mod node;
@@ -30,6 +31,7 @@ pub mod tokens;
 pub use check::check;
 pub use config::Config;
 pub use error::Error;
+pub use governance::governance;
 pub use load::{Entry, FlagValue, Inputs, Loaded, Source, load};
 pub use node::{Builder, Node};
 pub use openers::Openers;

@@ -32,6 +32,8 @@ pub struct Builder {
     mcp: Option<Vec<Arc<dyn Tool>>>,
     durable: Option<DurableConfig>,
     clock: Option<Arc<dyn Clock>>,
+    /// `[policy]`'s bundle, once [`Builder::configured_links`] loaded it.
+    policy: Option<weft_policy::Policy>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -57,6 +59,7 @@ impl Builder {
             mcp: None,
             durable: None,
             clock: None,
+            policy: None,
         }
     }
 
@@ -89,8 +92,9 @@ impl Builder {
                 .map_err(|e| Error::Config(format!("[policy] bundles: {e}")))?;
             self.chain.set(
                 Stage::Policy,
-                Arc::new(weft_policy::PolicyLink::new(policy)),
+                Arc::new(weft_policy::PolicyLink::new(policy.clone())),
             );
+            self.policy = Some(policy);
         }
         Ok(self)
     }
@@ -280,6 +284,7 @@ impl Builder {
             llm: p.llm,
             chain: this.chain,
             toolbox: None,
+            policy: this.policy,
         })
     }
 
@@ -324,6 +329,7 @@ impl Builder {
             llm: p.llm,
             chain,
             toolbox: Some(toolbox),
+            policy: self.policy,
         })
     }
 }
@@ -348,6 +354,8 @@ pub struct Node {
     chain: Chain,
     /// Tenants' declared tools (durable nodes).
     toolbox: Option<Arc<Toolbox>>,
+    /// `[policy]`'s bundle, which also decides on plans.
+    policy: Option<weft_policy::Policy>,
 }
 
 impl std::fmt::Debug for Node {
@@ -426,6 +434,14 @@ impl Node {
     /// The configured model, if any.
     pub fn llm(&self) -> Option<&Arc<dyn ChatProvider>> {
         self.llm.as_ref()
+    }
+
+    /// The checks `tenant`'s plans pass before they are accepted (approval coverage, the
+    /// policy's properties and plan decision, the cost bound against the plan's `limits`):
+    /// put them in `AnalysisOptions::governance`.
+    pub fn governance(&self, tenant: &str) -> Arc<weft_analysis::Governance> {
+        let catalog: Arc<dyn weft_core::ToolCatalog + Send + Sync> = self.registry_for(tenant);
+        Arc::new(crate::governance(catalog, self.policy.as_ref(), tenant))
     }
 
     /// The tool-call chain, stage by stage, with what is installed at each.

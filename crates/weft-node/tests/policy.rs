@@ -158,3 +158,137 @@ async fn require_approval_waits_for_a_person_before_the_call() {
     assert_eq!(outbox(&dir), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A bundle that decides on plans too: it refuses plans whose runs can make more than two
+/// tool calls, and requires that every email is approved first.
+const PLAN_BUNDLE: &str = r#"
+package weft
+
+deny contains msg if {
+    input.kind == "plan"
+    input.bound.tool_calls > 2
+    msg := sprintf("plan %s can make %d tool calls, at most 2 are allowed", [input.plan.plan_name, input.bound.tool_calls])
+}
+
+properties contains {"name": "mail_approved", "before": {"tool": "send_email"}, "always": {"approval": true}}
+"#;
+
+fn steps(n: usize, approved: bool) -> weft_core::Plan {
+    let mut events = serde_json::Map::new();
+    let mut steps = serde_json::Map::new();
+    events.insert("e0".into(), json!({}));
+    for i in 0..n {
+        events.insert(format!("e{}", i + 1), json!({}));
+        steps.insert(
+            format!("s{i}"),
+            json!({"on": [format!("e{i}")], "action": "noop", "emits": [format!("e{}", i + 1)]}),
+        );
+    }
+    let mut send = json!({"on": [format!("e{n}")], "action": "send_email",
+        "args": {"to": "a@example.com", "subject": "s", "body": "b"}, "emits": ["sent"]});
+    if approved {
+        send["approval"] = json!({"reason": "mail leaves the company"});
+    }
+    steps.insert("send".into(), send);
+    events.insert("sent".into(), json!({"kind": "output"}));
+    serde_json::from_value(
+        json!({"plan_name": format!("p{n}"), "graph_type": "acyclic",
+        "initial": ["e0"], "events": events, "steps": steps}),
+    )
+    .unwrap()
+}
+
+fn refusals(node: &weft_node::Node, plan: &weft_core::Plan) -> Vec<String> {
+    let report = weft_analysis::analyze_plan(
+        plan,
+        &weft_analysis::AnalysisOptions {
+            governance: Some(node.governance("acme")),
+            ..weft_analysis::AnalysisOptions::default()
+        },
+    );
+    report
+        .findings
+        .iter()
+        .filter(|f| weft_analysis::governance::refuses(f))
+        .map(|f| format!("{} {}", f.code, f.message))
+        .collect()
+}
+
+#[test]
+fn the_bundle_decides_on_whole_plans_and_declares_their_properties() {
+    let dir = std::env::temp_dir().join(format!("weft-node-plan-policy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let node = Builder::new(config(&dir, PLAN_BUNDLE))
+        .in_memory()
+        .expect("node");
+    // One step and an approved email: two calls, approved first.
+    assert_eq!(refusals(&node, &steps(1, true)), Vec::<String>::new());
+    // The email without its approval: the declared property fails, with its run.
+    let r = refusals(&node, &steps(1, false));
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert!(
+        r[0].starts_with("A009") && r[0].contains("mail_approved") && r[0].contains("s0 → send"),
+        "{r:?}"
+    );
+    // Three calls: the policy's plan rule refuses it, naming the bound it saw.
+    let r = refusals(&node, &steps(2, true));
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert!(
+        r[0].starts_with("G001") && r[0].contains("can make 3 tool calls"),
+        "{r:?}"
+    );
+
+    // Rules written for tool calls do not fire on plans; no properties, nothing refused.
+    let calls_only = Builder::new(config(&dir.join("calls"), BUNDLE))
+        .in_memory()
+        .expect("node");
+    assert_eq!(
+        refusals(&calls_only, &steps(3, false)),
+        Vec::<String>::new()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bundle_declaring_malformed_properties_is_refused() {
+    let dir = std::env::temp_dir().join(format!("weft-node-bad-props-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bad = "package weft\n\nproperties contains {\"name\": \"x\", \"before\": {\"efect\": \"write\"}, \"always\": {}}\n";
+    let err = Builder::new(config(&dir, bad))
+        .in_memory()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("data.weft.properties") && err.contains("efect"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_refused_candidate_goes_back_to_the_model_through_the_critic() {
+    use weft_llm::{Llm, PlanOptions, ScriptedExchange, ScriptedProvider};
+    let dir = std::env::temp_dir().join(format!("weft-node-plan-critic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let node = Builder::new(config(&dir, PLAN_BUNDLE))
+        .llm(None)
+        .in_memory()
+        .expect("node");
+    let plan_args = |p: &weft_core::Plan| serde_json::to_value(p).unwrap();
+    let llm = Llm::new(std::sync::Arc::new(ScriptedProvider::new(vec![
+        ScriptedExchange::tool_call("create_plan", plan_args(&steps(2, true))),
+        ScriptedExchange::tool_call("create_plan", plan_args(&steps(1, true))).when_last("G001"),
+    ])));
+    let mut opts = PlanOptions::default();
+    opts.analysis.governance = Some(node.governance("acme"));
+    let tools: Vec<weft_core::ToolSpec> = weft_core::StaticCatalog::builtin()
+        .iter()
+        .cloned()
+        .collect();
+    let out = weft_llm::plan(&llm, "mail someone", &tools, &opts)
+        .await
+        .expect("the second candidate is accepted");
+    assert_eq!(out.plan.plan_name, "p1");
+    assert_eq!(out.attempts, 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -27,6 +27,10 @@
 //! `instance`, `plan` and `step` are empty for calls made outside an instance (the ReAct
 //! planner's).
 
+mod plans;
+
+pub use plans::{PROPERTIES_RULE, PlanPolicy, plan_input};
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +71,14 @@ pub enum PolicyError {
         /// The file.
         path: String,
         /// regorus's message (with the line and column).
+        message: String,
+    },
+    /// `data.weft.properties` does not declare properties weft can check.
+    #[error(
+        "policy bundle: data.weft.properties: {message}; each property is {{\"name\", \"before\": {{…}}, \"always\": {{…}}}} with selectors step, tool, tool_prefix, effect, approval"
+    )]
+    Properties {
+        /// What is wrong.
         message: String,
     },
     /// No file declares `package weft`, so `data.weft.deny` could never be defined.
@@ -117,6 +129,8 @@ pub struct Policy {
     approvals: bool,
     /// Whether `package weft` defines `approval_timeout_ms`.
     approval_timeout: bool,
+    /// The properties `data.weft.properties` declares, read at load.
+    properties: Arc<[weft_analysis::Property]>,
 }
 
 /// Whether a Rego file of `package weft` defines the rule `rule` (a rule head at the start
@@ -191,11 +205,13 @@ impl Policy {
         let mut files = Vec::with_capacity(sources.len());
         let mut tests = Vec::new();
         let (mut denies, mut approvals, mut approval_timeout) = (false, false, false);
+        let mut declares_properties = false;
         for (name, text) in sources {
             tests.extend(test_rules(&text));
             denies |= defines(&text, "deny");
             approvals |= defines(&text, "require_approval");
             approval_timeout |= defines(&text, "approval_timeout_ms");
+            declares_properties |= defines(&text, "properties");
             engine
                 .add_policy(name.clone(), text)
                 .map_err(|e| PolicyError::Compile {
@@ -220,14 +236,22 @@ impl Policy {
         // would otherwise prepare again (measured: most of a decision's cost). The result is
         // not needed: the rule may be absent or need an input.
         let _ = engine.eval_rule(DENY_RULE.to_string());
-        Ok(Policy {
+        let mut policy = Policy {
             engine,
             files: files.into(),
             tests: tests.into(),
             denies,
             approvals,
             approval_timeout,
-        })
+            properties: Arc::new([]),
+        };
+        if declares_properties {
+            let value = policy
+                .eval(PROPERTIES_RULE, None)
+                .map_err(|message| PolicyError::Properties { message })?;
+            policy.properties = plans::parse_properties(value)?.into();
+        }
+        Ok(policy)
     }
 
     /// A bundle from files and directories (every `*.rego` file directly in a directory,
@@ -255,6 +279,11 @@ impl Policy {
     /// Whether the bundle defines `require_approval` (a call may wait for a person).
     pub fn may_require_approval(&self) -> bool {
         self.approvals
+    }
+
+    /// The properties the bundle declares (`data.weft.properties`), by name.
+    pub fn properties(&self) -> &[weft_analysis::Property] {
+        &self.properties
     }
 
     /// The files of the bundle, in the order they were read.
@@ -328,6 +357,22 @@ impl Policy {
                 other => other.to_json_str().unwrap_or_else(|_| format!("{other:?}")),
             })
             .collect())
+    }
+
+    /// The `deny` rule alone for an input document: a plan's decision (approvals are per call).
+    pub fn decide_deny(&self, input: &Value) -> Decision {
+        if !self.denies {
+            return Decision::Allow;
+        }
+        let input = match rego_value(input) {
+            Ok(v) => v,
+            Err(e) => return Decision::Deny(vec![format!("the input cannot be read: {e}")]),
+        };
+        match self.reasons(DENY_RULE, &input) {
+            Ok(r) if r.is_empty() => Decision::Allow,
+            Ok(r) => Decision::Deny(r),
+            Err(e) => Decision::Deny(vec![e]),
+        }
     }
 
     /// The decision for an input document: a denial wins over an approval.

@@ -114,11 +114,13 @@ pub(crate) async fn generate(
 ) -> ApiResult<Json<Generated>> {
     let llm = llm(&state)?;
     let tools = tools(&state, &tenant).await?;
-    let opts = PlanOptions {
-        correlation: Correlation::new(tenant),
+    let mut opts = PlanOptions {
+        correlation: Correlation::new(tenant.clone()),
         max_attempts: req.max_attempts.unwrap_or(3).clamp(1, 10),
         ..PlanOptions::default()
     };
+    // The candidates pass the checks a stored plan does: the critic hands refusals back.
+    opts.analysis.governance = Some(state.inner.node.governance(&tenant));
     let o = weft_llm::plan(&llm, &req.instruction, &tools, &opts)
         .await
         .map_err(llm_error)?;

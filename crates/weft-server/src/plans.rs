@@ -48,7 +48,8 @@ pub(crate) struct Checked {
     pub plan: Option<Plan>,
     /// Load error or validation findings, then analysis findings, as JSON.
     pub findings: Vec<Value>,
-    /// Any error among the load/validation findings?
+    /// Any error among the load/validation findings, or a governance check refusing it (a
+    /// required property, the plan's `limits`, the policy)?
     pub invalid: bool,
     /// The analysis (when validation passed).
     pub report: Option<AnalysisReport>,
@@ -66,6 +67,7 @@ impl Checked {
                 "verdict": r.verdict,
                 "bounded": r.bounded,
                 "notes": r.notes,
+                "governance": r.governance,
             }),
         }
     }
@@ -125,6 +127,7 @@ pub(crate) fn check(
     registry: &weft_tools::Registry,
     analyse: bool,
     deadline: Option<weft_analysis::Interrupt>,
+    governance: Option<Arc<weft_analysis::Governance>>,
 ) -> Checked {
     let limits = weft_core::Limits::default();
     let plan = match weft_core::parse_plan(bytes, &limits) {
@@ -139,7 +142,7 @@ pub(crate) fn check(
         }
     };
     let validation = weft_core::validate(&plan, Some(registry), &limits);
-    let invalid = validation.findings.iter().any(Finding::is_error);
+    let mut invalid = validation.findings.iter().any(Finding::is_error);
     let mut findings: Vec<Value> = validation
         .findings
         .iter()
@@ -152,11 +155,14 @@ pub(crate) fn check(
                 max_states: 50_000,
                 max_bytes: 256 << 20,
                 interrupt: deadline,
+                governance,
                 ..AnalysisOptions::default()
             },
         )
     });
     if let Some(r) = &report {
+        // Governance refuses a plan; the other analysis findings are reported with it.
+        invalid |= r.findings.iter().any(weft_analysis::governance::refuses);
         findings.extend(
             r.findings
                 .iter()
@@ -180,6 +186,7 @@ pub(crate) async fn check_async(
 ) -> ApiResult<Checked> {
     crate::tools::refresh(state, tenant).await?;
     let registry = state.inner.node.registry_for(tenant);
+    let governance = state.inner.node.governance(tenant);
     // One tenant's checks wait for each other past `server.validate_concurrency`, so a
     // tenant sending expensive plans holds that many blocking threads at most, never the
     // request path; each check's CEL evaluations and analysis also stop at `CHECK_DEADLINE`.
@@ -201,7 +208,7 @@ pub(crate) async fn check_async(
         let stop: weft_core::cel_budget::Interrupt =
             Arc::new(move || std::time::Instant::now() >= deadline);
         weft_core::cel_budget::with_interrupt(Arc::clone(&stop), || {
-            check(&bytes, &registry, analyse, Some(stop))
+            check(&bytes, &registry, analyse, Some(stop), Some(governance))
         })
     })
     .await

@@ -1,7 +1,10 @@
 //! `weft analyze PLAN`: validate, then (when there are no errors) explore the plan's
 //! behaviour on its P/T net: deadlocks with witnesses, dead steps, boundedness and, for
-//! acyclic plans, soundness with respect to their outputs. A PNML file is imported and
-//! analysed as a net: classical workflow-net soundness against its final marking (or sink).
+//! acyclic plans, soundness with respect to their outputs; then governance: approval
+//! coverage, the properties and plan decision of `[policy]`'s bundle, and for acyclic plans
+//! the most tool calls, LLM calls and declared cost a run can spend (against the plan's
+//! `limits`). A PNML file is imported and analysed as a net: classical workflow-net soundness
+//! against its final marking (or sink).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,7 +13,7 @@ use serde::Serialize;
 use weft_analysis::{AnalysisOptions, AnalysisReport, NetKind, Verdict};
 use weft_core::Finding;
 
-use super::validate::{Checked, check, display_name};
+use super::validate::{Checked, check_with, display_name};
 use super::{Ctx, Status};
 use crate::input;
 use crate::output::{self, Diag, LoadDiag, Palette};
@@ -71,6 +74,9 @@ struct Summary<'a> {
     verdict: Verdict,
     bounded: Option<bool>,
     notes: &'a [String],
+    /// Approval coverage, declared properties and the cost bound (plans only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    governance: Option<&'a weft_analysis::GovernanceReport>,
 }
 
 #[derive(Serialize)]
@@ -98,13 +104,18 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
     let outcome = if is_pnml(args, ctx)? {
         analyze_pnml(args, ctx)?
     } else {
-        let checked = check(&args.plan, args.tools.as_deref(), ctx)?;
+        let catalog = input::catalog(ctx, args.tools.as_deref())?;
+        let checked = check_with(&args.plan, &catalog, ctx)?;
         let mut report = None;
         let mut net_kind = None;
         if let Checked::Validated { plan, .. } = &checked
             && !checked.has_errors()
         {
-            report = Some(weft_analysis::analyze_plan(plan, &args.options(ctx)));
+            let opts = AnalysisOptions {
+                governance: Some(ctx.governance(&catalog)?),
+                ..args.options(ctx)
+            };
+            report = Some(weft_analysis::analyze_plan(plan, &opts));
             net_kind = Some(match plan.graph_type {
                 weft_core::GraphType::Acyclic => NetKind::Acyclic,
                 weft_core::GraphType::Reactive => NetKind::Reactive,
@@ -237,6 +248,7 @@ fn emit(args: &Args, ctx: &Ctx, out: &mut dyn Write, o: &Outcome) -> anyhow::Res
                     verdict: r.verdict,
                     bounded: r.bounded,
                     notes: &r.notes,
+                    governance: r.governance.as_ref(),
                 }),
                 findings,
             },
@@ -282,6 +294,9 @@ fn emit(args: &Args, ctx: &Ctx, out: &mut dyn Write, o: &Outcome) -> anyhow::Res
                 None => "unknown",
             };
             writeln!(out, "bounded: {bounded}")?;
+            if let Some(g) = &r.governance {
+                governance_lines(out, g)?;
+            }
             for n in &r.notes {
                 writeln!(out, "note: {n}")?;
             }
@@ -293,6 +308,47 @@ fn emit(args: &Args, ctx: &Ctx, out: &mut dyn Write, o: &Outcome) -> anyhow::Res
         }
     }
     Ok(Status::from_errors(errors > 0))
+}
+
+/// The governance report in words: each property, then the cost bound.
+fn governance_lines(
+    out: &mut dyn Write,
+    g: &weft_analysis::GovernanceReport,
+) -> std::io::Result<()> {
+    for p in &g.properties {
+        let name = if p.name == weft_analysis::governance::APPROVAL_COVERAGE {
+            "approval coverage".to_string()
+        } else {
+            format!("property {}", p.name)
+        };
+        let required = if p.required { "" } else { " (not required)" };
+        let state = match p.holds {
+            _ if p.steps.is_empty() => "no step it applies to".to_string(),
+            Some(true) => format!("holds for {}", p.steps.join(", ")),
+            Some(false) => format!("violated{required}: {}", p.witness.join(" → ")),
+            None => "undecided (exploration limit)".to_string(),
+        };
+        writeln!(out, "{name}: {state}")?;
+    }
+    if let Some(b) = &g.bound {
+        let n = weft_analysis::governance::number;
+        let mut line = format!(
+            "bound per run: {} tool calls, {} LLM calls",
+            n(b.tool_calls.max),
+            n(b.llm_calls.max)
+        );
+        if let Some(c) = &b.cost {
+            line.push_str(&format!(", cost {}", n(c.max)));
+        }
+        if b.tool_calls.max > 0.0 {
+            line.push_str(&format!(
+                " (most calls: {})",
+                b.tool_calls.witness.join(" → ")
+            ));
+        }
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
 }
 
 /// `sound`, `not sound`, `unknown (state limit reached after N states)`, `not applicable (…)`.

@@ -72,6 +72,29 @@ impl Ctx {
         weft_node::Builder::new(self.config.config.clone())
     }
 
+    /// The governance checks for the local tenant's plans against `catalog`: approval
+    /// coverage, the cost bound, and `[policy]`'s properties and plan decision (a bundle
+    /// that does not compile is an error).
+    pub fn governance(
+        &self,
+        catalog: &weft_core::StaticCatalog,
+    ) -> anyhow::Result<Arc<weft_analysis::Governance>> {
+        let bundles = &self.config.config.policy.bundles;
+        let policy = if bundles.is_empty() {
+            None
+        } else {
+            Some(
+                weft_policy::Policy::load(bundles)
+                    .map_err(|e| anyhow::anyhow!("[policy] bundles: {e}"))?,
+            )
+        };
+        Ok(Arc::new(weft_node::governance(
+            Arc::new(catalog.clone()),
+            policy.as_ref(),
+            crate::cmd::run::TENANT,
+        )))
+    }
+
     /// Was the store configured anywhere (file, environment or flag), rather than left at
     /// its default?
     pub fn store_configured(&self) -> bool {

@@ -67,6 +67,9 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         limits: ctx.limits,
         ..PlanOptions::default()
     };
+    // The candidates pass the checks `weft run` and the server apply; the critic hands a
+    // refusal back to the model.
+    opts.analysis.governance = Some(ctx.governance(&catalog)?);
     let mut llm = Llm::new(provider);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -32,7 +32,7 @@ use super::{Ctx, Status};
 use crate::output::{self, Palette};
 
 /// The tenant of CLI runs.
-const TENANT: &str = "local";
+pub(crate) const TENANT: &str = "local";
 /// How often the wait loop looks at the instance (idle detection, progress).
 const POLL: Duration = Duration::from_millis(20);
 /// Progress lines are updated at most this often.
@@ -135,13 +135,22 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         .map(|e| parse_event(e))
         .collect::<anyhow::Result<Vec<_>>>()?;
 
-    let checked = validate::check(&args.plan, None, ctx)?;
+    let catalog = crate::input::catalog(ctx, None)?;
+    let checked = validate::check_with(&args.plan, &catalog, ctx)?;
     if checked.has_errors() {
         return invalid(args, ctx, &checked, out);
     }
     let Checked::Validated { file, plan, .. } = checked else {
         return invalid(args, ctx, &checked, out);
     };
+    if let Some(refused) = governance_refusal(ctx, &catalog, &plan)? {
+        let checked = Checked::Validated {
+            file,
+            plan,
+            findings: refused,
+        };
+        return invalid(args, ctx, &checked, out);
+    }
     let mut extra = Vec::new();
     for path in &args.with {
         match validate::check(path, None, ctx)? {
@@ -186,6 +195,32 @@ fn input_events(net: &weft_core::Net) -> String {
 }
 
 /// Prints an invalid plan's findings like `weft validate` (or as JSON) and exits 1.
+/// With a `[policy]` bundle or plan `limits`, the governance checks `POST /v1/plans` runs:
+/// the error findings that refuse the plan (a required property, the bound over its
+/// `limits`, the policy's decision), if any. Without either there is nothing that could
+/// refuse it, and the plan's state space is not explored.
+fn governance_refusal(
+    ctx: &Ctx,
+    catalog: &weft_core::StaticCatalog,
+    plan: &weft_core::Plan,
+) -> anyhow::Result<Option<Vec<weft_core::Finding>>> {
+    if ctx.config.config.policy.bundles.is_empty() && plan.limits.is_none() {
+        return Ok(None);
+    }
+    let opts = weft_analysis::AnalysisOptions {
+        max_states: ctx.config.config.limits.max_states,
+        governance: Some(ctx.governance(catalog)?),
+        ..weft_analysis::AnalysisOptions::default()
+    };
+    let report = weft_analysis::analyze_plan(plan, &opts);
+    let refused: Vec<weft_core::Finding> = report
+        .findings
+        .into_iter()
+        .filter(weft_analysis::governance::refuses)
+        .collect();
+    Ok((!refused.is_empty()).then_some(refused))
+}
+
 fn invalid(
     args: &Args,
     ctx: &Ctx,

@@ -81,7 +81,15 @@ impl Checked {
 
 /// Loads and validates the plan at `path`. `Err` only for I/O failures and bad tool files.
 pub fn check(path: &Path, tools: Option<&Path>, ctx: &Ctx) -> anyhow::Result<Checked> {
-    let catalog = input::catalog(ctx, tools)?;
+    check_with(path, &input::catalog(ctx, tools)?, ctx)
+}
+
+/// [`check`] against a catalog the caller already has.
+pub fn check_with(
+    path: &Path,
+    catalog: &weft_core::StaticCatalog,
+    ctx: &Ctx,
+) -> anyhow::Result<Checked> {
     let file = display_name(path);
     match input::load_plan(path, &ctx.limits)? {
         Err(e) => Ok(Checked::LoadFailed {
@@ -89,7 +97,7 @@ pub fn check(path: &Path, tools: Option<&Path>, ctx: &Ctx) -> anyhow::Result<Che
             error: LoadDiag::new(&e),
         }),
         Ok(plan) => {
-            let findings = validate(&plan, Some(&catalog), &ctx.limits).findings;
+            let findings = validate(&plan, Some(catalog), &ctx.limits).findings;
             Ok(Checked::Validated {
                 file,
                 plan: Box::new(plan),
