@@ -197,7 +197,8 @@ pub struct CostBound {
 /// A maximum and a run reaching it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Extreme {
-    /// The maximum over every run.
+    /// The maximum over every run (a whole number is written without a fraction).
+    #[serde(serialize_with = "whole")]
     pub max: f64,
     /// Steps of a run that reaches it.
     pub witness: Vec<String>,
@@ -550,6 +551,9 @@ fn cost_bound(plan: &Plan, net: &PtNet, gov: &Governance, bounds: &Bounds) -> Op
             path.push(t as usize);
             at = c;
         }
+        if nodes[0].best[k] == 0.0 {
+            path.clear();
+        }
         Extreme {
             max: nodes[0].best[k],
             witness: path.iter().map(|&t| net.witness_label(t)).collect(),
@@ -635,6 +639,15 @@ fn budget_findings(plan: &Plan, bound: Option<&CostBound>) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// Serialises a whole number as an integer.
+fn whole<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.fract() == 0.0 && (0.0..9.0e15).contains(v) {
+        s.serialize_u64(*v as u64)
+    } else {
+        s.serialize_f64(*v)
+    }
 }
 
 /// A number without a needless `.0`.

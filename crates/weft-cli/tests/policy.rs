@@ -153,3 +153,94 @@ fn test_runs_the_bundles_rego_tests() {
         .unwrap();
     assert_eq!(failed["rule"], "data.weft.test_expects_too_much");
 }
+
+/// Requires every write to be approved first; refuses plans of more than three calls.
+const GOVERNING: &str = r#"package weft
+
+properties contains {"name": "approval_coverage", "before": {"effect": "write"}, "always": {"approval": true}}
+
+deny contains msg if {
+    input.kind == "plan"
+    input.bound.tool_calls > 3
+    msg := sprintf("%d tool calls is more than 3", [input.bound.tool_calls])
+}
+"#;
+
+fn mail_plan(approved: bool, limits: &str) -> String {
+    let approval = if approved {
+        r#", "approval": {"reason": "mail leaves"}"#
+    } else {
+        ""
+    };
+    format!(
+        r#"{{"plan_name": "mail", "graph_type": "acyclic"{limits},
+            "events": {{"start": {{}}, "ready": {{}}, "sent": {{"kind": "output"}}}},
+            "steps": {{
+              "draft": {{"on": ["start"], "action": "echo", "args": {{"text": "hi"}}, "emits": ["ready"],
+                         "retry": {{"max": 1}}}},
+              "send": {{"on": ["ready"], "action": "send_email",
+                        "args": {{"to": "ann@example.com", "subject": "s", "body": "b"}},
+                        "emits": ["sent"]{approval}}}}}}}"#
+    )
+}
+
+#[test]
+fn analyze_proves_governance_and_run_refuses_what_it_disproves() {
+    let dir = temp_dir("policy-governance");
+    std::fs::create_dir_all(dir.join("policies")).unwrap();
+    std::fs::write(dir.join("policies/weft.rego"), GOVERNING).unwrap();
+    std::fs::write(
+        dir.join("weft.toml"),
+        "[policy]\nbundles = [\"policies\"]\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("unapproved.json"), mail_plan(false, "")).unwrap();
+    std::fs::write(dir.join("approved.json"), mail_plan(true, "")).unwrap();
+    std::fs::write(
+        dir.join("tight.json"),
+        mail_plan(true, r#", "limits": {"max_tool_calls": 2}"#),
+    )
+    .unwrap();
+
+    // The required property fails, with the run that breaks it; the exit code says so.
+    let out = weft_in(&dir, &["analyze", "unapproved.json", "--json"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let v = json(&out);
+    let a009 = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "A009")
+        .expect("A009");
+    assert_eq!(a009["witness"], serde_json::json!(["draft", "send"]));
+    assert_eq!(v["analysis"]["governance"]["bound"]["tool_calls"]["max"], 3);
+    // `weft run` refuses it before anything runs: no email is written.
+    let out = weft_in(&dir, &["run", "unapproved.json"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(stdout(&out).contains("A009"), "{}", stdout(&out));
+    assert!(
+        !dir.join(".weft/outbox").exists()
+            || std::fs::read_dir(dir.join(".weft/outbox")).unwrap().count() == 0
+    );
+
+    // Approved: the property holds and the human report says so.
+    let out = weft_in(&dir, &["analyze", "approved.json"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("approval coverage: holds for send")
+            && stdout(&out).contains("bound per run: 3 tool calls, 0 LLM calls"),
+        "{}",
+        stdout(&out)
+    );
+
+    // Over its own limits (draft may be tried twice): refused with the run that spends 3.
+    let out = weft_in(&dir, &["run", "tight.json", "--json"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["outcome"], "invalid");
+    let f = &v["findings"][0];
+    assert_eq!(
+        (f["code"].as_str(), f["pointer"].as_str()),
+        (Some("A010"), Some("/limits/max_tool_calls"))
+    );
+}

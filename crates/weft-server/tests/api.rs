@@ -276,6 +276,35 @@ async fn plans_create_list_get_net_validate_analyze() {
             .iter()
             .any(|f| f["code"] == "V001")
     );
+    // A plan some run of which spends more than its own `limits` is refused too, with the
+    // run as witness; the analysis endpoint shows the bound.
+    let over = json!({"plan_name": "pricey", "graph_type": "acyclic",
+        "limits": {"max_tool_calls": 2},
+        "events": {"start": {}, "a": {}, "done": {"kind": "output"}},
+        "steps": {
+            "one": {"on": ["start"], "action": "echo", "emits": ["a"], "retry": {"max": 1}},
+            "two": {"on": ["a"], "action": "echo", "emits": ["done"]}}});
+    let (st, v) = s.post("/v1/plans", A, &over).await;
+    assert_eq!(
+        (st, problem_code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_plan"),
+        "{v}"
+    );
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "A010")
+        .expect("A010");
+    assert_eq!(f["witness"], json!(["one", "two"]));
+    assert_eq!(s.get("/v1/plans/pricey", A).await.0, StatusCode::NOT_FOUND);
+    let (st, v) = s.post("/v1/analyze", A, &over).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        v["analysis"]["governance"]["bound"]["tool_calls"]["max"], 3,
+        "{v}"
+    );
+
     // Not a plan at all: a load error with its location.
     let (st, v) = s.post("/v1/plans", A, &json!({"plan_name": 3})).await;
     assert_eq!(
