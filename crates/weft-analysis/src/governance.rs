@@ -528,11 +528,13 @@ fn cost_bound(plan: &Plan, net: &PtNet, gov: &Governance, bounds: &Bounds) -> Op
                 // A marking on the current path again: a cycle, which an acyclic net has not.
                 return None;
             }
-            for k in 0..3 {
-                let v = w[t][k] + nodes[c as usize].best[k];
-                if nodes[n as usize].next[k].0 == u32::MAX || v > nodes[n as usize].best[k] {
-                    nodes[n as usize].best[k] = v;
-                    nodes[n as usize].next[k] = (t as u32, c);
+            let child = nodes[c as usize].best;
+            let node = &mut nodes[n as usize];
+            for (k, (&wk, &ck)) in w[t].iter().zip(&child).enumerate() {
+                let v = wk + ck;
+                if node.next[k].0 == u32::MAX || v > node.best[k] {
+                    node.best[k] = v;
+                    node.next[k] = (t as u32, c);
                 }
             }
             t += 1;

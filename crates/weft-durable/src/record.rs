@@ -225,6 +225,15 @@ pub enum Entry {
         /// Clock time.
         now: i64,
     },
+    /// A tool call of a plan with `limits` was counted against them, before it ran.
+    BudgetCharged {
+        /// Idempotency key of the firing.
+        key: String,
+        /// What the call counts for.
+        charge: weft_runtime::Usage,
+        /// Clock time.
+        now: i64,
+    },
 }
 
 /// The plan an instance runs after a repair: what the fold, snapshots and recovery need.
@@ -299,6 +308,7 @@ impl Entry {
             Entry::RepairFailed { .. } => "repair.failed",
             Entry::ApprovalRequested { .. } => "approval.requested",
             Entry::ApprovalDecided { .. } => "approval.decided",
+            Entry::BudgetCharged { .. } => "budget.charged",
         }
     }
 
@@ -438,6 +448,11 @@ impl Entry {
                 comment: comment.clone(),
                 now: *now,
             },
+            Input::Charged { key, charge, now } => Entry::BudgetCharged {
+                key: key.clone(),
+                charge: *charge,
+                now: *now,
+            },
             Input::Repair(r) => Entry::Repaired {
                 document: (*r.document).clone(),
                 hash: r.hash.clone(),
@@ -568,6 +583,12 @@ impl Entry {
             granted: bool,
             principal: &'a str,
             comment: Option<&'a str>,
+            now: i64,
+        }
+        #[derive(Serialize)]
+        struct BudgetCharged<'a> {
+            key: &'a str,
+            charge: &'a weft_runtime::Usage,
             now: i64,
         }
         let body = match self {
@@ -727,6 +748,11 @@ impl Entry {
                 comment: comment.as_deref(),
                 now: *now,
             }),
+            Entry::BudgetCharged { key, charge, now } => to_vec(&BudgetCharged {
+                key,
+                charge,
+                now: *now,
+            }),
         };
         body.unwrap_or_default()
     }
@@ -769,6 +795,7 @@ impl Entry {
                     "repair.failed" => "repair_failed",
                     "approval.requested" => "approval_requested",
                     "approval.decided" => "approval_decided",
+                    "budget.charged" => "budget_charged",
                     other => {
                         return Err(DurableError::Journal {
                             message: format!(
@@ -932,6 +959,11 @@ impl Entry {
                 granted: *granted,
                 principal: principal.clone(),
                 comment: comment.clone(),
+                now: *now,
+            },
+            Entry::BudgetCharged { key, charge, now } => Input::Charged {
+                key: key.clone(),
+                charge: *charge,
                 now: *now,
             },
         }))
@@ -1201,6 +1233,9 @@ mod tests {
                 now,
             } => json!({"key": key, "granted": granted, "principal": principal,
                 "comment": comment, "now": now}),
+            Entry::BudgetCharged { key, charge, now } => {
+                json!({"key": key, "charge": charge, "now": now})
+            }
         };
         serde_json::to_vec(&body).unwrap_or_default()
     }
@@ -1317,6 +1352,15 @@ mod tests {
                 now: 12,
             });
         }
+        out.push(Entry::BudgetCharged {
+            key: "i/s/4".into(),
+            charge: weft_runtime::Usage {
+                tool_calls: 1,
+                llm_calls: 1,
+                cost: 0.25,
+            },
+            now: 13,
+        });
         out
     }
 
@@ -1326,7 +1370,7 @@ mod tests {
     fn direct_bodies_match_the_reference_encoder() {
         let entries = every_kind();
         let kinds: BTreeSet<&str> = entries.iter().map(|e| e.kind()).collect();
-        assert_eq!(kinds.len(), 15, "every record kind is covered: {kinds:?}");
+        assert_eq!(kinds.len(), 16, "every record kind is covered: {kinds:?}");
         for e in entries {
             let r = e.to_record(0);
             assert_eq!(

@@ -4,7 +4,8 @@
 //! `approval` waits before its tool is called; the request and the decision are journaled,
 //! so the recovered instance waits for the same request (no second one) and a decision is
 //! never asked twice. The tool behind it counts its calls: an approved effect runs once, a
-//! denied one never.
+//! denied one never. The budget of a plan's `limits` is journaled the same way and goes on
+//! counting after the crash.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -323,4 +324,61 @@ fn a_deadline_counts_on_the_engine_clock() {
         );
     });
     assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+/// The budget stage across a crash: the count of a plan's `limits` is journaled with each
+/// call, so the recovered instance goes on counting where the first process stopped. Three
+/// charges against `max_tool_calls: 2`, the second waiting for an approval over the crash:
+/// the third is refused (without the restored count it would run).
+#[test]
+fn a_budget_goes_on_counting_after_a_crash() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let path = temp_dir("budget-crash").join("weft.db");
+    let plan = json!({"plan_name": "thrice", "graph_type": "acyclic",
+        "limits": {"max_tool_calls": 2},
+        "events": {"start": {}, "a": {}, "b": {}, "done": {"kind": "output"}},
+        "steps": {
+            "one": {"on": ["start"], "action": "charge", "emits": ["a"]},
+            "two": {"on": ["a"], "action": "charge", "emits": ["b"], "approval": {}},
+            "three": {"on": ["b"], "action": "charge", "emits": ["done"]}}});
+    let id = process(async {
+        let clock = ManualClock::new(T0);
+        let d = durable_at(&path, &clock, &calls).await;
+        d.register("t", plan.clone()).await.unwrap();
+        let h = d.start("t", "thrice", json!({})).unwrap();
+        let store = d.store();
+        for _ in 0..1_000 {
+            if count(&entries(store.as_ref(), h.id()).await, "approval.requested") == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let es = entries(store.as_ref(), h.id()).await;
+        assert_eq!(count(&es, "budget.charged"), 1, "{es:?}");
+        assert_eq!(h.state().usage.unwrap().tool_calls, 1);
+        h.id().to_string()
+    });
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    process(async {
+        let clock = ManualClock::new(T0 + 1_000);
+        let d = durable_at(&path, &clock, &calls).await;
+        d.recover().await.unwrap();
+        let h = d.engine().handle(&id).unwrap();
+        assert_eq!(
+            h.state().usage.unwrap().tool_calls,
+            1,
+            "the count was restored"
+        );
+        d.engine()
+            .decide_approval(&id, "two", None, true, "ann", None)
+            .unwrap();
+        let o = settle(&d, &h).await;
+        match &o.status {
+            Status::Failed { reason } => assert!(reason.contains("max_tool_calls"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        let es = entries(d.store().as_ref(), &id).await;
+        assert_eq!(count(&es, "budget.charged"), 2, "{es:?}");
+    });
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "the third call never ran");
 }

@@ -125,6 +125,8 @@ pub(crate) struct Cell {
     /// Whether a firing of this instance ever asked for an approval (so an outcome looks
     /// at `approvals` only then).
     pub asked_approval: std::sync::atomic::AtomicBool,
+    /// The count against the plan's `limits` (`budget.rs`).
+    pub budget: Mutex<crate::budget::Budget>,
 }
 
 impl Cell {
@@ -167,6 +169,7 @@ impl Cell {
             timer_keys: Mutex::new(std::collections::BTreeMap::new()),
             approvals: Mutex::new(std::collections::BTreeMap::new()),
             asked_approval: std::sync::atomic::AtomicBool::new(false),
+            budget: Mutex::new(crate::budget::Budget::default()),
         })
     }
 
@@ -432,7 +435,8 @@ impl Cell {
             Input::TimerSet { .. }
             | Input::ContextPut { .. }
             | Input::ApprovalRequested { .. }
-            | Input::ApprovalDecided { .. } => return,
+            | Input::ApprovalDecided { .. }
+            | Input::Charged { .. } => return,
             Input::Stop { reason } => {
                 if let Some(i) = core.inst.as_mut()
                     && !i.status.is_terminal()
@@ -822,6 +826,7 @@ impl Cell {
             in_flight,
             fired,
             awaiting_approval: self.awaits_approval(),
+            usage: core.plan.plan.limits.is_some().then(|| self.usage()),
         }
     }
 }

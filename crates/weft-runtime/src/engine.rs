@@ -493,6 +493,7 @@ impl Engine {
         );
         cell.depth.store(opts.depth, Ordering::Relaxed);
         let now = i.clock.now_ms();
+        crate::cell::lock(&cell.budget).started_ms = now;
         cell.submit(Input::Start {
             plan: Arc::clone(&plan.name),
             input,

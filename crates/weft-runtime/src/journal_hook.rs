@@ -20,6 +20,7 @@ use weft_core::instance::Completion;
 use weft_core::token::FiringId;
 use weft_core::{ActionError, EventId, Instance, Net};
 use weft_tools::BoxFuture;
+pub use weft_tools::Usage;
 
 /// One input to an instance's loop.
 #[derive(Debug, Clone, PartialEq)]
@@ -146,6 +147,16 @@ pub enum Input {
         /// Clock time.
         now: i64,
     },
+    /// A tool call of a plan with `limits` was counted against them, before it ran.
+    /// Changes only [`Extras`] (its `usage`).
+    Charged {
+        /// Idempotency key of the firing.
+        key: String,
+        /// What the call counts for.
+        charge: Usage,
+        /// Clock time.
+        now: i64,
+    },
     /// A repair: the instance moves onto a revised plan (see [`Repair`]).
     Repair(Box<Repair>),
     /// A repair could not be made (the repairer failed, the revised plan was invalid or
@@ -232,6 +243,13 @@ pub struct Extras {
     /// The approvals of firings that have no outcome yet, by idempotency key.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub approvals: BTreeMap<String, PendingApproval>,
+    /// What the instance's tool calls have used of its plan's `limits` (counted only for
+    /// plans that set some).
+    #[serde(default, skip_serializing_if = "Usage::is_zero")]
+    pub usage: Usage,
+    /// When the instance started (epoch ms), for `limits.max_wall_ms`.
+    #[serde(default)]
+    pub started_ms: i64,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -321,7 +339,11 @@ impl Extras {
             Input::ContextPut { key, value, .. } => {
                 self.context.insert(key.clone(), value.clone());
             }
-            Input::Start { depth, .. } => self.depth = *depth,
+            Input::Charged { charge, .. } => self.usage = self.usage.plus(*charge),
+            Input::Start { depth, now, .. } => {
+                self.depth = *depth;
+                self.started_ms = *now;
+            }
             _ => {}
         }
     }
@@ -563,7 +585,8 @@ pub fn apply(net: &Net, id: &str, inst: &mut Option<Instance>, input: &Input) ->
                 | Input::TimerSet { .. }
                 | Input::ContextPut { .. }
                 | Input::ApprovalRequested { .. }
-                | Input::ApprovalDecided { .. } => {}
+                | Input::ApprovalDecided { .. }
+                | Input::Charged { .. } => {}
                 Input::Repair(r) => {
                     if let Err(lost) = i.rebase(net, &r.net) {
                         i.fail_with(lost.to_string());
@@ -587,6 +610,7 @@ pub fn apply(net: &Net, id: &str, inst: &mut Option<Instance>, input: &Input) ->
                 | Input::ContextPut { .. }
                 | Input::ApprovalRequested { .. }
                 | Input::ApprovalDecided { .. }
+                | Input::Charged { .. }
         )
     {
         while i.next(net).is_some() {}

@@ -11,6 +11,7 @@
 //! [`journal_hook::Input`] to a `weft_core::Instance`; all time comes from [`clock::Clock`].
 
 mod approvals;
+mod budget;
 pub mod bus;
 mod cell;
 pub mod clock;
@@ -35,7 +36,7 @@ pub use engine::{
 pub use error::Error;
 pub use ids::IdNames;
 pub use journal_hook::{
-    Decided, Extras, Input, Journal, MemoryJournal, PendingApproval, PendingTimer, Repair,
+    Decided, Extras, Input, Journal, MemoryJournal, PendingApproval, PendingTimer, Repair, Usage,
 };
 pub use outcome::{Awaits, InFlightInfo, Outcome, ResultTokens, StateSnapshot, TraceEntry};
 pub use plans::CompiledPlan;

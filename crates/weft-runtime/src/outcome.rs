@@ -112,6 +112,9 @@ pub struct StateSnapshot {
     /// Whether a firing waits for a person's approval.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub awaiting_approval: bool,
+    /// What its calls used of the plan's `limits`, when the plan sets some.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<weft_tools::Usage>,
 }
 
 impl StateSnapshot {

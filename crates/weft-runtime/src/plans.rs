@@ -75,6 +75,7 @@ impl CompiledPlan {
                 });
             }
         };
+        let limited = plan.limits.as_ref().is_some_and(|l| !l.is_empty());
         let steps = net
             .steps
             .iter()
@@ -91,10 +92,18 @@ impl CompiledPlan {
                         default_grant: a.default == ApprovalDefault::Grant,
                     })
                 });
-                // A step with an approval waits for it before its (chain-wrapped) tool.
-                let tool = registry.get(&s.action).cloned().map(|t| match approval {
-                    Some(request) => Approved::wrap(t, request),
-                    None => t,
+                // A step with an approval waits for it before its (chain-wrapped) tool; in a
+                // plan with `limits` each call is counted against them once approved.
+                let tool = registry.get(&s.action).cloned().map(|t| {
+                    let t = if limited {
+                        weft_tools::Budgeted::wrap(t)
+                    } else {
+                        t
+                    };
+                    match approval {
+                        Some(request) => Approved::wrap(t, request),
+                        None => t,
+                    }
                 });
                 let validator = match &tool {
                     Some(t) if !s.args.is_literal() || !check_tools => validators

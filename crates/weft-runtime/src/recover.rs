@@ -119,6 +119,10 @@ impl Engine {
             *lock(&cell.timer_keys) = extras.set_by.clone();
         }
         cell.depth.store(extras.depth, Ordering::Relaxed);
+        *lock(&cell.budget) = crate::budget::Budget {
+            used: extras.usage,
+            started_ms: extras.started_ms,
+        };
         if !extras.approvals.is_empty() {
             cell.asked_approval.store(true, Ordering::Relaxed);
             *lock(&cell.approvals) = extras

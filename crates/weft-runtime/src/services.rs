@@ -121,6 +121,10 @@ impl ToolServices for Cell {
         Ok(())
     }
 
+    fn charge(&self, ctx: &ToolContext, charge: weft_tools::Usage) -> Result<(), ToolError> {
+        self.charge_call(ctx, charge)
+    }
+
     fn await_approval(
         &self,
         ctx: &ToolContext,

@@ -297,6 +297,10 @@ pub(crate) struct InstanceState {
     pub fired: u64,
     /// Whether the instance is live in this process.
     pub live: bool,
+    /// For a plan with `limits`: what its calls used, `{tool_calls, llm_calls, cost,
+    /// limits}`; `null` otherwise.
+    #[schema(value_type = Option<Object>)]
+    pub usage: Option<Value>,
     /// Approvals of firings in flight: `{key, step, firing, reasons, requested_ms,
     /// deadline_ms, default, decision}`; the status is `waiting_approval` while one has no
     /// decision.
@@ -397,7 +401,16 @@ fn state_view(
         fired,
         live,
         approvals: Vec::new(),
+        usage: None,
     }
+}
+
+/// The `usage` of a state view: `used` against `plan`'s limits, when it sets some.
+fn usage_view(plan: &weft_runtime::CompiledPlan, used: weft_runtime::Usage) -> Option<Value> {
+    let limits = plan.plan.limits.as_ref()?;
+    let mut v = serde_json::to_value(used).ok()?;
+    v["limits"] = serde_json::to_value(limits).ok()?;
+    Some(v)
 }
 
 /// Get an instance's state.
@@ -434,6 +447,7 @@ pub(crate) async fn get(
         let snap = h.state();
         view.status = snap.status_name().to_string();
         view.awaits = snap.awaits.and_then(|a| serde_json::to_value(a).ok());
+        view.usage = snap.usage.and_then(|u| usage_view(&h.plan(), u));
         view.approvals = state
             .inner
             .durable
@@ -466,6 +480,7 @@ pub(crate) async fn get(
         view.status = rec.status.as_str().to_string();
         view.reason = rec.reason;
     }
+    view.usage = usage_view(&plan, folded.extras.usage);
     view.approvals = folded
         .extras
         .approvals

@@ -13,6 +13,7 @@
 //! the assembly point (`weft-node`) reads from the configuration.
 
 pub mod approval;
+pub mod budget;
 pub mod chain;
 pub mod registry;
 
@@ -26,6 +27,7 @@ pub use weft_core::catalog::{Effect, ToolSpec};
 pub use weft_core::instance::Args;
 
 pub use approval::{ApprovalDecision, ApprovalRequest, Approved};
+pub use budget::{Budgeted, Usage};
 pub use chain::{Chain, Interceptor, Stage};
 pub use registry::{Registry, TenantTools};
 
@@ -144,6 +146,13 @@ pub trait ToolServices: Send + Sync {
         plan: ChildPlan,
         input: Value,
     ) -> BoxFuture<'static, Result<Value, ToolError>>;
+    /// Counts one call of the calling firing against its plan's `limits`, before it runs
+    /// ([`Budgeted`]): `Err(budget_exceeded)` when it would go over one (the engine then
+    /// also publishes `budget.exceeded`). Default (no engine): nothing is counted.
+    fn charge(&self, _ctx: &ToolContext, _charge: Usage) -> Result<(), ToolError> {
+        Ok(())
+    }
+
     /// Waits for a person's decision on the calling firing ([`ApprovalRequest`]): the
     /// engine records the request (once per firing: a retry or a re-dispatch after a restart
     /// finds it, or its decision), tells people it waits and resolves with the decision.
