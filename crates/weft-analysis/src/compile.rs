@@ -297,6 +297,17 @@ impl PtNet {
                     ..base.clone()
                 });
             }
+            // A denial (policy or person) goes to a `<step>.denied` listener first.
+            let denied = format!("{sname}.denied");
+            if consumers.contains_key(denied.as_str()) {
+                net.add_transition(Transition {
+                    name: trans_names.fresh(format!("{sname}[denied]")),
+                    guarded: has_guard,
+                    role: Role::Denial,
+                    post: emit_arcs(denied.as_str()),
+                    ..base.clone()
+                });
+            }
         }
         net
     }

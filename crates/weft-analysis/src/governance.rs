@@ -270,6 +270,7 @@ fn always_before(
     required: bool,
     bounds: &Bounds,
 ) -> PropertyResult {
+    // A denied call never ran: only firings that called the tool count as `before`.
     let step_of = |t: usize| {
         let tr = &net.transitions[t];
         match tr.role {

@@ -24,7 +24,9 @@
 //! - Failures the plan handles are variants `step[failed]` consuming the inputs: onto
 //!   `<step>.failed` when some step listens on it, else onto `X` for `on_fail: "emit:X"`,
 //!   else nothing for `on_fail: "continue"`. `abort` (the default) and `repair` are not
-//!   modelled: they stop or pause the instance, which is not a net deadlock.
+//!   modelled: they stop or pause the instance, which is not a net deadlock. A step whose
+//!   `<step>.denied` event some step listens on also gets `step[denied]` onto it (a call a
+//!   policy or a person denied, which never ran).
 //! - Output places: events declared `kind: output`; when the plan declares none, events
 //!   consumed by no step (the runtime's completion rule). Undeclared events that steps mention
 //!   become internal places, so invalid plans still compile.
@@ -33,7 +35,10 @@
 //! Breadth-first reachability (`explore`) with a state limit gives deadlocks (A001, shortest
 //! witness), dead steps (A002), option to complete (A004) and proper completion (A005);
 //! Karp–Miller coverability (`cover`) runs only when reachability could not finish and gives
-//! unbounded events (A003).
+//! unbounded events (A003). With `AnalysisOptions::governance`, `governance.rs` adds approval
+//! coverage and a policy's "before X, always Y" properties (A009, with a shortest witness),
+//! the most tool calls, LLM calls and declared cost of a run of an acyclic plan (A010 over the
+//! plan's `limits`) and the policy's decision on the whole plan (G001).
 //!
 //! # Soundness: which notion
 //! - Plans: soundness *with respect to their outputs*. A completed marking is a dead marking

@@ -28,6 +28,9 @@ pub enum Role {
     Step,
     /// A step whose action failed, handled by `<step>.failed`, `on_fail: emit:X` or `continue`.
     Failure,
+    /// A step whose call was denied (by a policy or a person) before it ran, handled by a
+    /// `<step>.denied` listener.
+    Denial,
     /// The environment putting a token on a `kind: input` event (budgeted).
     Environment,
     /// A deferred conditional emit of a step with too many conditional emits to enumerate.
@@ -158,7 +161,7 @@ impl PtNet {
     pub fn witness_label(&self, t: usize) -> String {
         let tr = &self.transitions[t];
         match (tr.role, &tr.step) {
-            (Role::Step | Role::Failure, Some(s)) => s.clone(),
+            (Role::Step | Role::Failure | Role::Denial, Some(s)) => s.clone(),
             _ => tr.name.clone(),
         }
     }

@@ -360,3 +360,29 @@ fn a_limit_stops_the_checks_with_an_unknown_answer() {
     );
     assert!(r.governance.as_ref().unwrap().bound.is_none());
 }
+
+#[test]
+fn a_denied_listener_is_a_path_where_the_call_never_ran() {
+    // The write is approved; its denial goes to `charge.denied`, whose handler sends nothing.
+    let p = plan(
+        r#"{"plan_name":"pay","graph_type":"acyclic",
+          "events":{"start":{},"charge.denied":{},"done":{"kind":"output"},"refused":{"kind":"output"}},
+          "steps":{
+            "charge":{"on":["start"],"action":"crm.charge","emits":["done"],"approval":{}},
+            "sorry":{"on":["charge.denied"],"action":"noop","emits":["refused"]}}}"#,
+    );
+    let n = net(&p);
+    let denial = n
+        .transitions
+        .iter()
+        .find(|t| t.role == weft_analysis::Role::Denial)
+        .expect("a denial variant");
+    assert_eq!(denial.step.as_deref(), Some("charge"));
+    let r = analyze_with(&p, required_coverage());
+    assert_eq!(coverage(&r).holds, Some(true));
+    assert_eq!(r.verdict, weft_analysis::Verdict::Sound, "{r:#?}");
+    // A denied call costs nothing: the most expensive run is the one that charges.
+    let b = r.governance.as_ref().unwrap().bound.as_ref().unwrap();
+    assert_eq!(b.cost.as_ref().unwrap().witness, ["charge"]);
+    assert_eq!(b.tool_calls.max, 1.0);
+}

@@ -1153,9 +1153,12 @@ impl Instance {
             return Completion::Unknown;
         };
         let s = net.step(inf.step);
-        let listener = s
-            .failed_event
-            .filter(|&e| !net.event(e).consumers.is_empty());
+        let consumed = |e: &EventId| !net.event(*e).consumers.is_empty();
+        let denied = s
+            .denied_event
+            .filter(consumed)
+            .filter(|_| crate::net::DENIAL_CODES.contains(&err.code.as_str()));
+        let listener = denied.or(s.failed_event.filter(consumed));
         let target = listener.or(match s.on_fail {
             FailPolicy::Emit(e) => Some(e),
             _ => None,

@@ -89,7 +89,13 @@ pub struct StepNode {
     pub on_fail: FailPolicy,
     /// The `<step>.failed` event, when the plan declares one.
     pub failed_event: Option<EventId>,
+    /// The `<step>.denied` event, when the plan declares one: where a denial (a policy's
+    /// `policy_denied`, a person's `approval_denied`) goes before `<step>.failed`.
+    pub denied_event: Option<EventId>,
 }
+
+/// The error codes of denials, which a `<step>.denied` listener takes.
+pub const DENIAL_CODES: [&str; 2] = ["policy_denied", "approval_denied"];
 
 /// Index of a token slot: where the tokens of one event wait for one consumer.
 ///
@@ -268,6 +274,9 @@ impl Net {
             if let Some(e) = s.failed_event {
                 events[e as usize].producers.push(sid as StepId);
             }
+            if let Some(e) = s.denied_event {
+                events[e as usize].producers.push(sid as StepId);
+            }
         }
         let initial: Vec<EventId> = plan
             .initial_events()
@@ -316,8 +325,10 @@ impl Net {
             .map(|s| {
                 s.retry.is_some()
                     || matches!(s.on_fail, FailPolicy::Emit(_) | FailPolicy::Repair)
-                    || s.failed_event
-                        .is_some_and(|e| !events[e as usize].consumers.is_empty())
+                    || [s.failed_event, s.denied_event]
+                        .into_iter()
+                        .flatten()
+                        .any(|e| !events[e as usize].consumers.is_empty())
                     || s.emits.iter().any(|e| e.when.is_some() || e.data.is_some())
             })
             .collect();

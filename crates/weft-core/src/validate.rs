@@ -593,6 +593,7 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
             },
         };
         let failed_event = event_id(&format!("{sname}.failed"));
+        let denied_event = event_id(&format!("{sname}.denied"));
 
         let names: Vec<&str> = step.on.iter().map(String::as_str).collect();
         check_references(
@@ -629,6 +630,7 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
             timeout_ms: step.timeout_ms,
             on_fail,
             failed_event,
+            denied_event,
         });
     }
 
@@ -935,7 +937,7 @@ fn structure(ctx: &mut Ctx<'_>, net: &Net) {
             if let FailPolicy::Emit(e) = s.on_fail {
                 producible[e as usize] = true;
             }
-            if let Some(e) = s.failed_event {
+            for e in [s.failed_event, s.denied_event].into_iter().flatten() {
                 producible[e as usize] = true;
             }
         }
@@ -1041,9 +1043,7 @@ fn find_cycles(net: &Net) -> Vec<Vec<(u32, EventId)>> {
         if let FailPolicy::Emit(e) = st.on_fail {
             out_events.push(e);
         }
-        if let Some(e) = st.failed_event {
-            out_events.push(e);
-        }
+        out_events.extend([st.failed_event, st.denied_event].into_iter().flatten());
         let mut v = Vec::new();
         for e in out_events {
             for &c in &net.event(e).consumers {

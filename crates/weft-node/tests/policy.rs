@@ -292,3 +292,47 @@ async fn a_refused_candidate_goes_back_to_the_model_through_the_critic() {
     assert_eq!(out.attempts, 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A denial goes to the plan's `<step>.denied` listener, before `<step>.failed`; another
+/// failure of the same step still goes to `<step>.failed`.
+#[tokio::test]
+async fn a_denial_goes_to_the_denied_listener_and_other_failures_to_the_failed_one() {
+    let dir = std::env::temp_dir().join(format!("weft-node-denied-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let node = Builder::new(config(&dir, BUNDLE))
+        .in_memory()
+        .expect("node");
+    let engine = node.engine();
+    let plan = |to: &str| {
+        json!({"plan_name": "mail", "graph_type": "acyclic",
+        "events": {"start": {}, "sent": {"kind": "output"}, "send.denied": {}, "send.failed": {},
+                   "refused": {"kind": "output"}, "broken": {"kind": "output"}},
+        "steps": {
+            "send": {"on": ["start"], "action": "send_email",
+                "args": {"to": to, "subject": "hi", "body": "hello"}, "emits": ["sent"]},
+            "note_refusal": {"on": ["send.denied"], "action": "echo",
+                "args": {"code": "${inputs[\"send.denied\"].error.code}"}, "emits": ["refused"]},
+            "note_failure": {"on": ["send.failed"], "action": "echo",
+                "args": {"code": "${inputs[\"send.failed\"].error.code}"}, "emits": ["broken"]}}})
+    };
+    let run = |doc| async move {
+        let p = engine.compile_value(doc).expect("compiles");
+        engine
+            .start_with("local", &p, json!({}), Default::default())
+            .wait()
+            .await
+    };
+    let o = run(plan("eve@evil.test")).await;
+    assert_eq!(o.status, Status::Completed, "{o:?}");
+    let r = o.results_json();
+    assert_eq!(r["refused"]["code"], "policy_denied", "{r}");
+    assert!(r.get("broken").is_none(), "{r}");
+    // Not a denial (the address is not one): the failed listener takes it.
+    let o = run(plan("not an address@example.com")).await;
+    assert_eq!(o.status, Status::Completed, "{o:?}");
+    let r = o.results_json();
+    assert!(r.get("refused").is_none(), "{r}");
+    assert!(r["broken"]["code"].is_string(), "{r}");
+    assert_eq!(outbox(&dir), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}

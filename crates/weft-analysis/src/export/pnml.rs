@@ -63,6 +63,7 @@ pub(crate) fn role_str(r: Role) -> &'static str {
     match r {
         Role::Step => "step",
         Role::Failure => "failure",
+        Role::Denial => "denial",
         Role::Environment => "environment",
         Role::DeferredEmit => "deferred_emit",
         Role::Plain => "plain",

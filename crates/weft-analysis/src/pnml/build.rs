@@ -175,6 +175,7 @@ pub(super) fn build(raw: Raw) -> Result<PtNet, PnmlError> {
             Some(r) => [
                 Role::Step,
                 Role::Failure,
+                Role::Denial,
                 Role::Environment,
                 Role::DeferredEmit,
                 Role::Plain,
