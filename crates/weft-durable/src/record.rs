@@ -225,6 +225,17 @@ pub enum Entry {
         /// Clock time.
         now: i64,
     },
+    /// A policy decided on a call before it ran.
+    PolicyDecided {
+        /// Idempotency key of the firing.
+        key: String,
+        /// The attempt.
+        attempt: u32,
+        /// What the policy decided, and why.
+        decision: weft_tools::PolicyDecision,
+        /// Clock time.
+        now: i64,
+    },
     /// A tool call of a plan with `limits` was counted against them, before it ran.
     BudgetCharged {
         /// Idempotency key of the firing.
@@ -309,6 +320,7 @@ impl Entry {
             Entry::ApprovalRequested { .. } => "approval.requested",
             Entry::ApprovalDecided { .. } => "approval.decided",
             Entry::BudgetCharged { .. } => "budget.charged",
+            Entry::PolicyDecided { .. } => "policy.decided",
         }
     }
 
@@ -453,6 +465,17 @@ impl Entry {
                 charge: *charge,
                 now: *now,
             },
+            Input::PolicyDecided {
+                key,
+                attempt,
+                decision,
+                now,
+            } => Entry::PolicyDecided {
+                key: key.clone(),
+                attempt: *attempt,
+                decision: decision.clone(),
+                now: *now,
+            },
             Input::Repair(r) => Entry::Repaired {
                 document: (*r.document).clone(),
                 hash: r.hash.clone(),
@@ -583,6 +606,13 @@ impl Entry {
             granted: bool,
             principal: &'a str,
             comment: Option<&'a str>,
+            now: i64,
+        }
+        #[derive(Serialize)]
+        struct PolicyDecided<'a> {
+            key: &'a str,
+            attempt: u32,
+            decision: &'a weft_tools::PolicyDecision,
             now: i64,
         }
         #[derive(Serialize)]
@@ -753,6 +783,17 @@ impl Entry {
                 charge,
                 now: *now,
             }),
+            Entry::PolicyDecided {
+                key,
+                attempt,
+                decision,
+                now,
+            } => to_vec(&PolicyDecided {
+                key,
+                attempt: *attempt,
+                decision,
+                now: *now,
+            }),
         };
         body.unwrap_or_default()
     }
@@ -796,6 +837,7 @@ impl Entry {
                     "approval.requested" => "approval_requested",
                     "approval.decided" => "approval_decided",
                     "budget.charged" => "budget_charged",
+                    "policy.decided" => "policy_decided",
                     other => {
                         return Err(DurableError::Journal {
                             message: format!(
@@ -964,6 +1006,17 @@ impl Entry {
             Entry::BudgetCharged { key, charge, now } => Input::Charged {
                 key: key.clone(),
                 charge: *charge,
+                now: *now,
+            },
+            Entry::PolicyDecided {
+                key,
+                attempt,
+                decision,
+                now,
+            } => Input::PolicyDecided {
+                key: key.clone(),
+                attempt: *attempt,
+                decision: decision.clone(),
                 now: *now,
             },
         }))
@@ -1236,6 +1289,12 @@ mod tests {
             Entry::BudgetCharged { key, charge, now } => {
                 json!({"key": key, "charge": charge, "now": now})
             }
+            Entry::PolicyDecided {
+                key,
+                attempt,
+                decision,
+                now,
+            } => json!({"key": key, "attempt": attempt, "decision": decision, "now": now}),
         };
         serde_json::to_vec(&body).unwrap_or_default()
     }
@@ -1361,6 +1420,17 @@ mod tests {
             },
             now: 13,
         });
+        for reasons in [vec![], vec!["outside \"example.com\"".to_string()]] {
+            out.push(Entry::PolicyDecided {
+                key: "i/s/5".into(),
+                attempt: 2,
+                decision: weft_tools::PolicyDecision {
+                    decision: if reasons.is_empty() { "allow" } else { "deny" }.into(),
+                    reasons,
+                },
+                now: 14,
+            });
+        }
         out
     }
 
@@ -1370,7 +1440,7 @@ mod tests {
     fn direct_bodies_match_the_reference_encoder() {
         let entries = every_kind();
         let kinds: BTreeSet<&str> = entries.iter().map(|e| e.kind()).collect();
-        assert_eq!(kinds.len(), 16, "every record kind is covered: {kinds:?}");
+        assert_eq!(kinds.len(), 17, "every record kind is covered: {kinds:?}");
         for e in entries {
             let r = e.to_record(0);
             assert_eq!(

@@ -336,3 +336,62 @@ async fn a_denial_goes_to_the_denied_listener_and_other_failures_to_the_failed_o
     assert_eq!(outbox(&dir), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every decision is part of the instance's journal (its hash chain) and published: the
+/// audit trail of an allowed and a denied call on a durable node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_decision_is_journaled_in_the_hash_chain_and_published() {
+    use weft_runtime::{Delivery, Filter};
+    let dir = std::env::temp_dir().join(format!("weft-node-decided-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut c = config(&dir, BUNDLE);
+    c.store.url = dir.join("weft.db").display().to_string();
+    let node = Builder::new(c).open().await.expect("node");
+    let d = node.durable().unwrap();
+    let mut events = node.engine().subscribe(Filter::default());
+    let mut kinds = Vec::new();
+    for (name, to) in [("ok", "ann@example.com"), ("no", "eve@evil.test")] {
+        let mut p = mail(to);
+        p["plan_name"] = json!(name);
+        d.register("local", p).await.unwrap();
+        let h = d.start("local", name, json!({})).unwrap();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(20), d.wait(&h))
+            .await
+            .expect("settles");
+        let store = node.store().unwrap();
+        weft_durable::verify(store.as_ref(), h.id())
+            .await
+            .expect("the chain verifies");
+        let decided: Vec<weft_durable::Entry> = store
+            .read(h.id(), 1, 1_000)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| weft_durable::Entry::from_record(r).unwrap())
+            .filter(|e| e.kind() == "policy.decided")
+            .collect();
+        assert_eq!(decided.len(), 1, "{decided:?}");
+        match &decided[0] {
+            weft_durable::Entry::PolicyDecided {
+                decision, attempt, ..
+            } => {
+                assert_eq!(*attempt, 1);
+                kinds.push((decision.decision.clone(), decision.reasons.clone()));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(kinds[0], ("allow".to_string(), vec![]));
+    assert_eq!(kinds[1].0, "deny");
+    assert!(kinds[1].1[0].contains("eve@evil.test"), "{kinds:?}");
+    let mut published = Vec::new();
+    while let Ok(Some(Delivery::Event(e))) =
+        tokio::time::timeout(std::time::Duration::from_millis(100), events.recv()).await
+    {
+        if e.ty == "policy.decided" {
+            published.push(e.data["decision"].as_str().unwrap_or("").to_string());
+        }
+    }
+    assert_eq!(published, ["allow", "deny"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

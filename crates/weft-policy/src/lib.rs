@@ -513,11 +513,25 @@ struct Governed {
 impl Governed {
     /// The decision for this call: `Ok(None)` to call, `Ok(Some(request))` to call once a
     /// person approves, `Err` when denied.
+    /// Every decision is recorded through the engine's services before it takes effect
+    /// (journaled as `policy.decided` and published).
     fn check(&self, ctx: &ToolContext, args: &Value) -> Result<Option<ApprovalRequest>, ToolError> {
-        match self
+        let decision = self
             .policy
-            .decide(&call_input(ctx, self.inner.spec(), args))
-        {
+            .decide(&call_input(ctx, self.inner.spec(), args));
+        let (name, reasons) = match &decision {
+            Decision::Allow => ("allow", Vec::new()),
+            Decision::Deny(r) => ("deny", r.clone()),
+            Decision::RequireApproval { reasons, .. } => ("require_approval", reasons.clone()),
+        };
+        ctx.services.record_decision(
+            ctx,
+            weft_tools::PolicyDecision {
+                decision: name.to_string(),
+                reasons,
+            },
+        );
+        match decision {
             Decision::Allow => Ok(None),
             Decision::Deny(reasons) => Err(ToolError::fatal(
                 "policy_denied",

@@ -436,7 +436,8 @@ impl Cell {
             | Input::ContextPut { .. }
             | Input::ApprovalRequested { .. }
             | Input::ApprovalDecided { .. }
-            | Input::Charged { .. } => return,
+            | Input::Charged { .. }
+            | Input::PolicyDecided { .. } => return,
             Input::Stop { reason } => {
                 if let Some(i) = core.inst.as_mut()
                     && !i.status.is_terminal()

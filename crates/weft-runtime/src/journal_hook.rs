@@ -157,6 +157,17 @@ pub enum Input {
         /// Clock time.
         now: i64,
     },
+    /// A policy decided on a call before it ran. Changes nothing: the audit trail.
+    PolicyDecided {
+        /// Idempotency key of the firing.
+        key: String,
+        /// The attempt.
+        attempt: u32,
+        /// What the policy decided, and why.
+        decision: weft_tools::PolicyDecision,
+        /// Clock time.
+        now: i64,
+    },
     /// A repair: the instance moves onto a revised plan (see [`Repair`]).
     Repair(Box<Repair>),
     /// A repair could not be made (the repairer failed, the revised plan was invalid or
@@ -586,7 +597,8 @@ pub fn apply(net: &Net, id: &str, inst: &mut Option<Instance>, input: &Input) ->
                 | Input::ContextPut { .. }
                 | Input::ApprovalRequested { .. }
                 | Input::ApprovalDecided { .. }
-                | Input::Charged { .. } => {}
+                | Input::Charged { .. }
+                | Input::PolicyDecided { .. } => {}
                 Input::Repair(r) => {
                     if let Err(lost) = i.rebase(net, &r.net) {
                         i.fail_with(lost.to_string());
@@ -611,6 +623,7 @@ pub fn apply(net: &Net, id: &str, inst: &mut Option<Instance>, input: &Input) ->
                 | Input::ApprovalRequested { .. }
                 | Input::ApprovalDecided { .. }
                 | Input::Charged { .. }
+                | Input::PolicyDecided { .. }
         )
     {
         while i.next(net).is_some() {}

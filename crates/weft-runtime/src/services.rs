@@ -121,6 +121,25 @@ impl ToolServices for Cell {
         Ok(())
     }
 
+    fn record_decision(&self, ctx: &ToolContext, decision: weft_tools::PolicyDecision) {
+        self.publish("policy.decided", || {
+            serde_json::json!({"step": &*ctx.step, "attempt": ctx.attempt,
+                "decision": decision.decision, "reasons": decision.reasons})
+        });
+        if let Some(j) = &self.engine.journal {
+            j.record(
+                &self.tenant,
+                &self.name,
+                &Input::PolicyDecided {
+                    key: ctx.idempotency_key.to_string(),
+                    attempt: ctx.attempt,
+                    decision,
+                    now: self.engine.clock.now_ms(),
+                },
+            );
+        }
+    }
+
     fn charge(&self, ctx: &ToolContext, charge: weft_tools::Usage) -> Result<(), ToolError> {
         self.charge_call(ctx, charge)
     }

@@ -15,6 +15,7 @@
 pub mod approval;
 pub mod budget;
 pub mod chain;
+pub mod decision;
 pub mod registry;
 
 use std::future::Future;
@@ -29,6 +30,7 @@ pub use weft_core::instance::Args;
 pub use approval::{ApprovalDecision, ApprovalRequest, Approved};
 pub use budget::{Budgeted, Usage};
 pub use chain::{Chain, Interceptor, Stage};
+pub use decision::PolicyDecision;
 pub use registry::{Registry, TenantTools};
 
 /// A boxed future, as returned by tools.
@@ -146,6 +148,10 @@ pub trait ToolServices: Send + Sync {
         plan: ChildPlan,
         input: Value,
     ) -> BoxFuture<'static, Result<Value, ToolError>>;
+    /// Records a policy's decision on the calling firing: the engine journals it in the
+    /// instance's hash chain (`policy.decided`) and publishes it. Default: nothing.
+    fn record_decision(&self, _ctx: &ToolContext, _decision: PolicyDecision) {}
+
     /// Counts one call of the calling firing against its plan's `limits`, before it runs
     /// ([`Budgeted`]): `Err(budget_exceeded)` when it would go over one (the engine then
     /// also publishes `budget.exceeded`). Default (no engine): nothing is counted.
