@@ -41,14 +41,40 @@ pub struct Config {
 }
 
 /// `[policy]`: the deployment's Rego bundle (`weft_policy`), evaluated before every tool
-/// call at the chain's policy stage. No bundle: every call is allowed.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// call at the chain's policy stage and on every plan before it is accepted, and tenants'
+/// own bundles on top of it. No bundle: every call is allowed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
     /// `.rego` files, or directories whose `*.rego` files are read (in name order); one
     /// of them declares `package weft` with the rule `deny` (a set of reasons).
     /// `WEFT_POLICY_BUNDLES` takes them comma-separated.
     pub bundles: Vec<std::path::PathBuf>,
+    /// A directory with a directory of `.rego` files per tenant (`<dir>/<tenant>/`): a
+    /// tenant's policy is the deployment's bundle and its own, compiled together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenants_dir: Option<std::path::PathBuf>,
+    /// How often the bundles' files are checked for changes, in milliseconds; a change
+    /// reloads them (a bundle that does not compile is refused and the previous ones stay).
+    /// 0: never.
+    pub reload_ms: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            bundles: Vec::new(),
+            tenants_dir: None,
+            reload_ms: 2000,
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// Whether any bundle is configured.
+    pub fn any(&self) -> bool {
+        !self.bundles.is_empty() || self.tenants_dir.is_some()
+    }
 }
 
 /// `[journal]`: the key of a keyed journal chain (see `weft_store::chain` and
@@ -402,6 +428,7 @@ impl Default for PlannerConfig {
 /// test deserializes a file setting every key.
 pub(crate) const OPTIONAL_KEYS: &[(&str, Kind)] = &[
     ("store.owner", Kind::String),
+    ("policy.tenants_dir", Kind::String),
     ("journal.hmac_key_file", Kind::String),
     ("journal.hmac_key", Kind::String),
     ("llm.base_url", Kind::String),

@@ -32,8 +32,8 @@ pub struct Builder {
     mcp: Option<Vec<Arc<dyn Tool>>>,
     durable: Option<DurableConfig>,
     clock: Option<Arc<dyn Clock>>,
-    /// `[policy]`'s bundle, once [`Builder::configured_links`] loaded it.
-    policy: Option<weft_policy::Policy>,
+    /// `[policy]`'s bundles, once [`Builder::configured_links`] loaded them.
+    policies: Option<weft_policy::PolicySet>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -59,7 +59,7 @@ impl Builder {
             mcp: None,
             durable: None,
             clock: None,
-            policy: None,
+            policies: None,
         }
     }
 
@@ -84,19 +84,29 @@ impl Builder {
     }
 
     /// Installs the links the configuration asks for at stages the caller left empty:
-    /// `[policy]`'s bundle at [`Stage::Policy`] (a bundle that does not compile is an error).
+    /// `[policy]`'s bundles at [`Stage::Policy`] (a bundle that does not compile is an error).
     fn configured_links(mut self) -> Result<Self, Error> {
-        let bundles = &self.config.policy.bundles;
-        if !bundles.is_empty() && self.chain.get(Stage::Policy).is_none() {
-            let policy = weft_policy::Policy::load(bundles)
-                .map_err(|e| Error::Config(format!("[policy] bundles: {e}")))?;
+        let cfg = &self.config.policy;
+        if cfg.any() && self.chain.get(Stage::Policy).is_none() {
+            let set = weft_policy::PolicySet::load(weft_policy::Bundles {
+                deployment: cfg.bundles.clone(),
+                tenants_dir: cfg.tenants_dir.clone(),
+            })
+            .map_err(|e| Error::Config(format!("[policy] bundles: {e}")))?;
             self.chain.set(
                 Stage::Policy,
-                Arc::new(weft_policy::PolicyLink::new(policy.clone())),
+                Arc::new(weft_policy::PolicyLink::with_set(set.clone())),
             );
-            self.policy = Some(policy);
+            self.policies = Some(set);
         }
         Ok(self)
+    }
+
+    /// Watches `[policy]`'s files when `reload_ms` asks for it; the node keeps the watcher.
+    fn policy_watcher(&self) -> Option<Arc<weft_policy::Watcher>> {
+        let every = self.config.policy.reload_ms;
+        let set = self.policies.as_ref()?;
+        (every > 0).then(|| Arc::new(set.watch(std::time::Duration::from_millis(every))))
     }
 
     /// Installs `link` at `stage` of the tool-call chain (the durability stage belongs to
@@ -275,6 +285,7 @@ impl Builder {
     pub fn in_memory(self) -> Result<Node, Error> {
         let this = self.configured_links()?;
         let p = this.parts()?;
+        let watcher = this.policy_watcher();
         Ok(Node {
             config: Arc::new(this.config),
             registry: p.registry,
@@ -282,9 +293,10 @@ impl Builder {
             engine: Engine::new(p.opts),
             durable: None,
             llm: p.llm,
+            watcher,
             chain: this.chain,
             toolbox: None,
-            policy: this.policy,
+            policies: this.policies,
         })
     }
 
@@ -319,6 +331,7 @@ impl Builder {
             .map_err(|e| Error::Durable(weft_durable::DurableError::from(e)))?;
         p.opts.tenant_tools = Some(Arc::clone(&toolbox) as Arc<dyn weft_tools::TenantTools>);
         let durable = Durable::open(store, p.opts, self.durable_settings()).await?;
+        let watcher = self.policy_watcher();
         let chain = self.chain.with(Stage::Durability, durable.gate_link());
         Ok(Node {
             config: Arc::new(self.config),
@@ -327,9 +340,10 @@ impl Builder {
             engine: durable.engine().clone(),
             durable: Some(durable),
             llm: p.llm,
+            watcher,
             chain,
             toolbox: Some(toolbox),
-            policy: self.policy,
+            policies: self.policies,
         })
     }
 }
@@ -354,8 +368,12 @@ pub struct Node {
     chain: Chain,
     /// Tenants' declared tools (durable nodes).
     toolbox: Option<Arc<Toolbox>>,
-    /// `[policy]`'s bundle, which also decides on plans.
-    policy: Option<weft_policy::Policy>,
+    /// `[policy]`'s bundles, which also decide on plans.
+    policies: Option<weft_policy::PolicySet>,
+    /// Reloads `[policy]`'s bundles when their files change, while any clone of the node
+    /// lives.
+    #[allow(dead_code)]
+    watcher: Option<Arc<weft_policy::Watcher>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -441,7 +459,13 @@ impl Node {
     /// put them in `AnalysisOptions::governance`.
     pub fn governance(&self, tenant: &str) -> Arc<weft_analysis::Governance> {
         let catalog: Arc<dyn weft_core::ToolCatalog + Send + Sync> = self.registry_for(tenant);
-        Arc::new(crate::governance(catalog, self.policy.as_ref(), tenant))
+        let policy = self.policies.as_ref().and_then(|s| s.for_tenant(tenant));
+        Arc::new(crate::governance(catalog, policy.as_ref(), tenant))
+    }
+
+    /// `[policy]`'s bundles in force, if any (to reload them, or read the last reload).
+    pub fn policies(&self) -> Option<&weft_policy::PolicySet> {
+        self.policies.as_ref()
     }
 
     /// The tool-call chain, stage by stage, with what is installed at each.

@@ -395,3 +395,42 @@ async fn every_decision_is_journaled_in_the_hash_chain_and_published() {
     assert_eq!(published, ["allow", "deny"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reloaded bundle governs the next call of an engine already running; a broken one
+/// leaves the previous in force.
+#[tokio::test]
+async fn a_reloaded_bundle_governs_the_next_call() {
+    let dir = std::env::temp_dir().join(format!("weft-node-reload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut c = config(&dir, "package weft\n");
+    c.policy.reload_ms = 0;
+    let node = Builder::new(c).in_memory().expect("node");
+    let run = |node: &weft_node::Node| {
+        let engine = node.engine().clone();
+        async move {
+            let p = engine
+                .compile_value(mail("eve@evil.test"))
+                .expect("compiles");
+            engine
+                .start_with("local", &p, json!({}), Default::default())
+                .wait()
+                .await
+                .status
+        }
+    };
+    assert_eq!(run(&node).await, Status::Completed);
+    std::fs::write(dir.join("policies/weft.rego"), BUNDLE).unwrap();
+    node.policies().unwrap().reload().expect("reloads");
+    assert!(matches!(run(&node).await, Status::Failed { .. }));
+    std::fs::write(
+        dir.join("policies/weft.rego"),
+        "package weft\ndeny contains x if {",
+    )
+    .unwrap();
+    assert!(node.policies().unwrap().reload().is_err());
+    assert!(
+        matches!(run(&node).await, Status::Failed { .. }),
+        "the denial stays in force"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -28,8 +28,10 @@
 //! planner's).
 
 mod plans;
+mod set;
 
 pub use plans::{PROPERTIES_RULE, PlanPolicy, plan_input};
+pub use set::{Bundles, PolicySet, ReloadStatus, Watcher};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -79,6 +81,12 @@ pub enum PolicyError {
     )]
     Properties {
         /// What is wrong.
+        message: String,
+    },
+    /// A reload that cannot take effect while weft runs.
+    #[error("policy bundle: not reloaded: {message}; restart weft to use it")]
+    NeedsRestart {
+        /// Why.
         message: String,
     },
     /// No file declares `package weft`, so `data.weft.deny` could never be defined.
@@ -479,27 +487,38 @@ pub fn call_input(ctx: &ToolContext, spec: &ToolSpec, args: &Value) -> Value {
 /// The policy stage of the chain: every call is decided by the bundle before it runs.
 #[derive(Debug, Clone)]
 pub struct PolicyLink {
-    policy: Arc<Policy>,
+    policies: PolicySet,
 }
 
 impl PolicyLink {
-    /// The link for `policy`.
+    /// The link for `policy`, the same for every tenant.
     pub fn new(policy: Policy) -> Self {
         PolicyLink {
-            policy: Arc::new(policy),
+            policies: PolicySet::fixed(policy),
         }
+    }
+
+    /// The link for the deployment's and tenants' policies of `policies` (which may be
+    /// reloaded while it is in use).
+    pub fn with_set(policies: PolicySet) -> Self {
+        PolicyLink { policies }
     }
 }
 
 impl Interceptor for PolicyLink {
     fn describe(&self) -> String {
-        format!("Rego policy ({})", self.policy.files().join(", "))
+        let tenants = self.policies.tenants();
+        let mut d = format!("Rego policy ({})", self.policies.files().join(", "));
+        if !tenants.is_empty() {
+            d.push_str(&format!(", own bundles of {}", tenants.join(", ")));
+        }
+        d
     }
 
     fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
         Arc::new(Governed {
             inner: tool,
-            policy: Arc::clone(&self.policy),
+            policies: self.policies.clone(),
         })
     }
 }
@@ -507,7 +526,7 @@ impl Interceptor for PolicyLink {
 /// A tool behind the policy.
 struct Governed {
     inner: Arc<dyn Tool>,
-    policy: Arc<Policy>,
+    policies: PolicySet,
 }
 
 impl Governed {
@@ -516,9 +535,11 @@ impl Governed {
     /// Every decision is recorded through the engine's services before it takes effect
     /// (journaled as `policy.decided` and published).
     fn check(&self, ctx: &ToolContext, args: &Value) -> Result<Option<ApprovalRequest>, ToolError> {
-        let decision = self
-            .policy
-            .decide(&call_input(ctx, self.inner.spec(), args));
+        let decision = self.policies.with_tenant(&ctx.tenant, |p| {
+            p.map_or(Decision::Allow, |p| {
+                p.decide(&call_input(ctx, self.inner.spec(), args))
+            })
+        });
         let (name, reasons) = match &decision {
             Decision::Allow => ("allow", Vec::new()),
             Decision::Deny(r) => ("deny", r.clone()),
@@ -568,11 +589,11 @@ impl Tool for Governed {
 
     // A bundle that may ask for approvals makes every call a future (it may wait).
     fn is_immediate(&self) -> bool {
-        self.inner.is_immediate() && !self.policy.may_require_approval()
+        self.inner.is_immediate() && !self.policies.may_require_approval()
     }
 
     fn waits_for_journal(&self) -> bool {
-        self.inner.waits_for_journal() && !self.policy.may_require_approval()
+        self.inner.waits_for_journal() && !self.policies.may_require_approval()
     }
 
     fn call_inline(

@@ -79,14 +79,16 @@ impl Ctx {
         &self,
         catalog: &weft_core::StaticCatalog,
     ) -> anyhow::Result<Arc<weft_analysis::Governance>> {
-        let bundles = &self.config.config.policy.bundles;
-        let policy = if bundles.is_empty() {
-            None
+        let cfg = &self.config.config.policy;
+        let policy = if cfg.any() {
+            weft_policy::PolicySet::load(weft_policy::Bundles {
+                deployment: cfg.bundles.clone(),
+                tenants_dir: cfg.tenants_dir.clone(),
+            })
+            .map_err(|e| anyhow::anyhow!("[policy] bundles: {e}"))?
+            .for_tenant(crate::cmd::run::TENANT)
         } else {
-            Some(
-                weft_policy::Policy::load(bundles)
-                    .map_err(|e| anyhow::anyhow!("[policy] bundles: {e}"))?,
-            )
+            None
         };
         Ok(Arc::new(weft_node::governance(
             Arc::new(catalog.clone()),

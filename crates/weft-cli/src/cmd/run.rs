@@ -204,7 +204,7 @@ fn governance_refusal(
     catalog: &weft_core::StaticCatalog,
     plan: &weft_core::Plan,
 ) -> anyhow::Result<Option<Vec<weft_core::Finding>>> {
-    if ctx.config.config.policy.bundles.is_empty() && plan.limits.is_none() {
+    if !ctx.config.config.policy.any() && plan.limits.is_none() {
         return Ok(None);
     }
     let opts = weft_analysis::AnalysisOptions {
