@@ -60,6 +60,10 @@ where
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
         (self.f)(&ctx, args)
     }
+    /// A function called in the loop (no I/O: it is immediate) touches only the engine.
+    fn profile_needs(&self) -> Option<weft_tools::Needs> {
+        Some(weft_tools::Needs::nothing("builtin"))
+    }
 }
 
 /// `noop` as a tool: like [`noop`], but takes the input payload over instead of copying it
@@ -71,6 +75,9 @@ struct Noop {
 impl Tool for Noop {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+    fn profile_needs(&self) -> Option<weft_tools::Needs> {
+        Some(weft_tools::Needs::nothing("builtin"))
     }
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
         Box::pin(std::future::ready(noop_owned(ctx, args)))

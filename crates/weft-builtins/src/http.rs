@@ -109,6 +109,16 @@ impl Tool for HttpTool {
         &self.spec
     }
 
+    fn profile_needs(&self) -> Option<weft_tools::Needs> {
+        crate::profile::needs(
+            NAME,
+            &crate::ToolsConfig {
+                http: self.inner.cfg.clone(),
+                ..crate::ToolsConfig::default()
+            },
+        )
+    }
+
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move { inner.call(ctx, args).await })

@@ -14,6 +14,7 @@ pub mod http;
 mod http_guard;
 pub mod plan_run;
 pub mod process;
+pub mod profile;
 mod support;
 pub mod timer;
 
@@ -24,4 +25,5 @@ pub(crate) use weft_tools::{
 
 pub use builtin::{default_registry, register_all, register_pure};
 pub use config::{EmailConfig, HttpConfig, ProcessConfig, SmtpConfig, SmtpSecurity, ToolsConfig};
-pub use http_guard::host_allowed;
+pub use profile::needs;
+pub use weft_tools::http_guard::host_allowed;

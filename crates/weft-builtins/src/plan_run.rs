@@ -90,6 +90,10 @@ impl Tool for PlanRunTool {
         &self.spec
     }
 
+    fn profile_needs(&self) -> Option<weft_tools::Needs> {
+        crate::profile::needs(NAME, &crate::ToolsConfig::default())
+    }
+
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
         match child_plan(args) {
             Ok((plan, input)) => {

@@ -53,6 +53,16 @@ impl Tool for ProcessTool {
         &self.spec
     }
 
+    fn profile_needs(&self) -> Option<weft_tools::Needs> {
+        crate::profile::needs(
+            NAME,
+            &crate::ToolsConfig {
+                process: (*self.cfg).clone(),
+                ..crate::ToolsConfig::default()
+            },
+        )
+    }
+
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
         let cfg = Arc::clone(&self.cfg);
         Box::pin(async move { run(&cfg, &ctx, args).await })

@@ -96,4 +96,8 @@ impl Tool for Approved {
     fn waits_for_journal(&self) -> bool {
         false
     }
+
+    fn profile_needs(&self) -> Option<crate::Needs> {
+        self.inner.profile_needs()
+    }
 }

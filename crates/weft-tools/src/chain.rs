@@ -76,9 +76,10 @@ pub trait Interceptor: Send + Sync {
     /// What this link is, for people (`weft config` prints it).
     fn describe(&self) -> String;
 
-    /// `tool`, wrapped. The wrapper must keep the tool's spec and say honestly whether it
-    /// is immediate ([`Tool::is_immediate`]) and whether it waits for the journal, since the
-    /// runtime picks its fast paths by them.
+    /// `tool`, wrapped. The wrapper must keep the tool's spec and its
+    /// [`Tool::profile_needs`], and say honestly whether it is immediate
+    /// ([`Tool::is_immediate`]) and whether it waits for the journal, since the runtime picks
+    /// its fast paths by them.
     fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool>;
 
     /// Whether this link only makes sense for calls of an instance (the journal gate
@@ -203,6 +204,9 @@ mod tests {
         fn call(&self, c: ToolContext, a: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
             self.2.lock().expect("log").push(self.0.into());
             self.1.call(c, a)
+        }
+        fn profile_needs(&self) -> Option<crate::Needs> {
+            self.1.profile_needs()
         }
     }
     struct Link(&'static str, Arc<Mutex<Vec<String>>>, bool);

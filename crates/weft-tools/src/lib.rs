@@ -16,6 +16,8 @@ pub mod approval;
 pub mod budget;
 pub mod chain;
 pub mod decision;
+pub mod http_guard;
+pub mod profile;
 pub mod registry;
 
 use std::future::Future;
@@ -31,6 +33,7 @@ pub use approval::{ApprovalDecision, ApprovalRequest, Approved};
 pub use budget::{Budgeted, Usage};
 pub use chain::{Chain, Interceptor, Stage};
 pub use decision::PolicyDecision;
+pub use profile::{Isolation, Needs, Profile};
 pub use registry::{Registry, TenantTools};
 
 /// A boxed future, as returned by tools.
@@ -506,6 +509,14 @@ pub trait Tool: Send + Sync {
     /// instance's loop. Default: no.
     fn waits_for_journal(&self) -> bool {
         false
+    }
+
+    /// What the tool's calls need — hosts, paths, limits, isolation — from which a step's
+    /// security profile is derived ([`profile::derive`]). `None` (the default) says nothing:
+    /// a pure tool is then assumed to need nothing, any other everything. A tool wrapping
+    /// another forwards its answer.
+    fn profile_needs(&self) -> Option<Needs> {
+        None
     }
 
     /// How the runtime calls an immediate tool: the context is built only if the tool asks
