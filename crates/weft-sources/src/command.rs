@@ -18,6 +18,9 @@
 //! max_output_bytes = 1048576      # stdout cap (the default, 1 MiB)
 //! memory_mb = 512                 # RLIMIT_AS of the child
 //! cpu_seconds = 30                # RLIMIT_CPU of the child
+//! network = false                 # the default: no network at all (true: weft's network)
+//! read_paths = ["/srv/tools", "/srv/data"]   # default: everything is readable
+//! write_paths = ["/srv/tools/out"]           # default: cwd (when set) and the temp directory
 //! ```
 //!
 //! **The program** is resolved when the tool is built: a bare name on weft's `PATH`, a path
@@ -48,6 +51,30 @@
 //! `cpu_seconds` become `RLIMIT_AS` and `RLIMIT_CPU` of the child through `prlimit`
 //! (util-linux), looked up on weft's `PATH` when the tool is built: with limits configured
 //! and no `prlimit`, the tool does not build (it never runs unlimited).
+//!
+//! **The sandbox** (the step security profile of a command, enforced; the mechanics are in
+//! `sandbox.rs`). A command tool is confined by default, because a demanding operator expects
+//! a program an LLM-written plan can call to reach no more than it was given:
+//! - *Network*: `network = false` (the default) runs the child in a network namespace without
+//!   interfaces (`unshare --net`): no host, not even loopback, TCP and UDP alike.
+//!   `network = true` gives it weft's network. A command cannot be limited to some hosts (the
+//!   kernel cannot tell hosts apart below a proxy): let it call an `http` tool's endpoint,
+//!   or give it the network.
+//! - *Filesystem* (Landlock): everything is readable unless `read_paths` lists what is
+//!   (then the program, `cwd`, the write paths and what programs need to start — `/usr`,
+//!   `/bin`, `/lib*`, the loader's cache, `/dev/null` and the random devices — are readable
+//!   too); writes go only to `write_paths`, by default `cwd` (when set) and the temporary
+//!   directory (`$TMPDIR`, else `/tmp`; not with `read_paths`, since a writable path is
+//!   readable too), plus `/dev/null`. `write_paths = []` makes it read-only,
+//!   `write_paths = ["/"]` without `read_paths` lifts the restriction. Paths must exist when
+//!   the tool is built (relative ones are against `cwd`).
+//!
+//! Landlock needs Linux 5.13 with `landlock` among its LSMs; the namespace needs `unshare`
+//! and, not running as root, user namespaces. A machine that cannot enforce what the
+//! definition implies refuses to build the tool (`invalid_tool`, naming the setting that would
+//! lift the restriction) — it never runs the command less confined than its profile says.
+//! Failures of the confinement at call time are `command_sandbox_failed`. Landlock's TCP rules
+//! are not used: they cover TCP only, the namespace covers everything.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -63,6 +90,7 @@ use weft_tools::{BoxFuture, ToolContext, ToolError};
 use crate::Error;
 use crate::declared::Source;
 use crate::http::excerpt;
+use crate::sandbox::FsRules;
 
 /// The `command` source's settings (`source = { kind = "command", … }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,10 +120,65 @@ pub struct CommandDef {
     /// CPU-time limit of the child in seconds (`RLIMIT_CPU`, through `prlimit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_seconds: Option<u64>,
+    /// Whether the child has weft's network (default `false`: a namespace without
+    /// interfaces).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network: bool,
+    /// What the child may read (default: everything); see the module docs for what is
+    /// always readable beside.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_paths: Option<Vec<PathBuf>>,
+    /// Where the child may write (default: `cwd` when set, and the temporary directory
+    /// unless `read_paths` is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_paths: Option<Vec<PathBuf>>,
 }
 
 fn default_max_output_bytes() -> u64 {
     1024 * 1024
+}
+
+impl CommandDef {
+    /// The paths the child may write, as configured or by default (not resolved). Writable
+    /// is readable too, so with `read_paths` the temporary directory (everyone's files) is
+    /// not among the defaults.
+    fn writable(&self) -> Vec<PathBuf> {
+        match &self.write_paths {
+            Some(p) => p.clone(),
+            None => self
+                .cwd
+                .iter()
+                .cloned()
+                .chain(self.read_paths.is_none().then(std::env::temp_dir))
+                .collect(),
+        }
+    }
+
+    /// What its calls need: its network, paths and limits, sandboxed.
+    pub fn needs(&self) -> weft_tools::Needs {
+        let read = match &self.read_paths {
+            None => vec![PathBuf::from("/")],
+            Some(p) => p
+                .iter()
+                .cloned()
+                .chain(self.cwd.iter().cloned())
+                .chain(crate::sandbox::RUNTIME_PATHS.iter().map(PathBuf::from))
+                .collect(),
+        };
+        weft_tools::Needs {
+            network: if self.network {
+                vec!["*".into()]
+            } else {
+                Vec::new()
+            },
+            read,
+            write: self.writable(),
+            memory_mb: self.memory_mb,
+            cpu_seconds: self.cpu_seconds,
+            isolation: weft_tools::Isolation::Sandboxed,
+            ..weft_tools::Needs::nothing("command")
+        }
+    }
 }
 
 /// Bytes of stderr kept (the end of it).
@@ -118,6 +201,10 @@ struct Inner {
     max_output: usize,
     /// `python3 tool.py`, as configured.
     shown: String,
+    /// The child's filesystem, when Landlock restricts it.
+    fs: Option<FsRules>,
+    /// The program itself, when `exec` is a wrapper (`unshare`, `prlimit`).
+    wrapped: Option<PathBuf>,
 }
 
 impl CommandSource {
@@ -170,6 +257,8 @@ impl CommandSource {
             }
             limits.push(format!("--cpu={s}").into());
         }
+        let fs = filesystem(def, &program).map_err(invalid)?;
+        let wrapped = (!def.network || !limits.is_empty()).then(|| program.clone());
         let (exec, argv) = if limits.is_empty() {
             (program, def.args.iter().map(OsString::from).collect())
         } else {
@@ -187,6 +276,23 @@ impl CommandSource {
             argv.extend(def.args.iter().map(OsString::from));
             (prlimit, argv)
         };
+        let (exec, argv) = if def.network {
+            (exec, argv)
+        } else {
+            let prefix = crate::sandbox::netns_prefix().map_err(|e| {
+                invalid(format!(
+                    "source.network = false (the default) runs the command in a network \
+                     namespace without interfaces, which this machine cannot make: {e}; set \
+                     `network = true` to give it weft's network"
+                ))
+            })?;
+            let mut prefix = prefix.into_iter();
+            let unshare = PathBuf::from(prefix.next().unwrap_or_default());
+            let mut all: Vec<OsString> = prefix.collect();
+            all.push(exec.into_os_string());
+            all.extend(argv);
+            (unshare, all)
+        };
         let shown = std::iter::once(def.program.as_str())
             .chain(def.args.iter().map(String::as_str))
             .collect::<Vec<_>>()
@@ -200,9 +306,57 @@ impl CommandSource {
                 retry_on_exit: def.retry_on_exit.clone(),
                 max_output: usize::try_from(def.max_output_bytes).unwrap_or(usize::MAX),
                 shown,
+                fs,
+                wrapped,
             }),
         })
     }
+}
+
+/// The Landlock rules of `def`'s child (`None`: unrestricted), its paths resolved and checked.
+fn filesystem(def: &CommandDef, program: &Path) -> Result<Option<FsRules>, String> {
+    let resolve = |key: &str, p: &PathBuf| -> Result<PathBuf, String> {
+        let full = match (&def.cwd, p.is_absolute()) {
+            (Some(cwd), false) => cwd.join(p),
+            _ => p.clone(),
+        };
+        std::fs::canonicalize(&full).map_err(|e| {
+            format!(
+                "source.{key}: `{}` cannot be used ({e}); the paths must exist when the tool \
+                 is built",
+                full.display()
+            )
+        })
+    };
+    let write = def
+        .writable()
+        .iter()
+        .map(|p| resolve("write_paths", p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let read = match &def.read_paths {
+        None => None,
+        Some(paths) => {
+            let mut read = paths
+                .iter()
+                .map(|p| resolve("read_paths", p))
+                .collect::<Result<Vec<_>, _>>()?;
+            read.push(program.to_path_buf());
+            read.extend(def.cwd.iter().cloned());
+            Some(read)
+        }
+    };
+    let rules = FsRules { read, write };
+    if rules.is_unrestricted() {
+        return Ok(None);
+    }
+    crate::sandbox::landlock_available().map_err(|e| {
+        format!(
+            "the command's filesystem is restricted (read_paths, write_paths; by default it \
+             writes only in its cwd and the temporary directory), and {e}; set \
+             `write_paths = [\"/\"]` without `read_paths` to run it unrestricted"
+        )
+    })?;
+    Ok(Some(rules))
 }
 
 /// `program` as an executable file's path: a bare name from weft's `PATH`, a relative path
@@ -239,7 +393,7 @@ fn resolve_program(program: &str, cwd: Option<&Path>) -> Result<PathBuf, String>
 }
 
 /// The first executable `name` on weft's `PATH` (`/usr/bin:/bin` when it is unset).
-fn find_on_path(name: &str) -> Option<PathBuf> {
+pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
     std::env::split_paths(&path)
         .filter(|d| d.is_absolute())
@@ -327,7 +481,28 @@ impl Inner {
         if let Some(dir) = &self.cwd {
             cmd.current_dir(dir);
         }
-        let child = cmd.spawn().map_err(|e| {
+        // A wrapper would start and then fail to run a program gone since the build; say
+        // it as a direct start would.
+        if let Some(p) = &self.wrapped
+            && !p.exists()
+        {
+            return Err(ToolError::fatal(
+                "command_not_found",
+                format!("starting `{}`: {} does not exist", self.shown, p.display()),
+            ));
+        }
+        let spawned = match &self.fs {
+            None => cmd.spawn(),
+            Some(rules) => crate::sandbox::spawn_confined(cmd, rules.clone())
+                .await
+                .map_err(|e| {
+                    ToolError::fatal(
+                        "command_sandbox_failed",
+                        format!("confining `{}`: {e}", self.shown),
+                    )
+                })?,
+        };
+        let child = spawned.map_err(|e| {
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 "command_not_found"
             } else {

@@ -28,6 +28,7 @@ pub struct DeclaredTool {
     timeout: Duration,
     retry: Option<(u32, u64)>,
     source: Arc<dyn Source>,
+    needs: weft_tools::Needs,
 }
 
 impl std::fmt::Debug for DeclaredTool {
@@ -69,7 +70,18 @@ impl DeclaredTool {
             timeout: Duration::from_millis(def.timeout_ms),
             retry: def.retry.as_ref().map(|r| (r.max, r.backoff_ms)),
             source,
+            needs: def.needs(),
         })
+    }
+
+    /// The same tool stating `needs` instead of what its definition implies (an MCP
+    /// server's tools, whose definition is the server's).
+    pub fn with_needs(mut self, needs: weft_tools::Needs) -> Self {
+        self.needs = weft_tools::Needs {
+            time_ms: needs.time_ms.or(self.needs.time_ms),
+            ..needs
+        };
+        self
     }
 
     /// Where its calls go.
@@ -81,6 +93,10 @@ impl DeclaredTool {
 impl Tool for DeclaredTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn profile_needs(&self) -> Option<weft_tools::Needs> {
+        Some(self.needs.clone())
     }
 
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {

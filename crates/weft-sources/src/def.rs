@@ -66,6 +66,21 @@ impl ToolDef {
             llm: false,
         }
     }
+
+    /// What its calls need (for its security profile, `weft_tools::profile`): its source's
+    /// hosts, paths, limits and isolation, and its `timeout_ms`.
+    pub fn needs(&self) -> weft_tools::Needs {
+        let needs = match &self.source {
+            SourceDef::Fixed { .. } => weft_tools::Needs::nothing("fixed"),
+            SourceDef::Worker(w) => w.needs(),
+            SourceDef::Http(h) => h.needs(),
+            SourceDef::Command(c) => c.needs(),
+        };
+        weft_tools::Needs {
+            time_ms: Some(self.timeout_ms),
+            ..needs
+        }
+    }
 }
 
 /// Retries of a declared tool.

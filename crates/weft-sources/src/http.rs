@@ -35,6 +35,15 @@
 //! Redirects are not followed (a 3xx is an `http_status` failure) and proxy variables are
 //! ignored, so a call goes exactly where the definition says.
 //!
+//! **The address guard** (`weft_tools::http_guard`, shared with `http.request`). The URL's
+//! host is the operator's explicit choice: an IP literal there is called as written, even a
+//! loopback or private one. A *name* is not a statement about where it points, so its DNS
+//! answers are screened: loopback, private, link-local (the cloud metadata service
+//! 169.254.169.254), carrier-grade NAT and unspecified addresses, IPv4-mapped forms
+//! included, are dropped unless the source lists the name exactly in its own
+//! `allow_hosts = ["facts.internal"]` (a name with nothing else left is refused, `denied`).
+//! A redirect to such an address is `denied` too (other 3xx stay `http_status`).
+//!
 //! **Answers.** A 2xx body is parsed as JSON and is the result; an empty body (a 204) is
 //! `null`. Failures have stable codes:
 //!
@@ -45,6 +54,7 @@
 //! | `http_io` | the connection broke during the exchange | yes |
 //! | `http_not_json` | a 2xx body that is not one JSON value (with an excerpt) | no |
 //! | `http_too_large` | a body over `max_body_bytes`: refused from its `Content-Length` before reading, or cut while streaming | no |
+//! | `denied` | the name resolves only to special addresses, or a redirect points at one (see above) | no |
 //!
 //! The call's time limit is the tool's `timeout_ms` (the [`DeclaredTool`] wrapper); the
 //! connection also has its own `connect_timeout_ms`.
@@ -55,10 +65,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::net::SocketAddr;
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, Method, StatusCode, Url, redirect};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use weft_tools::http_guard::{self, Allowlist, Denied};
 use weft_tools::{BoxFuture, ToolContext, ToolError};
 
 use crate::Error;
@@ -87,6 +101,10 @@ pub struct HttpDef {
     /// How long establishing a connection may take, in milliseconds (default 5000).
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
+    /// Names that may resolve to loopback, private or link-local addresses (exact names, as
+    /// the URL writes them); others' such DNS answers are refused (see the module docs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
 }
 
 fn default_method() -> String {
@@ -107,6 +125,22 @@ impl HttpDef {
         url.host_str()
             .map(str::to_string)
             .ok_or_else(|| format!("source.url `{}` has no host", self.url))
+    }
+
+    /// What its calls need: the URL's host (and port), in weft's process.
+    pub fn needs(&self) -> weft_tools::Needs {
+        let host = match Url::parse(&self.url) {
+            Ok(u) => match (u.host_str(), u.port_or_known_default()) {
+                (Some(h), Some(p)) => vec![format!("{h}:{p}")],
+                (Some(h), None) => vec![h.to_string()],
+                _ => Vec::new(),
+            },
+            Err(_) => Vec::new(),
+        };
+        weft_tools::Needs {
+            network: host,
+            ..weft_tools::Needs::nothing("http")
+        }
     }
 
     /// Whether any value comes from the node's environment (`bearer_env`, an `env:` header).
@@ -141,11 +175,18 @@ pub(crate) struct Http {
     what: String,
     /// Secret values, replaced in every error message.
     secrets: Arc<Vec<String>>,
+    /// The source's `allow_hosts`, for redirect targets.
+    allow: Arc<Allowlist>,
 }
 
 impl Http {
     /// The source `def` describes for tool `name`; reads the `env:` secrets now.
     pub(crate) fn open(name: &str, def: &HttpDef) -> Result<Self, Error> {
+        Http::open_with(name, def, Arc::new(SystemLookup))
+    }
+
+    /// [`Http::open`] resolving names through `lookup` (tests give fixed answers).
+    fn open_with(name: &str, def: &HttpDef, lookup: Arc<dyn Lookup>) -> Result<Self, Error> {
         let invalid = |message: String| Error::Invalid {
             name: name.to_string(),
             message,
@@ -244,8 +285,16 @@ impl Http {
         secrets.retain(|s| s.len() >= 4);
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
 
-        let client = build_client(Duration::from_millis(def.connect_timeout_ms))
-            .map_err(|e| invalid(format!("HTTP client setup failed: {e}")))?;
+        let allow = Arc::new(Allowlist::for_source(name, &def.allow_hosts));
+        let resolver = GuardedResolver {
+            allow: Arc::clone(&allow),
+            lookup,
+        };
+        let client = build_client(
+            Duration::from_millis(def.connect_timeout_ms),
+            Some(Arc::new(resolver)),
+        )
+        .map_err(|e| invalid(format!("HTTP client setup failed: {e}")))?;
         let what = format!("{method} {}", shown_url(&url));
         Ok(Http {
             client,
@@ -255,6 +304,7 @@ impl Http {
             max_body: def.max_body_bytes,
             what,
             secrets: Arc::new(secrets),
+            allow,
         })
     }
 }
@@ -292,10 +342,48 @@ fn shown_url(url: &Url) -> String {
     }
 }
 
+/// How names are resolved: the system's resolver, or fixed answers in tests.
+trait Lookup: Send + Sync {
+    /// Every address `host` resolves to.
+    fn lookup(&self, host: String) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>>;
+}
+
+/// The system's resolver (getaddrinfo on a blocking thread, as reqwest's default does).
+struct SystemLookup;
+
+impl Lookup for SystemLookup {
+    fn lookup(&self, host: String) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>> {
+        Box::pin(async move { Ok(tokio::net::lookup_host((host.as_str(), 0)).await?.collect()) })
+    }
+}
+
+/// The source's resolver: every answer screened by the address guard.
+struct GuardedResolver {
+    allow: Arc<Allowlist>,
+    lookup: Arc<dyn Lookup>,
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let host = name.as_str().to_string();
+        let allow = Arc::clone(&self.allow);
+        let answers = self.lookup.lookup(host.clone());
+        Box::pin(async move {
+            let addrs = http_guard::screen(&allow, &host, answers.await?)
+                .map_err(|d| Box::new(d) as Box<dyn std::error::Error + Send + Sync>)?;
+            Ok(Box::new(addrs.into_iter()) as Addrs)
+        })
+    }
+}
+
 /// One client per tool (its connection pool), on the workspace's one TLS stack: rustls with
 /// the ring provider and the webpki roots, as `http.request` builds it; no proxy, no
-/// redirects. The MCP source's streamable-HTTP client is built here too.
-pub(crate) fn build_client(connect_timeout: Duration) -> Result<Client, String> {
+/// redirects; names resolved through `resolver` when given. The MCP source's
+/// streamable-HTTP client is built here too.
+pub(crate) fn build_client(
+    connect_timeout: Duration,
+    resolver: Option<Arc<dyn Resolve>>,
+) -> Result<Client, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
@@ -305,13 +393,15 @@ pub(crate) fn build_client(connect_timeout: Duration) -> Result<Client, String> 
         .map_err(|e| format!("TLS setup failed: {e}"))?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    Client::builder()
+    let mut builder = Client::builder()
         .tls_backend_preconfigured(tls)
         .no_proxy()
         .redirect(redirect::Policy::none())
-        .connect_timeout(connect_timeout)
-        .build()
-        .map_err(|e| e.to_string())
+        .connect_timeout(connect_timeout);
+    if let Some(r) = resolver {
+        builder = builder.dns_resolver(r);
+    }
+    builder.build().map_err(|e| e.to_string())
 }
 
 impl Source for Http {
@@ -320,9 +410,10 @@ impl Source for Http {
         let prepared = self.request(&ctx, &args);
         let max = self.max_body;
         let what = self.what.clone();
+        let allow = Arc::clone(&self.allow);
         Box::pin(async move {
             let result = match prepared {
-                Ok(req) => exchange(req, max, &what).await,
+                Ok(req) => exchange(req, max, &what, &allow).await,
                 Err(e) => Err(e),
             };
             result.map_err(|mut e| {
@@ -373,9 +464,23 @@ impl Http {
 }
 
 /// Sends the request and reads the capped answer.
-async fn exchange(req: reqwest::RequestBuilder, max: u64, what: &str) -> Result<Value, ToolError> {
+async fn exchange(
+    req: reqwest::RequestBuilder,
+    max: u64,
+    what: &str,
+    allow: &Allowlist,
+) -> Result<Value, ToolError> {
     let mut resp = req.send().await.map_err(|e| transport(e, what))?;
     let status = resp.status();
+    if status.is_redirection()
+        && let Some(target) = redirect_target(&resp)
+        && let Err(d) = allow.check_special(&target)
+    {
+        return Err(ToolError::fatal(
+            "denied",
+            format!("{what} answered {status}, a redirect to a refused address: {d}"),
+        ));
+    }
     if !status.is_success() {
         let body = read_capped(&mut resp, ERROR_BODY_BYTES as u64, what)
             .await
@@ -443,9 +548,30 @@ async fn read_capped(
     Ok((buf, false))
 }
 
+/// The host a redirect's `Location` points at (relative locations stay on the same host:
+/// `None`).
+fn redirect_target(resp: &reqwest::Response) -> Option<String> {
+    let location = resp
+        .headers()
+        .get(reqwest::header::LOCATION)?
+        .to_str()
+        .ok()?;
+    let url = resp.url().join(location).ok()?;
+    let host = url.host_str()?;
+    (url.host_str() != resp.url().host_str()).then(|| host.to_string())
+}
+
 /// A transport failure: `http_connect` when no connection was made, `http_io` otherwise
-/// (both retryable: the same request may well succeed again).
+/// (both retryable: the same request may well succeed again); `denied` when the address
+/// guard refused the name's DNS answers.
 fn transport(e: reqwest::Error, what: &str) -> ToolError {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(c) = src {
+        if let Some(d) = c.downcast_ref::<Denied>() {
+            return ToolError::fatal("denied", format!("{what}: {d}"));
+        }
+        src = c.source();
+    }
     let connect = e.is_connect();
     let detail = chain(&e.without_url());
     if connect {
@@ -488,4 +614,89 @@ pub(crate) fn excerpt(s: &str, max: usize) -> String {
     let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
     out.push('…');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::net::IpAddr;
+
+    use super::*;
+
+    /// Answers every name with one address, whatever DNS would say.
+    struct Fixed(IpAddr);
+
+    impl Lookup for Fixed {
+        fn lookup(&self, _host: String) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>> {
+            let ip = self.0;
+            Box::pin(async move { Ok(vec![SocketAddr::new(ip, 0)]) })
+        }
+    }
+
+    /// A server on 127.0.0.1 answering every request `{"ok": true}`; its port.
+    async fn server() -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let _ = sock.read(&mut buf).await;
+                    let body = "{\"ok\": true}";
+                    let out = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = sock.write_all(out.as_bytes()).await;
+                });
+            }
+        });
+        port
+    }
+
+    fn source(url: String, allow: &[&str], ip: &str) -> Http {
+        let def = HttpDef {
+            url,
+            method: default_method(),
+            headers: BTreeMap::new(),
+            bearer_env: None,
+            max_body_bytes: default_max_body_bytes(),
+            connect_timeout_ms: 2_000,
+            allow_hosts: allow.iter().map(|s| s.to_string()).collect(),
+        };
+        Http::open_with("facts", &def, Arc::new(Fixed(ip.parse().unwrap()))).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_name_resolving_to_the_metadata_address_is_denied() {
+        let port = server().await;
+        for ip in ["169.254.169.254", "::ffff:169.254.169.254", "127.0.0.1"] {
+            let http = source(format!("http://metadata.test:{port}/x"), &[], ip);
+            let e = http
+                .call(ToolContext::detached("s"), serde_json::json!({}))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, "denied", "{ip}: {e}");
+            assert!(!e.retryable);
+            assert!(
+                e.message.contains("`metadata.test`")
+                    && e.message.contains("allow_hosts = [\"metadata.test\"]"),
+                "{ip}: {e}"
+            );
+        }
+        // Named exactly in the source's allow_hosts, the name may resolve there (to the
+        // local server here), and a literal address in the URL is the operator's choice.
+        let http = source(
+            format!("http://metadata.test:{port}/x"),
+            &["metadata.test"],
+            "127.0.0.1",
+        );
+        let r = http.call(ToolContext::detached("s"), serde_json::json!({}));
+        assert_eq!(r.await.unwrap(), serde_json::json!({"ok": true}));
+        let http = source(format!("http://127.0.0.1:{port}/x"), &[], "169.254.169.254");
+        let r = http.call(ToolContext::detached("s"), serde_json::json!({}));
+        assert_eq!(r.await.unwrap(), serde_json::json!({"ok": true}));
+    }
 }

@@ -14,6 +14,7 @@ mod declared;
 mod def;
 pub mod http;
 pub mod mcp;
+mod sandbox;
 pub mod worker;
 
 pub use command::CommandDef;

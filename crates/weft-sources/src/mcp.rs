@@ -115,6 +115,30 @@ enum Endpoint {
 }
 
 impl McpServerDef {
+    /// What its tools' calls need: a server over stdio is a child process of weft's, not
+    /// confined (anything it reaches is its own); one over HTTP runs elsewhere, and weft
+    /// reaches its URL only.
+    pub fn needs(&self) -> weft_tools::Needs {
+        let time_ms = Some(self.timeout_ms);
+        match &self.url {
+            Some(url) => weft_tools::Needs {
+                network: reqwest::Url::parse(url)
+                    .ok()
+                    .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
+                    .into_iter()
+                    .collect(),
+                time_ms,
+                isolation: weft_tools::Isolation::Remote,
+                ..weft_tools::Needs::nothing("mcp")
+            },
+            None => weft_tools::Needs {
+                time_ms,
+                isolation: weft_tools::Isolation::Process,
+                ..weft_tools::Needs::anything("mcp")
+            },
+        }
+    }
+
     fn endpoint(&self) -> Result<Endpoint, Error> {
         // Named as its tools are: `<name>.*`.
         let invalid = |message: String| Error::Invalid {
@@ -156,7 +180,8 @@ impl McpServerDef {
                 }
                 Ok(Endpoint::Http {
                     url: url.clone(),
-                    client: crate::http::build_client(Duration::from_secs(10)).map_err(invalid)?,
+                    client: crate::http::build_client(Duration::from_secs(10), None)
+                        .map_err(invalid)?,
                 })
             }
         }
@@ -338,7 +363,9 @@ pub async fn discover(defs: &[McpServerDef]) -> Result<Vec<Arc<dyn Tool>>, Error
                 server: Arc::clone(&server),
                 tool: t.name.to_string(),
             });
-            tools.push(Arc::new(DeclaredTool::new(&tool_def, source)?));
+            tools.push(Arc::new(
+                DeclaredTool::new(&tool_def, source)?.with_needs(def.needs()),
+            ));
         }
     }
     Ok(tools)

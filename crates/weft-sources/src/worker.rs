@@ -62,6 +62,24 @@ fn default_url() -> String {
     DEFAULT_URL.into()
 }
 
+impl WorkerDef {
+    /// What its calls need: a worker runs elsewhere (what it reaches is its host's); weft
+    /// reaches the NATS server only.
+    pub fn needs(&self) -> weft_tools::Needs {
+        let server = self
+            .url
+            .split("://")
+            .nth(1)
+            .unwrap_or(&self.url)
+            .to_string();
+        weft_tools::Needs {
+            network: vec![server],
+            isolation: weft_tools::Isolation::Remote,
+            ..weft_tools::Needs::nothing("worker")
+        }
+    }
+}
+
 /// `s` as one NATS subject token. Letters, digits, `_` and `-` stay; every other byte
 /// (`.`, `*`, `>`, whitespace, `%`, non-ASCII, …) becomes `%XX` (upper-case hex of its UTF-8
 /// bytes), and the empty string becomes `%`. Distinct names give distinct tokens, and no

@@ -1,0 +1,249 @@
+//! The `command` source's sandbox against real processes: a program reading outside its
+//! `read_paths`, writing outside its `write_paths`, or opening a connection without network
+//! is refused by the kernel (Landlock, a network namespace without interfaces), while the
+//! same program with the restriction lifted succeeds — so each refusal is the sandbox's doing.
+
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use weft_sources::{DeclaredTool, ToolDef, declare};
+use weft_tools::{NoServices, Tool, ToolContext};
+
+/// A fresh directory for one test.
+fn scratch(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("weft-sandbox-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d.canonicalize().unwrap()
+}
+
+/// Writes an executable script.
+fn script(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn def(source: Value) -> ToolDef {
+    let mut src = json!({"kind": "command"});
+    for (k, v) in source.as_object().unwrap() {
+        src[k] = v.clone();
+    }
+    serde_json::from_value(json!({"name": "run", "timeout_ms": 20_000, "source": src})).unwrap()
+}
+
+fn tool(source: Value) -> DeclaredTool {
+    declare(&def(source)).unwrap()
+}
+
+fn ctx() -> ToolContext {
+    ToolContext {
+        services: Arc::new(NoServices),
+        ..ToolContext::detached("sandboxed")
+    }
+}
+
+/// `cat`s the file named by the args' `path` and prints `{"read": <its text>}`.
+const READ: &str = "#!/bin/sh\npath=$(cat | sed 's/.*\"path\": *\"\\([^\"]*\\)\".*/\\1/')\ntext=$(cat \"$path\") || exit 3\nprintf '{\"read\": \"%s\"}\\n' \"$text\"\n";
+
+/// Writes `x` into the file named by the args' `path` and prints `{"wrote": true}`.
+const WRITE: &str = "#!/bin/sh\npath=$(cat | sed 's/.*\"path\": *\"\\([^\"]*\\)\".*/\\1/')\necho x > \"$path\" || exit 3\necho '{\"wrote\": true}'\n";
+
+#[tokio::test]
+async fn reading_outside_read_paths_is_refused() {
+    let dir = scratch("read");
+    let tools = dir.join("tools");
+    let private = dir.join("private");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::create_dir_all(&private).unwrap();
+    std::fs::write(tools.join("mine.txt"), "mine").unwrap();
+    std::fs::write(private.join("secret.txt"), "secret").unwrap();
+    let p = script(&tools, "read.sh", READ);
+    let secret = private.join("secret.txt");
+
+    // Without read_paths everything is readable: the read below is refused by the sandbox.
+    let open = tool(json!({"program": p}));
+    let r = open.call(ctx(), json!({"path": secret})).await.unwrap();
+    assert_eq!(r, json!({"read": "secret"}));
+
+    let confined = tool(json!({"program": p, "read_paths": [tools]}));
+    let r = confined
+        .call(ctx(), json!({"path": tools.join("mine.txt")}))
+        .await
+        .unwrap();
+    assert_eq!(
+        r,
+        json!({"read": "mine"}),
+        "its own read path stays readable"
+    );
+    let e = confined
+        .call(ctx(), json!({"path": secret}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "command_failed", "{e}");
+    assert!(
+        e.message.contains("status 3") && e.message.contains("Permission denied"),
+        "{e}"
+    );
+    // The system files a demanding user did not list are not readable either.
+    let e = confined
+        .call(ctx(), json!({"path": "/etc/hostname"}))
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("Permission denied"), "{e}");
+}
+
+#[tokio::test]
+async fn writing_outside_write_paths_is_refused() {
+    let dir = scratch("write");
+    let own = dir.join("own");
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let p = script(&own, "write.sh", WRITE);
+    let outside = elsewhere.join("planted.txt");
+
+    // With `/` writable the same write succeeds: the refusal below is the sandbox's.
+    let open = tool(json!({"program": p, "write_paths": ["/"]}));
+    assert_eq!(
+        open.call(ctx(), json!({"path": outside})).await.unwrap(),
+        json!({"wrote": true})
+    );
+    std::fs::remove_file(&outside).unwrap();
+
+    let confined = tool(json!({"program": p, "cwd": own, "write_paths": ["."]}));
+    assert_eq!(
+        confined
+            .call(ctx(), json!({"path": own.join("ok.txt")}))
+            .await
+            .unwrap(),
+        json!({"wrote": true}),
+        "its own directory is writable"
+    );
+    let e = confined
+        .call(ctx(), json!({"path": outside}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "command_failed", "{e}");
+    assert!(e.message.contains("Permission denied"), "{e}");
+    assert!(!outside.exists(), "nothing was written outside");
+
+    // Read-only: not even its own directory.
+    let read_only = tool(json!({"program": p, "cwd": own, "write_paths": []}));
+    let e = read_only
+        .call(ctx(), json!({"path": own.join("again.txt")}))
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("Permission denied"), "{e}");
+}
+
+const PY_CONNECT: &str = r#"
+import json, socket, sys
+args = json.load(sys.stdin)
+try:
+    s = socket.create_connection(("127.0.0.1", args["port"]), timeout=5)
+    s.sendall(b"hello")
+    s.close()
+    print(json.dumps({"connected": True}))
+except OSError as e:
+    print(f"connect failed: {e}", file=sys.stderr)
+    sys.exit(3)
+"#;
+
+/// The real Python interpreter (not a version manager's shim).
+fn python() -> String {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 is on the machine");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[tokio::test]
+async fn opening_a_socket_without_network_fails() {
+    let dir = scratch("net");
+    let p = script(&dir, "connect.py", &format!("#!{}\n{PY_CONNECT}", python()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = tokio::spawn(async move {
+        let mut n = 0;
+        while tokio::time::timeout(std::time::Duration::from_secs(3), listener.accept())
+            .await
+            .is_ok_and(|r| r.is_ok())
+        {
+            n += 1;
+        }
+        n
+    });
+
+    // Given the network, the same program connects: the failure below is the namespace's.
+    let networked = tool(json!({"program": p, "network": true}));
+    assert_eq!(
+        networked.call(ctx(), json!({"port": port})).await.unwrap(),
+        json!({"connected": true})
+    );
+
+    // The default: no network at all, not even loopback.
+    let offline = tool(json!({"program": p}));
+    let e = offline
+        .call(ctx(), json!({"port": port}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "command_failed", "{e}");
+    assert!(
+        e.message.contains("connect failed") && e.message.contains("unreachable"),
+        "{e}"
+    );
+    assert_eq!(
+        accepted.await.unwrap(),
+        1,
+        "only the networked call connected"
+    );
+}
+
+#[test]
+fn paths_that_do_not_exist_do_not_build_and_the_profile_says_what_runs() {
+    let dir = scratch("build");
+    let e = declare(&def(
+        json!({"program": "/bin/sh", "write_paths": [dir.join("nowhere")]}),
+    ))
+    .map(|_| ())
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("write_paths") && e.contains("nowhere") && e.contains("must exist"),
+        "{e}"
+    );
+    let list: Result<ToolDef, _> = serde_json::from_value(json!({"name": "x",
+        "source": {"kind": "command", "program": "sh", "network": ["api.example.com:443"]}}));
+    assert!(list.is_err(), "a host list is not a command's network");
+
+    let t = tool(
+        json!({"program": "/bin/sh", "cwd": dir, "read_paths": [dir],
+        "memory_mb": 64, "cpu_seconds": 2}),
+    );
+    let needs = t.profile_needs().unwrap();
+    assert_eq!(needs.source, "command");
+    assert_eq!(needs.isolation, weft_tools::Isolation::Sandboxed);
+    assert!(needs.network.is_empty());
+    assert!(needs.read.contains(&dir) && needs.read.contains(&PathBuf::from("/usr")));
+    assert_eq!(
+        needs.write,
+        std::slice::from_ref(&dir),
+        "no temporary directory beside read_paths"
+    );
+    assert_eq!(
+        (needs.memory_mb, needs.cpu_seconds, needs.time_ms),
+        (Some(64), Some(2), Some(20_000))
+    );
+    let open = tool(json!({"program": "/bin/sh", "network": true}));
+    let needs = open.profile_needs().unwrap();
+    assert_eq!(needs.network, ["*"]);
+    assert_eq!(needs.read, [PathBuf::from("/")]);
+    assert_eq!(needs.write, [std::env::temp_dir()]);
+}
