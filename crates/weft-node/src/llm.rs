@@ -45,10 +45,23 @@ pub fn openai_config(cfg: &LlmConfig) -> Result<OpenAiConfig, Error> {
     OpenAiConfig::from_lookup(get).map_err(|e| Error::Llm(e.to_string()))
 }
 
-/// The model for tools inside running plans (`llm.complete`): `provider`, else one that
-/// fails every call with [`NOT_CONFIGURED`].
-pub fn for_tools(provider: Option<Arc<dyn ChatProvider>>) -> Arc<Llm> {
-    Arc::new(Llm::new(provider.unwrap_or_else(|| Arc::new(Unconfigured))))
+/// The model for tools inside running plans (`llm.complete`, `agent.react`): `provider`,
+/// else one that fails every call with [`NOT_CONFIGURED`]. With a `store` (and a tokio
+/// runtime), every exchange is kept in its transcripts, filed under the instance
+/// (`weft transcript`, `GET /v1/instances/{id}/transcripts`).
+pub fn for_tools(
+    provider: Option<Arc<dyn ChatProvider>>,
+    store: Option<&Arc<dyn weft_store::Store>>,
+) -> Arc<Llm> {
+    let llm = Llm::new(provider.unwrap_or_else(|| Arc::new(Unconfigured)));
+    let rt = tokio::runtime::Handle::try_current().ok();
+    Arc::new(match (store, rt) {
+        (Some(store), Some(rt)) => llm.with_transcripts(Arc::new(weft_llm::StoreTranscript::new(
+            Arc::clone(store),
+            &rt,
+        ))),
+        _ => llm,
+    })
 }
 
 /// A provider that fails every call with [`NOT_CONFIGURED`].

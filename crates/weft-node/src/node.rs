@@ -186,13 +186,19 @@ impl Builder {
     /// The tools the node will register, as registered (outside the chain): for callers
     /// that need the catalog before the node is built (a repairer's prompt).
     pub fn tools(&self) -> Result<Registry, Error> {
-        self.registry(self.llm_provider()?)
+        self.registry(self.llm_provider()?, None)
     }
 
-    fn registry(&self, llm: Option<Arc<dyn ChatProvider>>) -> Result<Registry, Error> {
+    /// The tools; with a `store`, the model tools keep their exchanges in its transcripts
+    /// (under the instance that made them).
+    fn registry(
+        &self,
+        llm: Option<Arc<dyn ChatProvider>>,
+        store: Option<&Arc<dyn Store>>,
+    ) -> Result<Registry, Error> {
         let mut reg = Registry::new();
         weft_builtins::register_all(&mut reg, &self.config.tools.builtin());
-        let model = crate::llm::for_tools(llm);
+        let model = crate::llm::for_tools(llm, store);
         reg.register(Arc::new(weft_llm::LlmCompleteTool::new(Arc::clone(&model))));
         for t in weft_sources::build(&self.config.tools.declared)
             .map_err(|e| Error::Config(e.to_string()))?
@@ -263,9 +269,9 @@ impl Builder {
 
     /// The registry, the engine options (with the chain and bus) and the registry for calls
     /// outside instances: what every kind of node starts from.
-    fn parts(&self) -> Result<Parts, Error> {
+    fn parts(&self, store: Option<&Arc<dyn Store>>) -> Result<Parts, Error> {
         let llm = self.llm_provider()?;
-        let registry = Arc::new(self.registry(llm.clone())?);
+        let registry = Arc::new(self.registry(llm.clone(), store)?);
         let bus = self
             .openers
             .open_bus(&self.config.bus.url, self.config.bus.capacity)?;
@@ -284,7 +290,7 @@ impl Builder {
     /// [`Builder::discover_mcp`] when `[[tools.mcp]]` servers are configured.
     pub fn in_memory(self) -> Result<Node, Error> {
         let this = self.configured_links()?;
-        let p = this.parts()?;
+        let p = this.parts(None)?;
         let watcher = this.policy_watcher();
         Ok(Node {
             config: Arc::new(this.config),
@@ -322,7 +328,7 @@ impl Builder {
     }
 
     async fn open_linked(self, store: Arc<dyn Store>) -> Result<Node, Error> {
-        let mut p = self.parts()?;
+        let mut p = self.parts(Some(&store))?;
         // Every tenant's declared tools, before anything compiles a stored plan.
         let toolbox = Arc::new(Toolbox::new(&self.config));
         toolbox

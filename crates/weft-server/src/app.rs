@@ -13,7 +13,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::{approvals, auth, events, instances, llm, ops, plans, request_id, tools};
+use crate::{approvals, auth, events, instances, llm, ops, plans, request_id, tools, transcripts};
 
 /// The HTTP application over `state` (STYLE §11: tested in-process with `oneshot`).
 pub fn app(state: AppState) -> Router {
@@ -39,6 +39,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/instances/{id}/checkpoint", post(instances::checkpoint))
         .route("/v1/instances/{id}/repair", post(llm::repair))
         .route("/v1/instances/{id}/approvals", get(approvals::list))
+        .route("/v1/instances/{id}/transcripts", get(transcripts::list))
         .route(
             "/v1/instances/{id}/approvals/{step}",
             post(approvals::decide),
@@ -135,7 +136,7 @@ impl utoipa::Modify for Security {
         llm::generate, llm::explain, llm::repair, llm::react,
         instances::start, instances::list, instances::get, instances::trace,
         instances::journal, instances::inspect, instances::stop, instances::resume,
-        instances::checkpoint, approvals::list, approvals::decide,
+        instances::checkpoint, approvals::list, approvals::decide, transcripts::list,
         events::ingest, events::stream,
         tools::list, tools::get, tools::put, tools::delete,
     ),

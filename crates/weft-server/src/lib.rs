@@ -37,6 +37,7 @@ pub mod request_id;
 mod state;
 pub mod telemetry;
 mod tools;
+mod transcripts;
 
 use std::net::SocketAddr;
 
