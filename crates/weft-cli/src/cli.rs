@@ -6,8 +6,8 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::cmd::{
-    analyze, approve, bench, config, explain, graph, history, plan, policy, repair, run, schema,
-    serve, summarize, tools, validate,
+    analyze, approve, bench, config, explain, graph, history, plan, policy, profile, repair, run,
+    schema, serve, summarize, tools, validate,
 };
 
 /// weft: check, analyse and export AI plans (colored Petri nets) before they run.
@@ -45,6 +45,9 @@ pub enum Command {
     /// List the tools (built-in and declared in weft.toml) with their effect class,
     /// idempotency and source.
     Tools(tools::Args),
+    /// Print each step's security profile (network and filesystem access, limits, isolation,
+    /// determinism), derived from its tool as weft.toml configures it.
+    Profile(profile::Args),
     /// Run one instance of a plan in-process (built-in tools, email to ./.weft/outbox/) and
     /// print its outcome, result tokens and a trace of every firing.
     Run(run::Args),

@@ -156,14 +156,30 @@ impl CommandDef {
 
     /// What its calls need: its network, paths and limits, sandboxed.
     pub fn needs(&self) -> weft_tools::Needs {
+        let write = self.writable();
         let read = match &self.read_paths {
             None => vec![PathBuf::from("/")],
-            Some(p) => p
-                .iter()
-                .cloned()
-                .chain(self.cwd.iter().cloned())
-                .chain(crate::sandbox::RUNTIME_PATHS.iter().map(PathBuf::from))
-                .collect(),
+            Some(p) => {
+                // A program named by path (a bare name comes from PATH, the runtime paths).
+                let program = self.program.contains('/').then(|| match &self.cwd {
+                    Some(cwd) => cwd.join(&self.program),
+                    None => PathBuf::from(&self.program),
+                });
+                let mut read: Vec<PathBuf> = Vec::new();
+                for path in p
+                    .iter()
+                    .chain(&program)
+                    .chain(&self.cwd)
+                    .chain(&write)
+                    .cloned()
+                    .chain(crate::sandbox::RUNTIME_PATHS.iter().map(PathBuf::from))
+                {
+                    if !read.contains(&path) {
+                        read.push(path);
+                    }
+                }
+                read
+            }
         };
         weft_tools::Needs {
             network: if self.network {
@@ -172,7 +188,7 @@ impl CommandDef {
                 Vec::new()
             },
             read,
-            write: self.writable(),
+            write,
             memory_mb: self.memory_mb,
             cpu_seconds: self.cpu_seconds,
             isolation: weft_tools::Isolation::Sandboxed,

@@ -10,6 +10,7 @@ pub mod graph;
 pub mod history;
 pub mod plan;
 pub mod policy;
+pub mod profile;
 pub mod repair;
 pub mod run;
 pub mod schema;
@@ -251,6 +252,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
         Command::Graph(args) => graph::run(&args, &ctx, out),
         Command::Schema(args) => schema::run(&args, &ctx, out),
         Command::Tools(args) => tools::run(&args, &ctx, out),
+        Command::Profile(args) => profile::run(&args, &ctx, out),
         Command::Run(args) => run::run(&args, &ctx, out),
         Command::Bench(args) => bench::run(&args, &ctx, out),
         Command::Plan(args) => plan::run(&args, &ctx, out),
