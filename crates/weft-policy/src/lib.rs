@@ -22,10 +22,17 @@
 //! {"version": 1, "kind": "tool_call", "tenant": "acme", "instance": "i…", "plan": "billing",
 //!  "step": "charge", "attempt": 1,
 //!  "tool": {"name": "http.request", "effect": "write", "idempotent": false},
-//!  "args": {"url": "https://…"}}
+//!  "args": {"url": "https://…"},
+//!  "profile": {"tool": "http.request", "source": "unknown", "effect": "write",
+//!              "deterministic": false, "network": {"hosts": ["*"]},
+//!              "filesystem": {"read": ["/"], "write": ["/"], "read_only": false},
+//!              "limits": {"time_ms": null, "memory_mb": null, "cpu_seconds": null},
+//!              "isolation": "none"}}
 //! ```
 //! `instance`, `plan` and `step` are empty for calls made outside an instance (the ReAct
-//! planner's).
+//! planner's). `profile` is the step security profile (`weft_tools::profile`, the shape
+//! `weft profile --json` prints) as derived from the tool's spec alone: a `pure` tool needs
+//! nothing, any other is assumed to need everything.
 
 mod plans;
 mod set;
@@ -465,8 +472,29 @@ fn read(p: &Path) -> Result<String, PolicyError> {
     Ok(text)
 }
 
-/// The input document of a tool call (see the module docs).
+/// The input document of a tool call (see the module docs). Its `profile` comes from `spec`
+/// only (the spec is what reaches the policy stage): the effect class decides it, the
+/// source's own needs (hosts, paths, limits) are not in it.
 pub fn call_input(ctx: &ToolContext, spec: &ToolSpec, args: &Value) -> Value {
+    let p = weft_tools::profile::derive(spec, None, None);
+    let profile = json!({
+        "tool": p.tool,
+        "source": p.source,
+        "effect": p.effect,
+        "deterministic": p.deterministic,
+        "network": {"hosts": p.network.hosts},
+        "filesystem": {
+            "read": p.filesystem.read,
+            "write": p.filesystem.write,
+            "read_only": p.filesystem.read_only,
+        },
+        "limits": {
+            "time_ms": p.limits.time_ms,
+            "memory_mb": p.limits.memory_mb,
+            "cpu_seconds": p.limits.cpu_seconds,
+        },
+        "isolation": p.isolation,
+    });
     json!({
         "version": INPUT_VERSION,
         "kind": "tool_call",
@@ -481,6 +509,7 @@ pub fn call_input(ctx: &ToolContext, spec: &ToolSpec, args: &Value) -> Value {
             "idempotent": spec.idempotent,
         },
         "args": args,
+        "profile": profile,
     })
 }
 
