@@ -434,3 +434,30 @@ async fn a_reloaded_bundle_governs_the_next_call() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The chain's order holds for a step's own links too: the policy decides first, so a
+/// denied call asks no person and spends nothing of the plan's limits.
+#[tokio::test]
+async fn a_denied_call_asks_no_approval_and_spends_no_budget() {
+    let dir = std::env::temp_dir().join(format!("weft-node-order-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let node = Builder::new(config(&dir, BUNDLE))
+        .in_memory()
+        .expect("node");
+    let engine = node.engine();
+    let mut doc = mail("eve@evil.test");
+    doc["limits"] = json!({"max_tool_calls": 5});
+    doc["steps"]["send"]["approval"] = json!({"reason": "mail leaves the company"});
+    let p = engine.compile_value(doc).expect("compiles");
+    let h = engine.start_with("local", &p, json!({}), Default::default());
+    let o = tokio::time::timeout(std::time::Duration::from_secs(10), h.wait())
+        .await
+        .expect("decided by the policy, not waiting for a person");
+    match &o.status {
+        Status::Failed { reason } => assert!(reason.contains("policy_denied"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(engine.approvals(h.id()).unwrap_or_default().is_empty());
+    assert_eq!(h.state().usage.map(|u| u.tool_calls), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}

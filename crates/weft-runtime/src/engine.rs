@@ -143,12 +143,16 @@ struct TenantView {
     own: Arc<Registry>,
     /// The engine's wrapped tools overlaid with the tenant's, wrapped by the same chain.
     registry: Arc<Registry>,
+    /// The same, unwrapped (for steps with links of their own).
+    raw: Arc<Registry>,
     validators: Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>,
 }
 
 /// State shared by the engine handle, instances and the timer task.
 pub(crate) struct Shared {
     pub registry: Arc<Registry>,
+    /// The tools as registered, before the chain.
+    raw_registry: Arc<Registry>,
     chain: Chain,
     tenant_tools: Option<Arc<dyn TenantTools>>,
     tenant_views: Mutex<HashMap<String, Arc<TenantView>>>,
@@ -315,10 +319,11 @@ impl Engine {
                 // Every tool is wrapped once here, so every call of this engine, on every
                 // path, passes the same chain.
                 registry: if opts.chain.is_empty() {
-                    opts.registry
+                    Arc::clone(&opts.registry)
                 } else {
                     Arc::new(opts.chain.apply(&opts.registry))
                 },
+                raw_registry: opts.registry,
                 chain: opts.chain,
                 tenant_tools: opts.tenant_tools,
                 tenant_views: Mutex::new(HashMap::new()),
@@ -363,8 +368,16 @@ impl Engine {
     pub fn compile(&self, plan: Plan) -> Result<Arc<CompiledPlan>, Error> {
         let i = &self.inner;
         let mut validators = lock(&i.validators);
-        CompiledPlan::compile(plan, &i.registry, &mut validators, i.check_tools, &i.limits)
-            .map(Arc::new)
+        CompiledPlan::compile(
+            plan,
+            &i.registry,
+            &i.raw_registry,
+            &i.chain,
+            &mut validators,
+            i.check_tools,
+            &i.limits,
+        )
+        .map(Arc::new)
     }
 
     /// [`Engine::compile`] for a plan of `tenant`: against the engine's tools overlaid with
@@ -378,6 +391,8 @@ impl Engine {
         CompiledPlan::compile(
             plan,
             &view.registry,
+            &view.raw,
+            &i.chain,
             &mut validators,
             i.check_tools,
             &i.limits,
@@ -425,6 +440,7 @@ impl Engine {
         };
         let view = Arc::new(TenantView {
             registry: Arc::new(i.registry.overlaid(&wrapped)),
+            raw: Arc::new(i.raw_registry.overlaid(&own)),
             own,
             validators: Mutex::new(HashMap::new()),
         });

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use weft_core::catalog::ToolCatalog;
 use weft_core::{ApprovalDefault, Effect, EventKind, Limits, Net, Plan, validate};
-use weft_tools::{ApprovalRequest, Approved, Registry, Tool};
+use weft_tools::{ApprovalRequest, Approved, Budgeted, Chain, Interceptor, Registry, Stage, Tool};
 
 use crate::Error;
 
@@ -56,10 +56,15 @@ impl std::fmt::Debug for CompiledPlan {
 }
 
 impl CompiledPlan {
-    /// Validates `plan` (against `registry` when `check_tools`) and compiles it.
+    /// Validates `plan` (against `registry` when `check_tools`) and compiles it. `registry`
+    /// holds the tools wrapped by `chain`; a step with links of its own (its `approval`, the
+    /// plan's `limits`) gets its tool from `raw`, wrapped by `chain` with them at their stages.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn compile(
         plan: Plan,
         registry: &Registry,
+        raw: &Registry,
+        chain: &Chain,
         validators: &mut HashMap<String, Option<Arc<jsonschema::Validator>>>,
         check_tools: bool,
         limits: &Limits,
@@ -92,19 +97,11 @@ impl CompiledPlan {
                         default_grant: a.default == ApprovalDefault::Grant,
                     })
                 });
-                // A step with an approval waits for it before its (chain-wrapped) tool; in a
-                // plan with `limits` each call is counted against them once approved.
-                let tool = registry.get(&s.action).cloned().map(|t| {
-                    let t = if limited {
-                        weft_tools::Budgeted::wrap(t)
-                    } else {
-                        t
-                    };
-                    match approval {
-                        Some(request) => Approved::wrap(t, request),
-                        None => t,
-                    }
-                });
+                let tool = if approval.is_some() || limited {
+                    step_tool(raw, chain, &s.action, approval, limited)
+                } else {
+                    registry.get(&s.action).cloned()
+                };
                 let validator = match &tool {
                     Some(t) if !s.args.is_literal() || !check_tools => validators
                         .entry(s.action.clone())
@@ -211,4 +208,61 @@ pub(crate) fn child_cycle(
         }
     }
     None
+}
+
+/// A step's `approval`, at the chain's approval stage: after the policy, before the budget.
+struct StepApproval(ApprovalRequest);
+
+impl Interceptor for StepApproval {
+    fn describe(&self) -> String {
+        "the step's approval".into()
+    }
+    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
+        Approved::wrap(tool, self.0.clone())
+    }
+    fn instance_only(&self) -> bool {
+        true
+    }
+}
+
+/// The plan's `limits`, at the chain's budget stage: only calls the policy and a person let
+/// through are counted.
+struct StepBudget;
+
+impl Interceptor for StepBudget {
+    fn describe(&self) -> String {
+        "the plan's limits".into()
+    }
+    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
+        Budgeted::wrap(tool)
+    }
+    fn instance_only(&self) -> bool {
+        true
+    }
+}
+
+/// The tool `action` of a step with links of its own: the unwrapped tool, wrapped by `chain`
+/// with the step's approval and the plan's budget at their stages (replacing what is there).
+fn step_tool(
+    raw: &Registry,
+    chain: &Chain,
+    action: &str,
+    approval: Option<ApprovalRequest>,
+    limited: bool,
+) -> Option<Arc<dyn Tool>> {
+    let tool = Arc::clone(raw.get(action)?);
+    let mut c = chain.clone();
+    if let Some(request) = approval {
+        c.set(Stage::Approval, Arc::new(StepApproval(request)));
+    }
+    if limited {
+        c.set(Stage::Budget, Arc::new(StepBudget));
+    }
+    Some(
+        Stage::ORDER
+            .iter()
+            .rev()
+            .filter_map(|s| c.get(*s))
+            .fold(tool, |t, link| link.wrap(t)),
+    )
 }
