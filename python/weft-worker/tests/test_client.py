@@ -182,6 +182,11 @@ def test_approve_grants_a_waiting_step_and_refuses_when_nothing_waits(weft: Clie
     weft.register_plan(REACTIVE)
     run = weft.start("client-reactive")
     assert weft.approvals(run.id) == []
+    # No model calls: an empty transcript (and an unknown instance is 404).
+    assert weft.transcripts(run.id)["exchanges"] == []
+    with pytest.raises(WeftError) as e:
+        weft.transcripts("nope")
+    assert e.value.status == 404
     with pytest.raises(WeftError) as e:
         weft.approve(run.id, "see")
     assert e.value.status == 404 and e.value.code == "no_approval"

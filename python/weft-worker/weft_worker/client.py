@@ -579,6 +579,13 @@ class Client:
         path = f"/v1/instances/{_seg(instance)}/approvals"
         return (self._request("GET", path) or {}).get("approvals", [])
 
+    def transcripts(self, instance: str) -> Json:
+        """The language-model exchanges ``instance``'s steps made (``GET
+        /v1/instances/{id}/transcripts``): ``{"exchanges": [...], "usage": {"prompt_tokens",
+        "completion_tokens"}}``, oldest first."""
+        path = f"/v1/instances/{_seg(instance)}/transcripts"
+        return self._request("GET", path) or {"exchanges": [], "usage": {}}
+
     # --- events -----------------------------------------------------------------------------
 
     def send_event(
