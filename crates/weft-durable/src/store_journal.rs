@@ -1616,6 +1616,10 @@ impl Tool for Gate {
         self.inner.spec()
     }
 
+    fn profile_needs(&self) -> Option<weft_tools::Needs> {
+        self.inner.profile_needs()
+    }
+
     fn is_immediate(&self) -> bool {
         self.ungated
     }

@@ -150,6 +150,21 @@ impl Toolbox {
                         "the operator lists the hosts tools may call in tools.http.allow_hosts",
                     )
                 })?;
+                // `allow_hosts` lets a name reach loopback, private and metadata addresses:
+                // only hosts the operator named exactly (not through `*`) may be listed.
+                if let Some(bad) = h
+                    .allow_hosts
+                    .iter()
+                    .find(|a| !self.policy.allow_hosts.iter().any(|o| o == *a))
+                {
+                    return Err(refuse(
+                        "host_not_allowed",
+                        format!(
+                            "`allow_hosts` names `{bad}`, which tools.http.allow_hosts does not name exactly; it would let the tool reach private or metadata addresses"
+                        ),
+                        "leave `allow_hosts` out, or ask the operator to list the host exactly in tools.http.allow_hosts",
+                    ));
+                }
                 if h.reads_environment() {
                     return Err(refuse(
                         "env_not_allowed",

@@ -472,12 +472,18 @@ fn read(p: &Path) -> Result<String, PolicyError> {
     Ok(text)
 }
 
-/// The input document of a tool call (see the module docs). Its `profile` comes from `spec`
-/// only (the spec is what reaches the policy stage): the effect class decides it, the
-/// source's own needs (hosts, paths, limits) are not in it.
+/// The input document of a tool call (see the module docs), with the profile a tool that
+/// states no needs gets (see [`profile_input`]).
 pub fn call_input(ctx: &ToolContext, spec: &ToolSpec, args: &Value) -> Value {
-    let p = weft_tools::profile::derive(spec, None, None);
-    let profile = json!({
+    call_input_with(ctx, spec, &profile_input(spec, None), args)
+}
+
+/// The `profile` object of the input: the security profile `weft_tools::profile` derives
+/// from the tool's spec and the needs it states (a tool stating none: pure needs nothing,
+/// anything else everything).
+pub fn profile_input(spec: &ToolSpec, needs: Option<&weft_tools::Needs>) -> Value {
+    let p = weft_tools::profile::derive(spec, needs, None);
+    json!({
         "tool": p.tool,
         "source": p.source,
         "effect": p.effect,
@@ -494,7 +500,11 @@ pub fn call_input(ctx: &ToolContext, spec: &ToolSpec, args: &Value) -> Value {
             "cpu_seconds": p.limits.cpu_seconds,
         },
         "isolation": p.isolation,
-    });
+    })
+}
+
+/// [`call_input`] with the tool's `profile` object already made.
+fn call_input_with(ctx: &ToolContext, spec: &ToolSpec, profile: &Value, args: &Value) -> Value {
     json!({
         "version": INPUT_VERSION,
         "kind": "tool_call",
@@ -545,9 +555,12 @@ impl Interceptor for PolicyLink {
     }
 
     fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
+        // The links inside forward the tool's needs, so the profile is the tool's own.
+        let profile = profile_input(tool.spec(), tool.profile_needs().as_ref());
         Arc::new(Governed {
             inner: tool,
             policies: self.policies.clone(),
+            profile,
         })
     }
 }
@@ -556,6 +569,8 @@ impl Interceptor for PolicyLink {
 struct Governed {
     inner: Arc<dyn Tool>,
     policies: PolicySet,
+    /// The `profile` object of the tool's inputs, made once.
+    profile: Value,
 }
 
 impl Governed {
@@ -566,7 +581,12 @@ impl Governed {
     fn check(&self, ctx: &ToolContext, args: &Value) -> Result<Option<ApprovalRequest>, ToolError> {
         let decision = self.policies.with_tenant(&ctx.tenant, |p| {
             p.map_or(Decision::Allow, |p| {
-                p.decide(&call_input(ctx, self.inner.spec(), args))
+                p.decide(&call_input_with(
+                    ctx,
+                    self.inner.spec(),
+                    &self.profile,
+                    args,
+                ))
             })
         });
         let (name, reasons) = match &decision {
@@ -606,6 +626,10 @@ impl Governed {
 impl Tool for Governed {
     fn spec(&self) -> &ToolSpec {
         self.inner.spec()
+    }
+
+    fn profile_needs(&self) -> Option<weft_tools::Needs> {
+        self.inner.profile_needs()
     }
 
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {

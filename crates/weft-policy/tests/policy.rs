@@ -240,3 +240,58 @@ async fn the_link_calls_the_tool_only_when_the_policy_allows() {
         (json!(1), json!("write"))
     );
 }
+
+/// A mailer that states its needs: one host.
+struct Scoped(Mailer);
+
+impl Tool for Scoped {
+    fn spec(&self) -> &ToolSpec {
+        self.0.spec()
+    }
+    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        self.0.call(ctx, args)
+    }
+    fn profile_needs(&self) -> Option<weft_tools::Needs> {
+        Some(weft_tools::Needs {
+            network: vec!["smtp.example.com:587".into()],
+            ..weft_tools::Needs::nothing("http")
+        })
+    }
+}
+
+/// The input's `profile` is the tool's own (its stated needs through every link), so a
+/// bundle can deny tools that may reach anywhere.
+#[tokio::test]
+async fn the_input_profile_is_derived_from_the_tools_stated_needs() {
+    let bundle = r#"package weft
+deny contains "reaches anywhere" if { some h in input.profile.network.hosts; h == "*" }
+"#;
+    let link =
+        PolicyLink::new(Policy::from_sources(vec![("p.rego".into(), bundle.into())]).unwrap());
+    let mailer = || Mailer {
+        spec: ToolSpec {
+            name: "send_email".into(),
+            description: String::new(),
+            args_schema: json!({}),
+            effect: Effect::Write,
+            idempotent: false,
+            cost: None,
+            llm: false,
+        },
+        calls: Arc::new(AtomicUsize::new(0)),
+    };
+    let ctx = ToolContext::detached("mail");
+    // Stating one host: allowed, also behind a budget link that forwards the needs.
+    let scoped = link.wrap(weft_tools::Budgeted::wrap(Arc::new(Scoped(mailer()))));
+    scoped
+        .call(ctx.clone(), json!({"to": "a"}))
+        .await
+        .expect("allowed");
+    // Stating nothing, not pure: assumed to reach anything, denied.
+    let silent = link.wrap(Arc::new(mailer()));
+    let err = silent
+        .call(ctx, json!({"to": "a"}))
+        .await
+        .expect_err("denied");
+    assert!(err.message.contains("reaches anywhere"), "{}", err.message);
+}

@@ -3,6 +3,8 @@
 //! broken one is refused with its error and the previous policies stay in force; the watcher
 //! picks a change up on its own.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::time::Duration;
 

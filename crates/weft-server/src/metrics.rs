@@ -329,6 +329,9 @@ impl Tool for Metered {
     fn spec(&self) -> &ToolSpec {
         self.inner.spec()
     }
+    fn profile_needs(&self) -> Option<weft_tools::Needs> {
+        self.inner.profile_needs()
+    }
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
         self.steps.inc();
         let t = Instant::now();

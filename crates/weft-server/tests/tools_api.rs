@@ -177,6 +177,13 @@ async fn what_an_api_caller_may_not_declare_is_refused_with_a_reason() {
             "host_not_allowed",
         ),
         (
+            "metadata",
+            json!({"name": "metadata", "source": {"kind": "http", "url": "https://api.example.com/x",
+                "allow_hosts": ["169.254.169.254"]}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "host_not_allowed",
+        ),
+        (
             "secret",
             json!({"name": "secret", "source": {"kind": "http", "url": "https://api.example.com/x",
                 "headers": {"authorization": "env:WEFT_STORE_URL"}}}),

@@ -70,6 +70,10 @@ impl Tool for Budgeted {
         self.inner.spec()
     }
 
+    fn profile_needs(&self) -> Option<crate::Needs> {
+        self.inner.profile_needs()
+    }
+
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
         if let Err(e) = ctx.services.charge(&ctx, self.charge) {
             return Box::pin(async move { Err(e) });

@@ -109,7 +109,14 @@ pub fn fanout_plan() -> Value {
     json!({"plan_name": "fanout", "graph_type": "acyclic", "events": events, "steps": steps})
 }
 
-fn compile(engine: &Engine, doc: Value) -> Result<Arc<CompiledPlan>, String> {
+/// The variable that, when set, gives W1–W3's plans `limits` no run reaches: what the budget
+/// stage (each call counted before it runs) adds per step.
+pub const LIMITS_VAR: &str = "WEFT_BENCH_LIMITS";
+
+fn compile(engine: &Engine, mut doc: Value) -> Result<Arc<CompiledPlan>, String> {
+    if std::env::var_os(LIMITS_VAR).is_some_and(|v| !v.is_empty()) {
+        doc["limits"] = json!({"max_tool_calls": 1_000_000_000_000u64});
+    }
     engine.compile_value(doc).map_err(|e| e.to_string())
 }
 
@@ -194,6 +201,7 @@ pub(crate) fn chain() -> Result<Value, String> {
     let reps = protocol(&engine, &plan, 10, 1, chain_expected(100))?;
     let (med, mut e) = extra(&reps, 100.0);
     e["policy"] = json!(policy);
+    e["limits"] = json!(std::env::var_os(LIMITS_VAR).is_some());
     Ok(line("chain", "steps_per_second", 100.0 / med, "steps/s", e))
 }
 
@@ -215,6 +223,7 @@ pub(crate) fn fanout() -> Result<Value, String> {
     let (med, mut e) = extra(&reps, 12_000.0);
     e["steps_per_second"] = json!(round(12_000.0 / med));
     e["policy"] = json!(policy);
+    e["limits"] = json!(std::env::var_os(LIMITS_VAR).is_some());
     Ok(line(
         "fanout",
         "workflows_per_second",
@@ -232,6 +241,7 @@ pub(crate) fn many() -> Result<Value, String> {
     let (med, mut e) = extra(&reps, 50_000.0);
     e["runs_per_second"] = json!(round(10_000.0 / med));
     e["policy"] = json!(policy);
+    e["limits"] = json!(std::env::var_os(LIMITS_VAR).is_some());
     Ok(line(
         "many",
         "steps_per_second",
