@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::cmd::{
     analyze, approve, bench, config, explain, graph, history, plan, policy, profile, repair, run,
-    schema, serve, summarize, tools, validate,
+    schema, serve, summarize, tools, transcript, validate,
 };
 
 /// weft: check, analyse and export AI plans (colored Petri nets) before they run.
@@ -76,6 +76,8 @@ pub enum Command {
     /// Summarize a run from its journal: what happened, problems, suggestions (template by
     /// default, the model with --llm).
     Summarize(summarize::Args),
+    /// Show the language-model exchanges an instance's steps made, from the store.
+    Transcript(transcript::Args),
     /// Print the effective configuration (weft.toml, WEFT_… variables, flags) with where
     /// each value came from; --check validates it.
     Config(config::Args),

@@ -46,6 +46,7 @@ pub fn main() -> ExitCode {
             | cli::Command::Checkpoint(_)
             | cli::Command::Resume(_)
             | cli::Command::Summarize(_)
+            | cli::Command::Transcript(_)
             | cli::Command::Repair(_)
     );
     let colour = output::Palette::for_stdout(cli.global.color).is_on();

@@ -324,3 +324,73 @@ fn unknown_instance_is_a_clear_error() {
     );
     assert_ne!(code(&out), 0);
 }
+
+/// `weft transcript` reads the model exchanges kept under an instance in the store: the
+/// summary line, each exchange's purpose and the question asked; `--json` has them whole.
+/// An instance not in the store is a clear error.
+#[test]
+fn transcript_reads_an_instances_model_exchanges() {
+    use weft_llm::TranscriptSink as _;
+    let dir = temp_dir("transcript");
+    let doc = json(&run_fanout_stored(&dir));
+    let id = doc["instance"].as_str().expect("instance id").to_string();
+    // The exchanges a model tool of this instance would have kept (the server's tests run
+    // them through `llm.complete`); written here through the same sink.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store: std::sync::Arc<dyn weft_store::Store> =
+            weft_store_sqlite::open(dir.join(".weft/weft.db").to_str().unwrap())
+                .await
+                .unwrap();
+        let sink = weft_llm::StoreTranscript::new(store, &tokio::runtime::Handle::current());
+        let mut correlation = weft_llm::Correlation::new("local");
+        correlation.instance = Some(id.clone());
+        let exchange = weft_llm::Exchange {
+            seq: 0,
+            correlation,
+            purpose: "complete".into(),
+            provider: "test".into(),
+            request: weft_llm::ChatRequest {
+                messages: vec![weft_llm::Message::user("Summarise the sales figures.")],
+                ..Default::default()
+            },
+            response: Some(weft_llm::ChatResponse {
+                content: Some("Sales grew.".into()),
+                ..Default::default()
+            }),
+            error: None,
+            usage: weft_llm::Usage {
+                prompt_tokens: 12,
+                completion_tokens: 3,
+                ..Default::default()
+            },
+            latency_ms: 7,
+            started_at_ms: 0,
+        };
+        sink.record(&exchange).unwrap();
+        sink.flush().await.unwrap();
+    });
+    let out = weft_in(&dir, &["transcript", &id]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("1 exchange, 12 prompt and 3 completion tokens"),
+        "{text}"
+    );
+    assert!(
+        text.contains("complete via test") && text.contains("Summarise the sales figures."),
+        "{text}"
+    );
+    assert!(text.contains("answer: Sales grew."), "{text}");
+    let out = weft_in(&dir, &["transcript", &id, "--json"]);
+    let v = json(&out);
+    assert_eq!(v["exchanges"][0]["response"]["content"], "Sales grew.");
+    assert_eq!(v["usage"]["prompt_tokens"], 12);
+    let out = weft_in(&dir, &["transcript", "nope"]);
+    assert_ne!(code(&out), 0);
+    assert!(
+        common::stderr(&out).contains("not_found"),
+        "{}",
+        common::stderr(&out)
+    );
+}

@@ -17,6 +17,7 @@ pub mod schema;
 pub mod serve;
 pub mod summarize;
 pub mod tools;
+pub mod transcript;
 pub mod validate;
 
 use std::io::Write;
@@ -172,7 +173,8 @@ fn flags(cli: &Cli) -> anyhow::Result<Vec<FlagValue>> {
         | Command::Resume(history::ResumeArgs { store, .. })
         | Command::Journal(history::JournalCommand::Verify { store, .. })
         | Command::Repair(repair::Args { store, .. })
-        | Command::Summarize(summarize::Args { store, .. }) => store.store.as_ref(),
+        | Command::Summarize(summarize::Args { store, .. })
+        | Command::Transcript(transcript::Args { store, .. }) => store.store.as_ref(),
         _ => None,
     };
     if let Some(url) = store {
@@ -265,6 +267,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Status> {
         Command::Serve(args) => serve::run(&args, &ctx, out),
         Command::Repair(args) => repair::run(&args, &ctx, out),
         Command::Summarize(args) => summarize::run(&args, &ctx, out),
+        Command::Transcript(args) => transcript::run(&args, &ctx, out),
         Command::Config(args) => config::run(&args, &ctx.config, &ctx.palette, out),
         Command::Policy(cmd) => policy::run(&cmd, &ctx, out),
         Command::Approve(args) => approve::run(&args, true, &ctx, out),
