@@ -264,7 +264,7 @@ await check("actions: checkpoint, stop, resume from the checkpoint (a fork), the
 
 await check("a step waiting for approval is granted from the instance page", async () => {
   const plan = {
-    plan_name: "ui-approval", graph_type: "acyclic",
+    plan_name: "ui-approval", graph_type: "acyclic", limits: { max_tool_calls: 3 },
     events: { start: {}, done: { kind: "output" } },
     steps: { ship: { on: ["start"], action: "echo", args: { what: "parcel" },
       approval: { reason: "ship the parcel?" }, emits: ["done"] } },
@@ -283,6 +283,8 @@ await check("a step waiting for approval is granted from the instance page", asy
   const journal = await apiCall(`/v1/instances/${encodeURIComponent(started.id)}/journal`);
   const decided = journal.records.find((r) => r.kind === "approval.decided");
   assert(decided && decided.body.granted === true && decided.body.comment === "looks right", `decision journaled: ${JSON.stringify(decided)}`);
+  // The plan's budget: the one call, counted against its limit.
+  await page.waitForFunction(() => (document.querySelector('[data-testid="usage"]')?.textContent || "").includes("1 of 3 tool calls"), null, { timeout: 10000 });
 });
 
 await check("failed steps are marked on the net and in the timeline (failure-handling example)", async () => {

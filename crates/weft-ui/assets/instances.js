@@ -213,6 +213,14 @@ export async function instanceView(main, id) {
     const approvals = mode === "live" ? inst.approvals || [] : [];
     if (approvals.length)
       statePanel.append(h("h3", {}, "Approvals"), h("ul", { "data-testid": "approvals" }, approvals.map(approvalItem)));
+    const usage = mode === "live" ? inst.usage : null;
+    if (usage) {
+      const lim = usage.limits || {};
+      const part = (used, max, what) => `${used}${max != null ? ` of ${max}` : ""} ${what}`;
+      const parts = [part(usage.tool_calls, lim.max_tool_calls, "tool calls"), part(usage.llm_calls, lim.max_llm_calls, "LLM calls")];
+      if (lim.max_cost != null || usage.cost) parts.push(part(usage.cost, lim.max_cost, "cost"));
+      statePanel.append(h("h3", {}, "Budget"), h("p", { "data-testid": "usage" }, parts.join(" · ")));
+    }
     const awaits = mode === "live" ? inst.awaits : null;
     if (awaits)
       statePanel.append(h("h3", {}, "Waits for"), h("ul", { "data-testid": "awaits" }, [
