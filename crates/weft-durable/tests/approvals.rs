@@ -104,6 +104,16 @@ fn count(es: &[Entry], kind: &str) -> usize {
     es.iter().filter(|e| e.kind() == kind).count()
 }
 
+/// Waits (at most 5 s) until `id`'s approval request is in the journal.
+async fn until_requested(store: &dyn Store, id: &str) {
+    for _ in 0..1_000 {
+        if count(&entries(store, id).await, "approval.requested") == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Process 1: starts the plan and "crashes" once the approval request is durable; checks
 /// that nothing was dispatched and the instance says `waiting_approval`.
 fn start_and_crash(path: &std::path::Path, approval: Value, calls: &Arc<AtomicU32>) -> String {
@@ -113,12 +123,7 @@ fn start_and_crash(path: &std::path::Path, approval: Value, calls: &Arc<AtomicU3
         d.register("t", payment(approval)).await.unwrap();
         let h = d.start("t", "payment", json!({})).unwrap();
         let store = d.store();
-        for _ in 0..1_000 {
-            if count(&entries(store.as_ref(), h.id()).await, "approval.requested") == 1 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_requested(store.as_ref(), h.id()).await;
         let es = entries(store.as_ref(), h.id()).await;
         assert_eq!(count(&es, "approval.requested"), 1, "{es:?}");
         assert_eq!(
@@ -347,12 +352,7 @@ fn a_budget_goes_on_counting_after_a_crash() {
         d.register("t", plan.clone()).await.unwrap();
         let h = d.start("t", "thrice", json!({})).unwrap();
         let store = d.store();
-        for _ in 0..1_000 {
-            if count(&entries(store.as_ref(), h.id()).await, "approval.requested") == 1 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_requested(store.as_ref(), h.id()).await;
         let es = entries(store.as_ref(), h.id()).await;
         assert_eq!(count(&es, "budget.charged"), 1, "{es:?}");
         assert_eq!(h.state().usage.unwrap().tool_calls, 1);

@@ -178,6 +178,19 @@ fn a_directory_is_read_in_name_order() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `send_email`, a write tool.
+fn mail_spec() -> ToolSpec {
+    ToolSpec {
+        name: "send_email".into(),
+        description: String::new(),
+        args_schema: json!({}),
+        effect: Effect::Write,
+        idempotent: false,
+        cost: None,
+        llm: false,
+    }
+}
+
 /// A write tool that counts its calls.
 struct Mailer {
     spec: ToolSpec,
@@ -198,15 +211,7 @@ impl Tool for Mailer {
 async fn the_link_calls_the_tool_only_when_the_policy_allows() {
     let calls = Arc::new(AtomicUsize::new(0));
     let mailer: Arc<dyn Tool> = Arc::new(Mailer {
-        spec: ToolSpec {
-            name: "send_email".into(),
-            description: String::new(),
-            args_schema: json!({}),
-            effect: Effect::Write,
-            idempotent: false,
-            cost: None,
-            llm: false,
-        },
+        spec: mail_spec(),
         calls: Arc::clone(&calls),
     });
     let link = PolicyLink::new(policy());
@@ -269,15 +274,7 @@ deny contains "reaches anywhere" if { some h in input.profile.network.hosts; h =
     let link =
         PolicyLink::new(Policy::from_sources(vec![("p.rego".into(), bundle.into())]).unwrap());
     let mailer = || Mailer {
-        spec: ToolSpec {
-            name: "send_email".into(),
-            description: String::new(),
-            args_schema: json!({}),
-            effect: Effect::Write,
-            idempotent: false,
-            cost: None,
-            llm: false,
-        },
+        spec: mail_spec(),
         calls: Arc::new(AtomicUsize::new(0)),
     };
     let ctx = ToolContext::detached("mail");
