@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{BoxFuture, Tool, ToolContext, ToolError, ToolSpec};
+use crate::{BoxFuture, InlineArgs, InlineContext, Tool, ToolContext, ToolError, ToolSpec};
 
 /// What an instance's tool calls have used of its plan's `limits`, or what one call counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -50,8 +50,8 @@ impl Usage {
     }
 }
 
-/// A step's tool in a plan with `limits`: each call is charged first. Never immediate (the
-/// charge is recorded in the instance's journal), whatever the tool inside is.
+/// A step's tool in a plan with `limits`: each call is charged first, on every path (async,
+/// immediate, inline); it is immediate when the tool inside is.
 pub struct Budgeted {
     inner: Arc<dyn Tool>,
     charge: Usage,
@@ -81,11 +81,26 @@ impl Tool for Budgeted {
         self.inner.call(ctx, args)
     }
 
+    // The charge is synchronous: an immediate tool stays immediate (the runtime's inline
+    // paths call `call_inline`, which charges first).
     fn is_immediate(&self) -> bool {
-        false
+        self.inner.is_immediate()
     }
 
     fn waits_for_journal(&self) -> bool {
-        false
+        self.inner.waits_for_journal()
+    }
+
+    fn call_inline(
+        &self,
+        ctx: InlineContext<'_>,
+        args: InlineArgs<'_>,
+    ) -> Result<Value, ToolError> {
+        self.call_now(ctx.into_context(), args.into_value())
+    }
+
+    fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+        ctx.services.charge(&ctx, self.charge)?;
+        self.inner.call_now(ctx, args)
     }
 }
