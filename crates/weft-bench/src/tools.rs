@@ -171,6 +171,16 @@ async fn http_echo() -> Result<String, String> {
     Ok(format!("http://{addr}/echo"))
 }
 
+/// The `command` source: sandboxed as by default (no network, Landlock), or with both lifted
+/// when `WEFT_BENCH_TOOLS_SANDBOX=off` (what the sandbox costs per call).
+fn command_source() -> serde_json::Value {
+    if std::env::var("WEFT_BENCH_TOOLS_SANDBOX").is_ok_and(|v| v == "off") {
+        json!({"kind": "command", "program": "/bin/cat", "network": true, "write_paths": ["/"]})
+    } else {
+        json!({"kind": "command", "program": "/bin/cat"})
+    }
+}
+
 /// The declared tools, as `[[tools.declared]]` entries.
 fn defs(http: &str, nats: Option<&str>) -> Result<Vec<weft_sources::ToolDef>, String> {
     let mut v = vec![
@@ -179,7 +189,7 @@ fn defs(http: &str, nats: Option<&str>) -> Result<Vec<weft_sources::ToolDef>, St
         json!({"name": "t.http", "effect": "read", "idempotent": true,
             "source": {"kind": "http", "url": http}}),
         json!({"name": "t.command", "effect": "pure", "idempotent": true,
-            "source": {"kind": "command", "program": "/bin/cat"}}),
+            "source": command_source()}),
     ];
     if let Some(url) = nats {
         v.push(
