@@ -1,9 +1,10 @@
 //! `/metrics`: OpenMetrics text from `prometheus-client`, or the Prometheus text format 0.0.4
 //! ([`prometheus_text`]) for clients that do not ask for OpenMetrics. Counters are bumped by
 //! the handlers (events ingested and routed, instances started, HTTP responses, LLM tokens,
-//! lifecycle events an SSE stream missed) and by `Metered`, the wrapper the engine's tools
-//! run in (steps fired, action latency); gauges (live instances, journal work) are read at
-//! scrape time.
+//! lifecycle events an SSE stream missed, and, when an instance of a plan with `limits` ends,
+//! what it used and whether a call was refused for it) and by `Metered`, the wrapper the
+//! engine's tools run in (steps fired, action latency); gauges (live instances, journal work)
+//! are read at scrape time.
 //!
 //! Step metrics come from a tool wrapper rather than from a bus subscriber on purpose: with
 //! a subscriber the engine builds and publishes two CloudEvents per step even when nobody
@@ -76,6 +77,11 @@ pub struct Metrics {
     pub llm_tokens: Family<KindLabel, Counter>,
     /// Lifecycle events SSE streams missed (bus overflow).
     pub bus_lagged: Counter,
+    /// What finished instances of plans with `limits` used, by measure (`tool_calls`,
+    /// `llm_calls`, `cost` in thousandths).
+    pub budget_used: Family<KindLabel, Counter>,
+    /// Instances that ended after a call was refused for their plan's `limits`.
+    pub budget_exceeded: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -162,6 +168,18 @@ impl Metrics {
             "Lifecycle events SSE streams missed (slow clients)",
             bus_lagged.clone(),
         );
+        let budget_used = Family::<KindLabel, Counter>::default();
+        r.register(
+            "budget_used",
+            "What finished instances of plans with limits used (tool_calls, llm_calls, cost in thousandths)",
+            budget_used.clone(),
+        );
+        let budget_exceeded = Counter::default();
+        r.register(
+            "budget_exceeded_instances",
+            "Instances that ended after a call was refused for their plan's limits",
+            budget_exceeded.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             started,
@@ -178,6 +196,26 @@ impl Metrics {
             by_status: (100..600).map(|_| std::sync::OnceLock::new()).collect(),
             llm_tokens,
             bus_lagged,
+            budget_used,
+            budget_exceeded,
+        }
+    }
+
+    /// Counts what a finished instance of a plan with `limits` used; `exceeded` when a call
+    /// was refused for them.
+    pub fn budget(&self, used: weft_runtime::Usage, exceeded: bool) {
+        let cost_milli = (used.cost * 1000.0).round().max(0.0) as u64;
+        for (kind, n) in [
+            ("tool_calls", used.tool_calls),
+            ("llm_calls", used.llm_calls),
+            ("cost", cost_milli),
+        ] {
+            self.budget_used
+                .get_or_create(&KindLabel { kind: kind.into() })
+                .inc_by(n);
+        }
+        if exceeded {
+            self.budget_exceeded.inc();
         }
     }
 

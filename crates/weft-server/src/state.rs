@@ -360,6 +360,11 @@ impl AppState {
                 };
                 if o.status.is_terminal() {
                     me.inner.metrics.finished(o.status.name());
+                    if let Some(used) = h.state().usage {
+                        let exceeded = matches!(&o.status,
+                            weft_core::Status::Failed { reason } if reason.contains("budget_exceeded"));
+                        me.inner.metrics.budget(used, exceeded);
+                    }
                     if let Some(t) = h.trace() {
                         me.keep_trace(h.id(), t);
                     }

@@ -1,5 +1,5 @@
 //! The budget stage of the chain: every call of a plan that sets `limits` is counted against
-//! them before it runs ([`ToolServices::charge`]), so a call that would go over is refused
+//! them before it runs ([`crate::ToolServices::charge`]), so a call that would go over is refused
 //! (`budget_exceeded`, not retried) and never reaches the tool. The engine keeps the count
 //! per instance and journals each charge, so it survives a restart.
 

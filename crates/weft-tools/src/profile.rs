@@ -4,7 +4,7 @@
 //!
 //! A tool states its [`Needs`] ([`crate::Tool::profile_needs`]; the sources build them from
 //! their configuration: `[tools]` allow_hosts for `http.request`, a `command` source's
-//! `network`, `read_paths`, `write_paths`, `memory_mb`, `cpu_seconds`). [`derive`] adds what the
+//! `network`, `read_paths`, `write_paths`, `memory_mb`, `cpu_seconds`). [`derive()`] adds what the
 //! spec and the step say — the effect class (determinism) and the step's `timeout_ms` — and
 //! gives the [`Profile`]. It is pure: no I/O, the same inputs give the same profile.
 //!
@@ -39,7 +39,7 @@ pub enum Isolation {
     Remote,
 }
 
-/// What a tool says it needs; [`derive`] makes a [`Profile`] of it.
+/// What a tool says it needs; [`derive()`] makes a [`Profile`] of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Needs {
     /// Where the tool comes from: `builtin`, `http`, `command`, `worker`, `mcp`, `fixed`.

@@ -1,0 +1,77 @@
+//! A plan's budget over the API: a plan some run of which would pass its `limits` is refused
+//! before it runs (A010); a reactive plan, which has no static bound, is stopped at run time:
+//! the call over the limit is refused and the instance fails, its state shows what it used
+//! against the limits, and `/metrics` counts the use and the refusal.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use common::{TOK_A, cloud_event, req, sqlite, ticker, two_tenants};
+use serde_json::json;
+
+const A: Option<&str> = Some(TOK_A);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_refuse_a_plan_before_it_runs_and_stop_an_instance_while_it_runs() {
+    let s = sqlite(two_tenants()).await;
+    let chain = json!({"plan_name": "tight", "graph_type": "acyclic",
+        "limits": {"max_tool_calls": 2},
+        "events": {"start": {}, "a": {}, "b": {}, "done": {"kind": "output"}},
+        "steps": {
+            "one": {"on": ["start"], "action": "echo", "emits": ["a"]},
+            "two": {"on": ["a"], "action": "echo", "emits": ["b"]},
+            "three": {"on": ["b"], "action": "echo", "emits": ["done"]}}});
+    let (st, v) = s.post("/v1/plans", A, &chain).await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(v.to_string().contains("A010"), "{v}");
+
+    let mut plan = ticker();
+    plan["limits"] = json!({"max_tool_calls": 2});
+    let (st, v) = s.post("/v1/plans", A, &plan).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (st, v) = s.post("/v1/instances", A, &json!({"plan": "ticker"})).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    for n in 1..=3 {
+        let (st, _, _) = s
+            .call(
+                req("POST", "/v1/events", A)
+                    .header("content-type", "application/cloudevents+json")
+                    .body(Body::from(cloud_event("tick", n, Some(&id)).to_string()))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(st, StatusCode::ACCEPTED);
+    }
+    let failed = s.wait_status(&id, A, "failed").await;
+    assert!(failed.to_string().contains("budget_exceeded"), "{failed}");
+    assert_eq!(failed["usage"]["tool_calls"], 2, "{failed}");
+    assert_eq!(failed["usage"]["limits"]["max_tool_calls"], 2, "{failed}");
+
+    // Counted when the instance ends (its tracker runs right after the status is stored).
+    let mut text = String::new();
+    for _ in 0..100 {
+        let (_, metrics) = s.get("/metrics", None).await;
+        text = metrics.as_str().unwrap_or_default().to_string();
+        if text
+            .lines()
+            .any(|l| l.contains("budget_exceeded_instances") && l.ends_with(" 1"))
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.contains("budget_exceeded_instances") && l.ends_with(" 1")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("budget_used") && l.contains("tool_calls") && l.ends_with(" 2")),
+        "{text}"
+    );
+}
