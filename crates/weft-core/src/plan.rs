@@ -55,6 +55,11 @@ pub struct PlanLimits {
     /// Sum of the declared `cost` of the tools called.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost: Option<f64>,
+    /// Language-model tokens (prompt and completion). Known only once a model call returns:
+    /// the call that passes the limit completes, the next model call is refused. Not bounded
+    /// before the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_llm_tokens: Option<u64>,
     /// Wall time from the start of the instance, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_wall_ms: Option<u64>,

@@ -278,6 +278,7 @@ fn check_name(ctx: &mut Ctx<'_>, name: &str, pointer: String, what: &str) {
 fn check_limits(ctx: &mut Ctx<'_>, l: &crate::plan::PlanLimits) {
     let zero = [
         ("max_tool_calls", l.max_tool_calls == Some(0)),
+        ("max_llm_tokens", l.max_llm_tokens == Some(0)),
         ("max_wall_ms", l.max_wall_ms == Some(0)),
     ];
     for (field, bad) in zero {

@@ -1417,6 +1417,7 @@ mod tests {
                 tool_calls: 1,
                 llm_calls: 1,
                 cost: 0.25,
+                llm_tokens: 120,
             },
             now: 13,
         });

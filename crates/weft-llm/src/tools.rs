@@ -93,6 +93,14 @@ impl Tool for LlmCompleteTool {
                 .chat(&corr_of(&ctx), "llm.complete", "complete", req)
                 .await
                 .map_err(tool_error)?;
+            // Counted against the plan's `limits.max_llm_tokens` (known only now).
+            ctx.services.record_usage(
+                &ctx,
+                weft_tools::Usage {
+                    llm_tokens: resp.usage.prompt_tokens + resp.usage.completion_tokens,
+                    ..weft_tools::Usage::default()
+                },
+            );
             let text = resp.content.clone().unwrap_or_default();
             let mut out =
                 json!({"text": text, "usage": resp.usage, "finish_reason": resp.finish_reason});
@@ -216,6 +224,17 @@ impl Tool for AgentReactTool {
             let resp = react::run_react(&llm, &corr_of(&ctx), &req, exec.as_ref())
                 .await
                 .map_err(tool_error)?;
+            // The loop's model calls beyond the one its call was charged for, and its tokens.
+            if let Some(u) = &resp.usage {
+                ctx.services.record_usage(
+                    &ctx,
+                    weft_tools::Usage {
+                        llm_calls: u64::from(u.steps_used.saturating_sub(1)),
+                        llm_tokens: u.prompt_tokens + u.completion_tokens,
+                        ..weft_tools::Usage::default()
+                    },
+                );
+            }
             serde_json::to_value(resp).map_err(|e| ToolError::fatal("llm_error", e.to_string()))
         })
     }

@@ -461,3 +461,40 @@ async fn a_denied_call_asks_no_approval_and_spends_no_budget() {
     assert_eq!(h.state().usage.map(|u| u.tool_calls), Some(0));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A plan's token limit, with the real `llm.complete` over a scripted model (17 tokens a
+/// call): tokens are known after each call, so the call that reaches the limit completes and
+/// the next model call is refused.
+#[tokio::test]
+async fn the_token_limit_refuses_the_model_call_after_the_one_that_reached_it() {
+    use weft_llm::{ScriptedExchange, ScriptedProvider};
+    let script = (0..3)
+        .map(|i| ScriptedExchange::content(format!("answer {i}")).with_usage(12, 5))
+        .collect();
+    let node = Builder::new(Config::default())
+        .llm(Some(std::sync::Arc::new(ScriptedProvider::new(script))))
+        .in_memory()
+        .expect("node");
+    let engine = node.engine();
+    let step = |on: &str, out: &str| json!({"on": [on], "action": "llm.complete", "args": {"prompt": "go on"}, "emits": [out]});
+    let doc = json!({"plan_name": "talk", "graph_type": "acyclic",
+        "limits": {"max_llm_tokens": 30},
+        "events": {"start": {}, "a": {}, "b": {}, "done": {"kind": "output"}},
+        "steps": {"one": step("start", "a"), "two": step("a", "b"), "three": step("b", "done")}});
+    let p = engine.compile_value(doc).expect("compiles");
+    let h = engine.start_with("local", &p, json!({}), Default::default());
+    let o = tokio::time::timeout(std::time::Duration::from_secs(20), h.wait())
+        .await
+        .expect("settles");
+    match &o.status {
+        Status::Failed { reason } => {
+            assert!(
+                reason.contains("three") && reason.contains("max_llm_tokens"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let used = h.state().usage.expect("usage");
+    assert_eq!((used.llm_calls, used.llm_tokens), (2, 34));
+}

@@ -22,8 +22,15 @@ pub(crate) struct Budget {
     pub started_ms: i64,
 }
 
-/// The first limit `used` (after `wall_ms` of wall time) goes over: (field, used, limit).
-fn over(limits: &PlanLimits, used: Usage, wall_ms: i64) -> Option<(&'static str, String, String)> {
+/// The first limit a call charging `charge` goes over, `used` being the count with it and
+/// `wall_ms` the wall time so far: (field, used, limit). Tokens are known only after a model
+/// call, so a model call is refused once the tokens already used reach the limit.
+fn over(
+    limits: &PlanLimits,
+    charge: Usage,
+    used: Usage,
+    wall_ms: i64,
+) -> Option<(&'static str, String, String)> {
     let n = |v: f64| {
         if v.fract() == 0.0 {
             format!("{}", v as i64)
@@ -50,6 +57,16 @@ fn over(limits: &PlanLimits, used: Usage, wall_ms: i64) -> Option<(&'static str,
     {
         return Some(("max_cost", n(used.cost), n(max)));
     }
+    if let Some(max) = limits.max_llm_tokens
+        && charge.llm_calls > 0
+        && used.llm_tokens >= max
+    {
+        return Some((
+            "max_llm_tokens",
+            used.llm_tokens.to_string(),
+            max.to_string(),
+        ));
+    }
     if let Some(max) = limits.max_wall_ms
         && wall_ms > i64::try_from(max).unwrap_or(i64::MAX)
     {
@@ -68,7 +85,9 @@ impl Cell {
         let now = self.engine.clock.now_ms();
         let mut b = lock(&self.budget);
         let next = b.used.plus(charge);
-        if let Some((field, used, max)) = over(limits, next, now.saturating_sub(b.started_ms)) {
+        if let Some((field, used, max)) =
+            over(limits, charge, next, now.saturating_sub(b.started_ms))
+        {
             let before = b.used;
             drop(b);
             self.publish("budget.exceeded", || {
@@ -97,6 +116,28 @@ impl Cell {
             );
         }
         Ok(())
+    }
+
+    /// Adds what a call used once it ran (see `ToolServices::record_usage`), journaled.
+    pub(crate) fn add_usage(&self, ctx: &ToolContext, used: Usage) {
+        if used.is_zero() || self.plan().plan.limits.is_none() {
+            return;
+        }
+        {
+            let mut b = lock(&self.budget);
+            b.used = b.used.plus(used);
+        }
+        if let Some(j) = &self.engine.journal {
+            j.record(
+                &self.tenant,
+                &self.name,
+                &Input::Charged {
+                    key: ctx.idempotency_key.to_string(),
+                    charge: used,
+                    now: self.engine.clock.now_ms(),
+                },
+            );
+        }
     }
 
     /// What the instance's calls used of its plan's limits (zero for a plan without any).

@@ -140,6 +140,10 @@ impl ToolServices for Cell {
         }
     }
 
+    fn record_usage(&self, ctx: &ToolContext, used: weft_tools::Usage) {
+        self.add_usage(ctx, used);
+    }
+
     fn charge(&self, ctx: &ToolContext, charge: weft_tools::Usage) -> Result<(), ToolError> {
         self.charge_call(ctx, charge)
     }

@@ -22,6 +22,13 @@ pub struct Usage {
     /// Sum of the declared costs.
     #[serde(default)]
     pub cost: f64,
+    /// Language-model tokens (prompt and completion), known only after a model call.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub llm_tokens: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -31,6 +38,7 @@ impl Usage {
             tool_calls: 1,
             llm_calls: u64::from(spec.llm),
             cost: spec.cost.unwrap_or(0.0),
+            llm_tokens: 0,
         }
     }
 
@@ -46,6 +54,7 @@ impl Usage {
             tool_calls: self.tool_calls.saturating_add(other.tool_calls),
             llm_calls: self.llm_calls.saturating_add(other.llm_calls),
             cost: self.cost + other.cost,
+            llm_tokens: self.llm_tokens.saturating_add(other.llm_tokens),
         }
     }
 }

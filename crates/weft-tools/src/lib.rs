@@ -155,6 +155,12 @@ pub trait ToolServices: Send + Sync {
     /// instance's hash chain (`policy.decided`) and publishes it. Default: nothing.
     fn record_decision(&self, _ctx: &ToolContext, _decision: PolicyDecision) {}
 
+    /// Adds what a call used that is known only once it ran (a model call's tokens, the
+    /// further model calls of an agent loop) to the instance's count, journaled like a
+    /// charge; it refuses nothing (the next call is refused if a limit is passed). Default:
+    /// nothing.
+    fn record_usage(&self, _ctx: &ToolContext, _used: Usage) {}
+
     /// Counts one call of the calling firing against its plan's `limits`, before it runs
     /// ([`Budgeted`]): `Err(budget_exceeded)` when it would go over one (the engine then
     /// also publishes `budget.exceeded`). Default (no engine): nothing is counted.
