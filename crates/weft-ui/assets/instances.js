@@ -218,6 +218,7 @@ export async function instanceView(main, id) {
       const lim = usage.limits || {};
       const part = (used, max, what) => `${used}${max != null ? ` of ${max}` : ""} ${what}`;
       const parts = [part(usage.tool_calls, lim.max_tool_calls, "tool calls"), part(usage.llm_calls, lim.max_llm_calls, "LLM calls")];
+      if (lim.max_llm_tokens != null || usage.llm_tokens) parts.push(part(usage.llm_tokens || 0, lim.max_llm_tokens, "tokens"));
       if (lim.max_cost != null || usage.cost) parts.push(part(usage.cost, lim.max_cost, "cost"));
       statePanel.append(h("h3", {}, "Budget"), h("p", { "data-testid": "usage" }, parts.join(" · ")));
     }
