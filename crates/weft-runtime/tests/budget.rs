@@ -149,3 +149,31 @@ async fn plans_without_limits_count_nothing() {
     }
     assert_eq!(priced.load(Ordering::SeqCst), 6);
 }
+
+#[tokio::test]
+async fn the_wall_time_limit_refuses_the_first_call_after_it_passed() {
+    let (h, priced) = priced_harness();
+    // A reactive plan: each `tick` from outside makes one call.
+    let p = h.plan(json!({"plan_name": "slow", "graph_type": "reactive",
+        "limits": {"max_wall_ms": 60_000},
+        "events": {"tick": {"kind": "input"}, "seen": {"kind": "output"}},
+        "steps": {"see": {"on": ["tick"], "action": "t.priced", "emits": ["seen"]}}}));
+    let i = h.engine.start("t", &p, json!({})).expect("starts");
+    let id = i.id().to_string();
+    h.engine
+        .ingest("t", "tick", json!({}), None, Some(&id))
+        .expect("first tick");
+    common::settle().await;
+    assert_eq!(priced.load(Ordering::SeqCst), 1, "within the minute");
+    h.advance(60_001).await;
+    h.engine
+        .ingest("t", "tick", json!({}), None, Some(&id))
+        .expect("second tick");
+    let o = i.wait().await;
+    match &o.status {
+        Status::Failed { reason } => assert!(reason.contains("max_wall_ms"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(priced.load(Ordering::SeqCst), 1, "the late call never ran");
+    h.check_replay(&i);
+}

@@ -35,6 +35,18 @@ async fn serve_small(
     tokio::sync::oneshot::Sender<()>,
     tempfile::TempDir,
 ) {
+    serve_with(max_connections, Duration::from_millis(300)).await
+}
+
+/// [`serve_small`] with a header-read timeout of the test's own.
+async fn serve_with(
+    max_connections: usize,
+    header_timeout: Duration,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store: Arc<dyn Store> =
         weft_store_sqlite::open(dir.path().join("weft.db").to_str().expect("utf-8"))
@@ -43,7 +55,7 @@ async fn serve_small(
     let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
     let config = ServerConfig {
         listen: addr,
-        header_timeout: Duration::from_millis(300),
+        header_timeout,
         body_timeout: Duration::from_millis(300),
         max_connections,
         ..ServerConfig::default()
@@ -150,13 +162,15 @@ async fn slow_clients_are_dropped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_the_limit_are_closed() {
-    let (addr, stop, _dir) = serve_small(4).await;
+    // The held connections send nothing: a header timeout far longer than the test keeps
+    // them open however slowly a loaded machine runs it (with a short one they could be
+    // closed before the fifth arrives, making room for it). The accept queue is in order,
+    // so the fifth is accepted after the four and finds the limit reached.
+    let (addr, stop, _dir) = serve_with(4, Duration::from_secs(120)).await;
     let mut held = Vec::new();
     for _ in 0..4 {
         held.push(TcpStream::connect(addr).await.expect("connect"));
     }
-    // Give the loop time to accept them (a bound, not a measurement).
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let mut over = TcpStream::connect(addr).await.expect("connect");
     let _ = over
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
