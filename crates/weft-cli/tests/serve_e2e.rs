@@ -1384,3 +1384,86 @@ async fn otlp_endpoint_exports_request_and_step_spans() {
     assert_eq!(step.2.get("outcome").map(String::as_str), Some("ok"));
     assert_eq!(step.2.get("tenant").map(String::as_str), Some("a"));
 }
+
+/// Governance survives kill -9: an instance waiting for an event is killed with its server; a
+/// new process on the same store loads the same `[policy]` bundle from `weft.toml`, the
+/// allowed email is sent once, the denied one never (its `<step>.denied` listener takes it),
+/// and both decisions are in the instance's journal, whose hash chain verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_decisions_hold_across_kill_9() {
+    let d = dir("policy-kill");
+    std::fs::create_dir_all(d.join("policies")).unwrap();
+    std::fs::write(
+        d.join("policies/weft.rego"),
+        "package weft\n\ndeny contains msg if {\n    input.tool.name == \"send_email\"\n    not endswith(input.args.to, \"@example.com\")\n    msg := sprintf(\"%s is outside example.com\", [input.args.to])\n}\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("weft.toml"), "[policy]\nbundles = [\"policies\"]\n").unwrap();
+    let mail = |to: &str, out: &str| {
+        json!({"on": ["go"], "action": "send_email",
+            "args": {"to": to, "subject": "hi", "body": "hello"}, "emits": [out]})
+    };
+    let plan = json!({"plan_name": "two-mails", "graph_type": "acyclic",
+        "events": {"start": {}, "go": {"kind": "input", "consume": "broadcast"},
+                   "ok.sent": {"kind": "output"}, "bad.sent": {"kind": "output"},
+                   "bad.denied": {}, "refused": {"kind": "output"}, "ready": {}},
+        "steps": {
+            "arm": {"on": ["start"], "action": "noop", "emits": ["ready"]},
+            "ok": mail("ann@example.com", "ok.sent"),
+            "bad": mail("eve@evil.test", "bad.sent"),
+            "note": {"on": ["bad.denied"], "action": "echo",
+                "args": {"code": "${inputs[\"bad.denied\"].error.code}"}, "emits": ["refused"]},
+            "idle": {"on": ["ready"], "action": "noop"}}});
+    let server = Server::start(&d, Some(TOKENS));
+    let api = server.api(Some("tA"));
+    api.create_plan(&plan).await;
+    let id = api.start("two-mails").await;
+    api.wait_state(&id, "waiting for `go`", |s| s["status"] == "waiting")
+        .await;
+    drop(server);
+
+    let server = Server::start(&d, Some(TOKENS));
+    let api = server.api(Some("tA"));
+    api.event(&cloud_event(1, "go", Some(&id)))
+        .await
+        .expect(202, "the go event");
+    let s = api
+        .wait_state(&id, "completed", |s| s["status"] == "completed")
+        .await;
+    assert!(s["results"].to_string().contains("policy_denied"), "{s}");
+    assert_eq!(
+        outbox(&d),
+        1,
+        "the allowed email once, the denied one never"
+    );
+    let journal = api.journal(&id).await;
+    // Every call is decided (`arm`, `idle` and `note` too); the two emails' decisions:
+    let decided = |step: &str| -> Vec<String> {
+        journal
+            .iter()
+            .filter(|r| {
+                r["kind"] == "policy.decided"
+                    && r["body"]["key"]
+                        .as_str()
+                        .is_some_and(|k| k.contains(&format!("/{step}/")))
+            })
+            .map(|r| {
+                r["body"]["decision"]["decision"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(decided("ok"), ["allow"], "{journal:?}");
+    assert_eq!(decided("bad"), ["deny"], "{journal:?}");
+    drop(server);
+    let verify = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["journal", "verify", &id, "--store"])
+        .arg(d.join("weft.db"))
+        .current_dir(&d)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("weft journal verify");
+    assert!(verify.status.success(), "{verify:?}");
+}
