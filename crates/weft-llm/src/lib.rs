@@ -53,4 +53,6 @@ pub use session::{CallDefaults, Llm};
 pub use stored::{StorePlanCache, StoreTranscript, TranscriptScope, list_transcripts};
 pub use telemetry::{MemoryTelemetry, TelemetryEvent, TelemetryKind, TelemetrySink};
 pub use tools::{AgentReactTool, LlmCompleteTool};
-pub use transcript::{Exchange, JsonlTranscript, MemoryTranscript, NoTranscript, TranscriptSink};
+pub use transcript::{
+    Exchange, JsonlTranscript, MemoryTranscript, NoTranscript, TranscriptSink, token_totals,
+};

@@ -14,6 +14,13 @@ use crate::chat::{ChatRequest, ChatResponse, Usage};
 use crate::error::{Error, Result};
 use crate::ids::Correlation;
 
+/// Prompt and completion tokens over `exchanges`.
+pub fn token_totals(exchanges: &[Exchange]) -> (u64, u64) {
+    exchanges.iter().fold((0, 0), |(p, c), e| {
+        (p + e.usage.prompt_tokens, c + e.usage.completion_tokens)
+    })
+}
+
 /// One recorded exchange.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Exchange {

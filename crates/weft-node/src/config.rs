@@ -75,6 +75,14 @@ impl PolicyConfig {
     pub fn any(&self) -> bool {
         !self.bundles.is_empty() || self.tenants_dir.is_some()
     }
+
+    /// Where the bundles are, as `weft_policy::PolicySet::load` reads them.
+    pub fn locations(&self) -> weft_policy::Bundles {
+        weft_policy::Bundles {
+            deployment: self.bundles.clone(),
+            tenants_dir: self.tenants_dir.clone(),
+        }
+    }
 }
 
 /// `[journal]`: the key of a keyed journal chain (see `weft_store::chain` and

@@ -88,11 +88,8 @@ impl Builder {
     fn configured_links(mut self) -> Result<Self, Error> {
         let cfg = &self.config.policy;
         if cfg.any() && self.chain.get(Stage::Policy).is_none() {
-            let set = weft_policy::PolicySet::load(weft_policy::Bundles {
-                deployment: cfg.bundles.clone(),
-                tenants_dir: cfg.tenants_dir.clone(),
-            })
-            .map_err(|e| Error::Config(format!("[policy] bundles: {e}")))?;
+            let set = weft_policy::PolicySet::load(cfg.locations())
+                .map_err(|e| Error::Config(format!("[policy] bundles: {e}")))?;
             self.chain.set(
                 Stage::Policy,
                 Arc::new(weft_policy::PolicyLink::with_set(set.clone())),

@@ -482,25 +482,7 @@ pub fn call_input(ctx: &ToolContext, spec: &ToolSpec, args: &Value) -> Value {
 /// from the tool's spec and the needs it states (a tool stating none: pure needs nothing,
 /// anything else everything).
 pub fn profile_input(spec: &ToolSpec, needs: Option<&weft_tools::Needs>) -> Value {
-    let p = weft_tools::profile::derive(spec, needs, None);
-    json!({
-        "tool": p.tool,
-        "source": p.source,
-        "effect": p.effect,
-        "deterministic": p.deterministic,
-        "network": {"hosts": p.network.hosts},
-        "filesystem": {
-            "read": p.filesystem.read,
-            "write": p.filesystem.write,
-            "read_only": p.filesystem.read_only,
-        },
-        "limits": {
-            "time_ms": p.limits.time_ms,
-            "memory_mb": p.limits.memory_mb,
-            "cpu_seconds": p.limits.cpu_seconds,
-        },
-        "isolation": p.isolation,
-    })
+    serde_json::to_value(weft_tools::profile::derive(spec, needs, None)).unwrap_or(Value::Null)
 }
 
 /// [`call_input`] with the tool's `profile` object already made.

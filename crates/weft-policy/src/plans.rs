@@ -81,11 +81,7 @@ pub fn plan_input(
             json!({
                 "name": name,
                 "action": s.action,
-                "effect": spec.map_or("write", |t| match t.effect {
-                    weft_core::Effect::Pure => "pure",
-                    weft_core::Effect::Read => "read",
-                    weft_core::Effect::Write => "write",
-                }),
+                "effect": spec.map_or(json!("write"), |t| json!(t.effect)),
                 "approval": s.approval.is_some(),
                 "cost": spec.and_then(|t| t.cost),
                 "llm": spec.is_some_and(|t| t.llm),

@@ -104,6 +104,12 @@ impl Cell {
         }
         b.used = next;
         drop(b);
+        self.journal_charge(ctx, charge, now);
+        Ok(())
+    }
+
+    /// Records `charge` of `ctx`'s firing (`Input::Charged`, folded into `Extras::usage`).
+    fn journal_charge(&self, ctx: &ToolContext, charge: Usage, now: i64) {
         if let Some(j) = &self.engine.journal {
             j.record(
                 &self.tenant,
@@ -115,7 +121,6 @@ impl Cell {
                 },
             );
         }
-        Ok(())
     }
 
     /// Adds what a call used once it ran (see `ToolServices::record_usage`), journaled.
@@ -127,17 +132,7 @@ impl Cell {
             let mut b = lock(&self.budget);
             b.used = b.used.plus(used);
         }
-        if let Some(j) = &self.engine.journal {
-            j.record(
-                &self.tenant,
-                &self.name,
-                &Input::Charged {
-                    key: ctx.idempotency_key.to_string(),
-                    charge: used,
-                    now: self.engine.clock.now_ms(),
-                },
-            );
-        }
+        self.journal_charge(ctx, used, self.engine.clock.now_ms());
     }
 
     /// What the instance's calls used of its plan's limits (zero for a plan without any).

@@ -46,9 +46,7 @@ pub(crate) async fn list(
     let exchanges = weft_llm::list_transcripts(state.store().as_ref(), &tenant, &scope)
         .await
         .map_err(ApiError::internal)?;
-    let (prompt, completion) = exchanges.iter().fold((0u64, 0u64), |(p, c), e| {
-        (p + e.usage.prompt_tokens, c + e.usage.completion_tokens)
-    });
+    let (prompt, completion) = weft_llm::token_totals(&exchanges);
     Ok(Json(TranscriptList {
         exchanges: exchanges
             .iter()

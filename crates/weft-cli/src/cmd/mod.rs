@@ -83,12 +83,9 @@ impl Ctx {
     ) -> anyhow::Result<Arc<weft_analysis::Governance>> {
         let cfg = &self.config.config.policy;
         let policy = if cfg.any() {
-            weft_policy::PolicySet::load(weft_policy::Bundles {
-                deployment: cfg.bundles.clone(),
-                tenants_dir: cfg.tenants_dir.clone(),
-            })
-            .map_err(|e| anyhow::anyhow!("[policy] bundles: {e}"))?
-            .for_tenant(crate::cmd::run::TENANT)
+            weft_policy::PolicySet::load(cfg.locations())
+                .map_err(|e| anyhow::anyhow!("[policy] bundles: {e}"))?
+                .for_tenant(crate::cmd::run::TENANT)
         } else {
             None
         };

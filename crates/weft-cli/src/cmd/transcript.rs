@@ -43,9 +43,7 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         anyhow::Ok((rec.tenant, ex))
     })?;
-    let (prompt, completion) = exchanges.iter().fold((0u64, 0u64), |(p, c), e| {
-        (p + e.usage.prompt_tokens, c + e.usage.completion_tokens)
-    });
+    let (prompt, completion) = weft_llm::token_totals(&exchanges);
     if args.json {
         serde_json::to_writer_pretty(
             &mut *out,
