@@ -260,6 +260,11 @@ impl Store for Toy {
         self.inner.get_effect(key).await
     }
 
+    async fn delete_effects(&self, from: &str, to: &str, limit: u32) -> Result<u64> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.delete_effects(from, to, limit).await
+    }
+
     async fn acquire_lease(
         &self,
         instance: &str,

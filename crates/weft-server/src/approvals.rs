@@ -87,6 +87,7 @@ pub(crate) struct DecideRequest {
     responses(
         (status = 200, description = "The decided approval", body = Object),
         Problems,
+        (status = 503, description = "`store_unavailable` (with `Retry-After`): the store refuses writes", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, body = Problem, content_type = "application/problem+json"),
         (status = 413, body = Problem, content_type = "application/problem+json"),
@@ -131,6 +132,7 @@ pub(crate) async fn decide(
             format!("instance `{id}` is not running here, so nothing of it waits for an approval"),
         ));
     }
+    crate::written::check(&state)?;
     let engine = state.inner.durable.engine();
     let view = engine
         .decide_approval(&id, &step, req.firing, granted, &principal, comment)
@@ -143,12 +145,12 @@ pub(crate) async fn decide(
             _ => ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()),
         })?;
     // The decision is durable before the answer says so.
-    state
-        .inner
-        .durable
-        .journal()
-        .barrier(&id)
-        .await
-        .map_err(ApiError::internal)?;
+    crate::written::durable(&state, &id, || {
+        (
+            format!("the store refuses writes right now; the decision on `{step}` was taken and is written when it recovers"),
+            format!("do not decide again (it would be 409 already_decided): GET /v1/instances/{id}/approvals shows it once the store takes writes"),
+        )
+    })
+    .await?;
     Ok(Json(serde_json::to_value(view).unwrap_or_default()))
 }

@@ -51,19 +51,12 @@ fn refused(e: Invalid) -> ApiError {
     }
 }
 
-/// How often a request waiting for durability checks whether the store refuses writes.
-const REFUSAL_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
-
 /// `503` while the store refuses journal writes (a full disk, a lost connection).
 fn store_refusing() -> ApiError {
-    let mut e = ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "store_unavailable",
+    crate::written::refused(
         "the store refuses writes right now; events already accepted are written when it recovers",
+        "retry after the `Retry-After` seconds with the same CloudEvent ids: an event already applied is answered as a duplicate",
     )
-    .hint("retry after the `Retry-After` seconds with the same CloudEvent ids: an event already applied is answered as a duplicate");
-    e.retry_after = Some(1);
-    e
 }
 
 /// `202` body.
@@ -294,7 +287,7 @@ pub(crate) async fn ingest(
                 r.map_err(ApiError::internal)?.map_err(ApiError::internal)?;
                 break;
             }
-            () = tokio::time::sleep(REFUSAL_CHECK) => {
+            () = tokio::time::sleep(crate::written::REFUSAL_CHECK) => {
                 if journal.store_refusing() {
                     // Applied in memory, durable once the store takes writes again; a retry
                     // meanwhile is `409 event_in_progress`, afterwards a duplicate.

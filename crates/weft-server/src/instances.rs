@@ -65,6 +65,7 @@ pub(crate) struct InstanceRef {
     responses(
         (status = 201, body = InstanceRef),
         Problems,
+        (status = 503, description = "`store_unavailable` (with `Retry-After`): the store refuses writes", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
@@ -108,15 +109,22 @@ pub(crate) async fn start(
     };
     let (compiled, version) = state.compiled(&tenant, &name, version).await?;
     let input = req.input.unwrap_or_else(|| json!({}));
+    crate::written::check(&state)?;
     let h = state.start(&tenant, &compiled, version, input);
     let started = std::time::Instant::now();
-    state
-        .inner
-        .durable
-        .journal()
-        .barrier(h.id())
-        .await
-        .map_err(ApiError::internal)?;
+    crate::written::durable(&state, h.id(), || {
+        (
+            format!(
+                "the store refuses writes right now; instance `{}` was started and is written when it recovers",
+                h.id()
+            ),
+            format!(
+                "do not start it again: GET /v1/instances/{} follows it once the store takes writes (GET /readyz)",
+                h.id()
+            ),
+        )
+    })
+    .await?;
     state
         .inner
         .metrics
@@ -242,6 +250,14 @@ pub(crate) async fn list(
 pub(crate) struct Owned {
     pub record: Option<InstanceRecord>,
     pub live: Option<InstanceHandle>,
+}
+
+/// The `503` of a read that first waits for an instance's start to be durable.
+fn not_yet(id: &str) -> (String, String) {
+    (
+        format!("the store refuses writes right now; instance `{id}` was started a moment ago and is not written yet"),
+        "retry after the `Retry-After` seconds (GET /readyz says when the store takes writes again)".to_string(),
+    )
 }
 
 /// The tenant's instance `id`, or `404` (also for other tenants' instances).
@@ -651,13 +667,7 @@ pub(crate) async fn inspect(
     let o = owned(&state, &tenant, &id).await?;
     if o.record.is_none() {
         // Started a moment ago: make its start durable first.
-        state
-            .inner
-            .durable
-            .journal()
-            .barrier(&id)
-            .await
-            .map_err(ApiError::internal)?;
+        crate::written::durable(&state, &id, || not_yet(&id)).await?;
     }
     let i = weft_durable::inspect(
         state.store().as_ref(),
@@ -684,6 +694,7 @@ fn terminal_conflict(id: &str, status: &str) -> ApiError {
     responses(
         (status = 200, body = InstanceRef),
         Problems,
+        (status = 503, description = "`store_unavailable` (with `Retry-After`): the store refuses writes", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, body = Problem, content_type = "application/problem+json"),
     ),
@@ -701,11 +712,22 @@ pub(crate) async fn stop(
     if h.state().status.is_terminal() {
         return Err(terminal_conflict(&id, h.state().status.name()));
     }
+    crate::written::check(&state)?;
     state
         .inner
         .durable
         .stop_with(&h, crate::request_id::current_request_id().as_deref());
-    let out = state.inner.durable.wait(&h).await?;
+    let out = crate::written::until(
+        &state,
+        async { Ok(state.inner.durable.wait(&h).await?) },
+        || {
+            (
+                format!("the store refuses writes right now; instance `{id}` was stopped and its status is written when it recovers"),
+                format!("do not stop it again: GET /v1/instances/{id} shows it once the store takes writes (GET /readyz)"),
+            )
+        },
+    )
+    .await?;
     Ok(Json(InstanceRef {
         id,
         plan: Some(h.plan().name.to_string()),
@@ -730,6 +752,7 @@ pub(crate) struct ResumeRequest {
     responses(
         (status = 200, body = InstanceRef),
         Problems,
+        (status = 503, description = "`store_unavailable` (with `Retry-After`): the store refuses writes", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, body = Problem, content_type = "application/problem+json"),
         (status = 413, body = Problem, content_type = "application/problem+json"),
@@ -747,14 +770,9 @@ pub(crate) async fn resume(
         check_name("checkpoint", cp)?;
     }
     if o.record.is_none() {
-        state
-            .inner
-            .durable
-            .journal()
-            .barrier(&id)
-            .await
-            .map_err(ApiError::internal)?;
+        crate::written::durable(&state, &id, || not_yet(&id)).await?;
     }
+    crate::written::check(&state)?;
     let was_live = o.live.is_some();
     let h = match state.inner.durable.resume(&id, req.from.as_deref()).await {
         Ok(h) => h,
@@ -790,6 +808,7 @@ pub(crate) struct CheckpointView {
     responses(
         (status = 200, body = CheckpointView),
         Problems,
+        (status = 503, description = "`store_unavailable` (with `Retry-After`): the store refuses writes", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
@@ -799,13 +818,8 @@ pub(crate) async fn checkpoint(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<CheckpointView>> {
     owned(&state, &tenant, &id).await?;
-    state
-        .inner
-        .durable
-        .journal()
-        .barrier(&id)
-        .await
-        .map_err(ApiError::internal)?;
+    crate::written::check(&state)?;
+    crate::written::durable(&state, &id, || not_yet(&id)).await?;
     let store = state.store();
     let cp = weft_durable::checkpoint(store.as_ref(), &id).await?;
     let seq = weft_durable::checkpoint_seq(store.as_ref(), &id, &cp).await?;

@@ -38,6 +38,7 @@ mod state;
 pub mod telemetry;
 mod tools;
 mod transcripts;
+mod written;
 
 use std::net::SocketAddr;
 

@@ -201,6 +201,7 @@ impl AppState {
         for h in &report.handles {
             state.track(h.clone());
         }
+        crate::dedup::spawn_sweeper(&state);
         Ok((state, report))
     }
 

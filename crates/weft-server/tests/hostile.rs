@@ -6,6 +6,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -458,4 +459,150 @@ async fn a_store_refusing_writes_is_503_at_once_and_nothing_is_applied_twice() {
         .get(&format!("/v1/instances/{id}/journal?limit=1000"), A)
         .await;
     assert_eq!(journal_tokens(&j), 1, "{j}");
+}
+
+/// Every writing route, not only events, answers `503` instead of waiting while the store
+/// refuses writes: a start or a stop that meets the refusal during its wait says what it did
+/// (so the client does not do it twice), and one that comes while the store is known to
+/// refuse applies nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_and_stops_are_503_while_the_store_refuses_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sqlite: Arc<dyn Store> =
+        weft_store_sqlite::open(dir.path().join("weft.db").to_str().expect("utf-8"))
+            .await
+            .expect("sqlite");
+    let faults = fault::FaultStore::new(sqlite);
+    let store: Arc<dyn Store> = faults.clone();
+    let s = on_store(store, two_tenants()).await;
+    let (st, v) = s
+        .post("/v1/instances", A, &json!({"plan_inline": ticker()}))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let first = v["id"].as_str().expect("id").to_string();
+    let within = |what: &'static str| {
+        move |r: Result<(StatusCode, Value), tokio::time::error::Elapsed>| {
+            r.unwrap_or_else(|_| panic!("{what} hung while the store refused writes"))
+        }
+    };
+
+    // The store starts refusing while a start waits: 503, naming the instance it started.
+    faults.fail_next(u32::MAX);
+    let start = json!({"plan": "ticker"});
+    let (st, v) = within("a start")(
+        tokio::time::timeout(Duration::from_secs(20), s.post("/v1/instances", A, &start)).await,
+    );
+    assert_eq!(
+        (st, v["code"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("store_unavailable")),
+        "{v}"
+    );
+    let started = v["detail"].as_str().expect("detail");
+    assert!(started.contains("was started"), "{v}");
+    assert!(
+        v["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("do not start it again")),
+        "{v}"
+    );
+
+    // Now known to refuse: a start applies nothing, a stop stops nothing; both at once.
+    let (st, v) = within("a second start")(
+        tokio::time::timeout(Duration::from_secs(5), s.post("/v1/instances", A, &start)).await,
+    );
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert!(
+        v["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("nothing of this request")),
+        "{v}"
+    );
+    let stop = format!("/v1/instances/{first}/stop");
+    let (st, v) = within("a stop")(
+        tokio::time::timeout(Duration::from_secs(5), s.post(&stop, A, &json!({}))).await,
+    );
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+
+    // Space returns: the first instance still runs, and exactly two instances exist (the
+    // one whose start met the refusal was written, the refused one never made).
+    faults.fail_next(0);
+    let mut ready = false;
+    for _ in 0..400 {
+        if s.get("/readyz", None).await.0 == StatusCode::OK {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "never ready again");
+    let (st, v) = s.get(&format!("/v1/instances/{first}"), A).await;
+    assert_eq!(
+        (st, v["status"].as_str()),
+        (StatusCode::OK, Some("running")),
+        "{v}"
+    );
+    let (_, list) = s.get("/v1/instances", A).await;
+    assert_eq!(
+        list["instances"].as_array().map(Vec::len),
+        Some(2),
+        "{list}"
+    );
+    let (st, v) = s.post(&stop, A, &json!({})).await;
+    assert_eq!(
+        (st, v["status"].as_str()),
+        (StatusCode::OK, Some("stopped")),
+        "{v}"
+    );
+}
+
+/// Deduplication records do not pile up: once older than their window they are deleted
+/// (here a 1 s window), while a repeat inside the window is still recognised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_deduplication_records_are_deleted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sqlite: Arc<dyn Store> =
+        weft_store_sqlite::open(dir.path().join("weft.db").to_str().expect("utf-8"))
+            .await
+            .expect("sqlite");
+    let faults = fault::FaultStore::new(sqlite);
+    let store: Arc<dyn Store> = faults.clone();
+    let mut config = two_tenants();
+    config.dedup_window = Duration::from_secs(1);
+    let s = on_store(store, config).await;
+    let (st, v) = s
+        .post("/v1/instances", A, &json!({"plan_inline": ticker()}))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().expect("id").to_string();
+    let e = event("short-lived", "tick", &id);
+    let (st, v) = s.post("/v1/events", A, &e).await;
+    assert_eq!(
+        (st, &v["duplicates"]),
+        (StatusCode::ACCEPTED, &json!(0)),
+        "{v}"
+    );
+    let (st, v) = s.post("/v1/events", A, &e).await;
+    assert_eq!(
+        (st, &v["duplicates"]),
+        (StatusCode::ACCEPTED, &json!(1)),
+        "{v}"
+    );
+    assert_eq!(faults.deleted_effects.load(Ordering::SeqCst), 0);
+    // Two buckets later the sweeper (every second here) removes the record.
+    let mut gone = false;
+    for _ in 0..150 {
+        if faults.deleted_effects.load(Ordering::SeqCst) >= 1 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "the expired deduplication record was never deleted");
+    // Past its window the event is new again (at least once, never held forever).
+    let (st, v) = s.post("/v1/events", A, &e).await;
+    assert_eq!(
+        (st, &v["duplicates"]),
+        (StatusCode::ACCEPTED, &json!(0)),
+        "{v}"
+    );
 }

@@ -425,6 +425,10 @@ impl Store for PgStore {
         ops::get_effect(&self.pool, key).await
     }
 
+    async fn delete_effects(&self, from: &str, to: &str, limit: u32) -> Result<u64> {
+        ops::delete_effects(&self.pool, from, to, limit).await
+    }
+
     async fn acquire_lease(
         &self,
         instance: &str,

@@ -800,6 +800,18 @@ pub(crate) async fn get_effect(pool: &Pool, key: &str) -> Result<Option<Value>> 
         .transpose()
 }
 
+/// Removes up to `limit` effects with keys in `[from, to)`, in byte order whatever the
+/// database's collation (`COLLATE "C"`).
+pub(crate) async fn delete_effects(pool: &Pool, from: &str, to: &str, limit: u32) -> Result<u64> {
+    execute(
+        pool,
+        "DELETE FROM effects WHERE key IN (SELECT key FROM effects \
+         WHERE key COLLATE \"C\" >= $1 AND key COLLATE \"C\" < $2 LIMIT $3)",
+        &[&from, &to, &i64::from(limit)],
+    )
+    .await
+}
+
 fn expiry(now: i64, ttl: i64) -> Result<i64> {
     if ttl <= 0 {
         return Err(Error::invalid(format!(

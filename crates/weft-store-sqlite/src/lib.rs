@@ -826,6 +826,13 @@ impl Store for SqliteStore {
         self.readers.run(move |c| state::get_effect(c, &key)).await
     }
 
+    async fn delete_effects(&self, from: &str, to: &str, limit: u32) -> Result<u64> {
+        let (from, to) = (from.to_string(), to.to_string());
+        self.writer
+            .submit(move |c| state::delete_effects(c, &from, &to, limit))
+            .await
+    }
+
     async fn acquire_lease(
         &self,
         instance: &str,

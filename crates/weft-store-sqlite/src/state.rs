@@ -435,6 +435,19 @@ pub(crate) fn get_effect(conn: &Connection, key: &str) -> Result<Option<Value>> 
     s.map(|s| from_json_text(&s, "effect outcome")).transpose()
 }
 
+/// Removes up to `limit` effects with keys in `[from, to)` (SQLite's BINARY collation:
+/// byte order, through the primary key).
+pub(crate) fn delete_effects(conn: &Connection, from: &str, to: &str, limit: u32) -> Result<u64> {
+    let n = conn
+        .prepare_cached(
+            "DELETE FROM effects WHERE key IN \
+             (SELECT key FROM effects WHERE key >= ?1 AND key < ?2 ORDER BY key LIMIT ?3)",
+        )
+        .and_then(|mut s| s.execute(params![from, to, limit]))
+        .map_err(map_err)?;
+    Ok(n as u64)
+}
+
 // --- leases ------------------------------------------------------------------------------
 
 fn expiry(now: i64, ttl: i64) -> Result<i64> {

@@ -387,6 +387,12 @@ pub trait Store: Send + Sync + 'static {
     /// The recorded outcome of an effect.
     async fn get_effect(&self, key: &str) -> Result<Option<Value>>;
 
+    /// Removes up to `limit` idempotency records whose keys lie in `[from, to)`, compared
+    /// byte by byte; returns how many went. A record that guards a tool effect must outlive
+    /// its instance, so a caller removes only a key range it owns (the server's CloudEvent
+    /// deduplication records, once older than their window).
+    async fn delete_effects(&self, from: &str, to: &str, limit: u32) -> Result<u64>;
+
     // --- leases --------------------------------------------------------------------------
 
     /// Takes or extends the lease on an instance for `ttl_ms` from `now_ms`. Succeeds if

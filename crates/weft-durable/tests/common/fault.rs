@@ -25,6 +25,8 @@ pub(crate) struct FaultStore {
     pub failed: AtomicU64,
     /// Journal writes that went through.
     pub passed: AtomicU64,
+    /// Idempotency records removed through `delete_effects`.
+    pub deleted_effects: AtomicU64,
 }
 
 impl FaultStore {
@@ -36,6 +38,7 @@ impl FaultStore {
             status_delay_ms: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             passed: AtomicU64::new(0),
+            deleted_effects: AtomicU64::new(0),
         })
     }
 
@@ -280,6 +283,11 @@ impl Store for FaultStore {
     }
     async fn get_effect(&self, key: &str) -> Result<Option<Value>> {
         self.inner.get_effect(key).await
+    }
+    async fn delete_effects(&self, from: &str, to: &str, limit: u32) -> Result<u64> {
+        let n = self.inner.delete_effects(from, to, limit).await?;
+        self.deleted_effects.fetch_add(n, Ordering::SeqCst);
+        Ok(n)
     }
     async fn acquire_lease(
         &self,

@@ -256,6 +256,31 @@ pub async fn effects_recorded_once(s: Arc<dyn Store>) {
     assert_eq!(inserted, 1);
 }
 
+/// `delete_effects` removes exactly the keys in `[from, to)` in byte order (`Z` < `a`, a
+/// shorter key before its extensions), at most `limit` a call.
+pub async fn effects_deleted_by_key_range(s: Arc<dyn Store>) {
+    for k in [
+        "d:0001:x", "d:0002:Z", "d:0002:a", "d:0003", "d:00030", "e:0001", "c:9999",
+    ] {
+        s.record_effect(k, json!(k)).await.unwrap();
+    }
+    assert_eq!(s.delete_effects("d:", "d:0003", 2).await.unwrap(), 2);
+    assert_eq!(s.delete_effects("d:", "d:0003", 2).await.unwrap(), 1);
+    assert_eq!(s.delete_effects("d:", "d:0003", 2).await.unwrap(), 0);
+    let mut left = Vec::new();
+    for k in [
+        "d:0001:x", "d:0002:Z", "d:0002:a", "d:0003", "d:00030", "e:0001", "c:9999",
+    ] {
+        if s.get_effect(k).await.unwrap().is_some() {
+            left.push(k);
+        }
+    }
+    assert_eq!(left, ["d:0003", "d:00030", "e:0001", "c:9999"]);
+    assert_eq!(s.delete_effects("d:0003", "d:0003", 10).await.unwrap(), 0);
+    assert_eq!(s.delete_effects("d:00030", "d:1", 10).await.unwrap(), 1);
+    assert!(s.get_effect("d:0003").await.unwrap().is_some());
+}
+
 /// A live lease of another owner is never taken; an expired one is; renew and release only
 /// work for the holder, renew also after expiry as long as nobody took the lease over.
 pub async fn leases_exclusive_until_expiry(s: Arc<dyn Store>) {

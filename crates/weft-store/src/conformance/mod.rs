@@ -102,6 +102,7 @@ macro_rules! conformance_tests {
             instance_conflicts_and_missing,
             timers_due_in_order,
             effects_recorded_once,
+            effects_deleted_by_key_range,
             leases_exclusive_until_expiry,
             write_batch_creates_appends_and_sets_status,
             appends_fenced_by_lease_epoch,
