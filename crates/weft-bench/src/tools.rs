@@ -360,7 +360,7 @@ async fn direct_command(i: usize) -> Result<(), String> {
 /// The CloudEvent the `worker` source sends for call `i`.
 fn event(tenant: &str, i: usize) -> Vec<u8> {
     serde_json::to_vec(&json!({
-        "specversion": "1.0", "type": "weft.tool.call", "source": "weft",
+        "specversion": "1.0", "type": "dev.weft.tool.call", "source": "weft",
         "id": format!("direct-{i}:1"), "subject": "bench.echo",
         "datacontenttype": "application/json",
         "data": {"tool": "bench.echo", "tenant": tenant, "instance": "direct", "plan": "direct",

@@ -644,28 +644,28 @@ async fn sse_delivers_the_lifecycle_in_order() {
         assert_eq!(m.data["wefttenant"], "a");
         assert!(ids.insert(m.id.clone()), "duplicate event id {}", m.id);
         let step = m.data["data"]["step"].as_str().map(str::to_string);
-        let done = m.event == "plan.completed";
+        let done = m.event == "dev.weft.plan.completed";
         seen.push((m.event, step));
         if done {
             break;
         }
     }
     let want: Vec<(String, Option<String>)> = [
-        ("plan.started", None),
-        ("plan.step.started", Some("one")),
-        ("plan.step.finished", Some("one")),
-        ("plan.step.started", Some("two")),
-        ("plan.step.finished", Some("two")),
-        ("plan.completed", None),
+        ("dev.weft.plan.started", None),
+        ("dev.weft.plan.step.started", Some("one")),
+        ("dev.weft.plan.step.finished", Some("one")),
+        ("dev.weft.plan.step.started", Some("two")),
+        ("dev.weft.plan.step.finished", Some("two")),
+        ("dev.weft.plan.completed", None),
     ]
     .iter()
     .map(|(e, s)| (e.to_string(), s.map(str::to_string)))
     .collect();
     let lifecycle: Vec<(String, Option<String>)> = seen
         .iter()
-        .filter(|(e, _)| e.starts_with("plan."))
+        .filter(|(e, _)| e.starts_with("dev.weft.plan."))
         .map(|(e, s)| {
-            let s = if e.starts_with("plan.step.") {
+            let s = if e.starts_with("dev.weft.plan.step.") {
                 s.clone()
             } else {
                 None
@@ -678,7 +678,7 @@ async fn sse_delivers_the_lifecycle_in_order() {
         .next(Duration::from_secs(30))
         .await
         .expect("the filtered stream");
-    assert_eq!(m.event, "plan.completed");
+    assert_eq!(m.event, "dev.weft.plan.completed");
     assert_eq!(m.data["weftinstance"], id.as_str());
     // The instance filter and the `access_token` query (EventSource cannot set headers).
     let b = server.api(None);
@@ -689,10 +689,10 @@ async fn sse_delivers_the_lifecycle_in_order() {
     let first = by_query.next(Duration::from_secs(30)).await.expect("event");
     assert_eq!(
         (first.event.as_str(), &first.data["weftinstance"]),
-        ("plan.started", &json!(id2))
+        ("dev.weft.plan.started", &json!(id2))
     );
     let second = by_query.next(Duration::from_secs(30)).await.expect("event");
-    assert_eq!(second.event, "plan.completed");
+    assert_eq!(second.event, "dev.weft.plan.completed");
 }
 
 /// Asserts that tenant B sees nothing of tenant A's `plan` and `id`: every endpoint answers as
@@ -822,7 +822,7 @@ async fn tenants_see_nothing_of_each_other() {
             .expect("B's own events");
         assert_eq!(m.data["wefttenant"], "b", "B saw {m:?}");
         assert_eq!(m.data["weftinstance"], bc.as_str(), "B saw {m:?}");
-        if m.event == "plan.completed" {
+        if m.event == "dev.weft.plan.completed" {
             break;
         }
     }

@@ -53,15 +53,15 @@ async fn events_wait_for_durability(inner: Arc<dyn Store>) {
         // Whatever the event reports is already in the store.
         let k = kinds(inner.as_ref(), h.id()).await;
         match ev.ty.as_str() {
-            "plan.started" | "plan.step.started" => {
+            "dev.weft.plan.started" | "dev.weft.plan.step.started" => {
                 assert!(k.contains(&"instance.started"), "{}: {k:?}", ev.ty);
             }
-            "plan.step.finished" => {
+            "dev.weft.plan.step.finished" => {
                 finished += 1;
                 let results = k.iter().filter(|x| **x == "action.result").count();
                 assert!(results >= finished, "{} before its result: {k:?}", ev.ty);
             }
-            "plan.completed" => {
+            "dev.weft.plan.completed" => {
                 let results = k.iter().filter(|x| **x == "action.result").count();
                 assert_eq!(results, 2, "completed before durable: {k:?}");
                 seen.push(ev.ty.clone());
@@ -74,12 +74,12 @@ async fn events_wait_for_durability(inner: Arc<dyn Store>) {
     assert_eq!(
         seen,
         [
-            "plan.started",
-            "plan.step.started",
-            "plan.step.finished",
-            "plan.step.started",
-            "plan.step.finished",
-            "plan.completed"
+            "dev.weft.plan.started",
+            "dev.weft.plan.step.started",
+            "dev.weft.plan.step.finished",
+            "dev.weft.plan.step.started",
+            "dev.weft.plan.step.finished",
+            "dev.weft.plan.completed"
         ]
     );
     let o = d.wait(&h).await.unwrap();

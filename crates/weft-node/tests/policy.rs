@@ -130,7 +130,7 @@ async fn require_approval_waits_for_a_person_before_the_call() {
     let asked = tokio::time::timeout(std::time::Duration::from_secs(10), async {
         loop {
             if let weft_runtime::Delivery::Event(e) = events.recv().await.expect("bus open")
-                && e.ty == "approval.requested"
+                && e.ty == "dev.weft.approval.requested"
             {
                 return e;
             }
@@ -388,7 +388,7 @@ async fn every_decision_is_journaled_in_the_hash_chain_and_published() {
     while let Ok(Some(Delivery::Event(e))) =
         tokio::time::timeout(std::time::Duration::from_millis(100), events.recv()).await
     {
-        if e.ty == "policy.decided" {
+        if e.ty == "dev.weft.policy.decided" {
             published.push(e.data["decision"].as_str().unwrap_or("").to_string());
         }
     }

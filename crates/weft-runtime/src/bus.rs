@@ -16,6 +16,36 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+/// What every event type weft publishes starts with: CloudEvents recommends a reverse-DNS
+/// prefix, so `plan.step.finished` goes out as `dev.weft.plan.step.finished`.
+pub const TYPE_PREFIX: &str = "dev.weft.";
+
+/// The published type of lifecycle event `name` (`plan.completed` →
+/// `dev.weft.plan.completed`).
+pub fn event_type(name: &str) -> String {
+    let mut ty = String::with_capacity(TYPE_PREFIX.len() + name.len());
+    ty.push_str(TYPE_PREFIX);
+    ty.push_str(name);
+    ty
+}
+
+/// The short name a published type also answers to (`dev.weft.plan.completed` →
+/// `plan.completed`): the names weft published before its types had the prefix stay
+/// aliases in every type filter (SSE `types`, bus subscriptions) for this version.
+pub fn type_alias(ty: &str) -> Option<&str> {
+    ty.strip_prefix(TYPE_PREFIX)
+}
+
+/// Does `ty` match `pattern` (a type, or a prefix ending in `*`), by its full name or its
+/// alias?
+pub fn type_matches(pattern: &str, ty: &str) -> bool {
+    let one = |t: &str| match pattern.strip_suffix('*') {
+        Some(prefix) => t.starts_with(prefix),
+        None => pattern == t,
+    };
+    one(ty) || type_alias(ty).is_some_and(one)
+}
+
 /// A CloudEvents 1.0 event in the JSON format, with weft's extensions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CloudEvent {
@@ -25,7 +55,7 @@ pub struct CloudEvent {
     pub id: String,
     /// `weft://<tenant>/<plan>/<instance>`.
     pub source: String,
-    /// `plan.started`, `plan.step.finished`, …
+    /// `dev.weft.plan.started`, `dev.weft.plan.step.finished`, … ([`event_type`]).
     #[serde(rename = "type")]
     pub ty: String,
     /// RFC 3339.
@@ -47,7 +77,7 @@ pub struct CloudEvent {
 /// Which events a subscriber wants. Empty fields match everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
-    /// Type prefix, e.g. `plan.step.`.
+    /// Type prefix, e.g. `dev.weft.plan.step.`, or of the alias, `plan.step.`.
     pub type_prefix: Option<String>,
     /// Only this tenant.
     pub tenant: Option<String>,
@@ -58,10 +88,9 @@ pub struct Filter {
 impl Filter {
     /// Does `ev` pass?
     pub fn matches(&self, ev: &CloudEvent) -> bool {
-        self.type_prefix
-            .as_deref()
-            .is_none_or(|p| ev.ty.starts_with(p))
-            && self.tenant.as_deref().is_none_or(|t| ev.tenant == t)
+        self.type_prefix.as_deref().is_none_or(|p| {
+            ev.ty.starts_with(p) || type_alias(&ev.ty).is_some_and(|a| a.starts_with(p))
+        }) && self.tenant.as_deref().is_none_or(|t| ev.tenant == t)
             && self
                 .instance
                 .as_deref()
@@ -183,5 +212,62 @@ impl Bus for InProcessBus {
     }
     fn wants(&self) -> bool {
         self.subscribers.load(Ordering::Relaxed) > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_types_are_reverse_dns_and_answer_to_their_alias() {
+        let ty = event_type("plan.step.finished");
+        assert_eq!(ty, "dev.weft.plan.step.finished");
+        assert_eq!(type_alias(&ty), Some("plan.step.finished"));
+        for p in [
+            "dev.weft.plan.step.finished",
+            "plan.step.finished",
+            "plan.step.*",
+            "dev.weft.*",
+            "*",
+        ] {
+            assert!(type_matches(p, &ty), "{p}");
+        }
+        for p in [
+            "plan.step.error",
+            "plan.step",
+            "weft.plan.step.finished",
+            "step.*",
+        ] {
+            assert!(!type_matches(p, &ty), "{p}");
+        }
+        // A type from outside keeps its own name only.
+        assert!(type_matches("order.*", "order.placed"));
+        assert!(!type_matches("placed", "order.placed"));
+    }
+
+    #[test]
+    fn a_filter_prefix_matches_the_alias_too() {
+        let ev = |ty: &str| CloudEvent {
+            specversion: "1.0".into(),
+            id: "1".into(),
+            source: "weft://t/p/i".into(),
+            ty: ty.into(),
+            time: String::new(),
+            datacontenttype: "application/json".into(),
+            data: Value::Null,
+            tenant: "t".into(),
+            instance: None,
+            correlation: None,
+        };
+        let f = |p: &str| Filter {
+            type_prefix: Some(p.into()),
+            ..Filter::default()
+        };
+        let done = ev(&event_type("plan.completed"));
+        assert!(f("plan.").matches(&done));
+        assert!(f("dev.weft.plan.").matches(&done));
+        assert!(!f("plan.step.").matches(&done));
+        assert!(!f("plan.").matches(&ev("order.placed")));
     }
 }

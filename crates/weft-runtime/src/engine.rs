@@ -281,7 +281,7 @@ impl Shared {
             specversion: "1.0".to_string(),
             id: format!("{}-{seq}", instance.unwrap_or("engine")),
             source: format!("weft://{tenant}/{plan}/{}", instance.unwrap_or("")),
-            ty: ty.to_string(),
+            ty: crate::bus::event_type(ty),
             time: rfc3339(self.clock.now_ms()),
             datacontenttype: "application/json".to_string(),
             data,

@@ -199,8 +199,8 @@ async fn a_guard_error_is_surfaced_in_the_stuck_diagnosis_and_events() {
     {
         if let weft_runtime::Delivery::Event(ev) = d {
             match ev.ty.as_str() {
-                "plan.step.error" => step_error = Some(ev.data.clone()),
-                "plan.stuck" => {
+                "dev.weft.plan.step.error" => step_error = Some(ev.data.clone()),
+                "dev.weft.plan.stuck" => {
                     stuck = Some(ev.data.clone());
                     break;
                 }

@@ -81,7 +81,7 @@ async fn the_call_over_a_limit_is_refused_and_the_instance_fails() {
         tokio::time::timeout(std::time::Duration::from_millis(200), events.recv()).await
     {
         match d {
-            Some(Delivery::Event(e)) if e.ty == "budget.exceeded" => {
+            Some(Delivery::Event(e)) if e.ty == "dev.weft.budget.exceeded" => {
                 exceeded = Some(e.data.clone())
             }
             Some(_) => {}

@@ -39,7 +39,7 @@ async fn a_lagging_subscriber_is_told_what_it_missed_and_never_blocks_the_engine
         while let Some(d) = fast.recv().await {
             match d {
                 Delivery::Event(e) => {
-                    let done = e.ty == "plan.completed";
+                    let done = e.ty == "dev.weft.plan.completed";
                     seen.push(e.ty.clone());
                     if done {
                         break;
@@ -80,13 +80,22 @@ async fn a_lagging_subscriber_is_told_what_it_missed_and_never_blocks_the_engine
         total,
         "missed + received = published"
     );
-    assert_eq!(tail.last().map(String::as_str), Some("plan.completed"));
+    assert_eq!(
+        tail.last().map(String::as_str),
+        Some("dev.weft.plan.completed")
+    );
 
     // The reader that kept up: everything accounted for, in order.
     assert_eq!(seen.len() + fast_missed as usize, total);
     if fast_missed == 0 {
-        assert_eq!(seen.first().map(String::as_str), Some("plan.started"));
-        let steps = seen.iter().filter(|t| *t == "plan.step.finished").count();
+        assert_eq!(
+            seen.first().map(String::as_str),
+            Some("dev.weft.plan.started")
+        );
+        let steps = seen
+            .iter()
+            .filter(|t| *t == "dev.weft.plan.step.finished")
+            .count();
         assert_eq!(steps, 30);
     }
     // Its tail is the slow one's tail: both got the newest events in publication order.

@@ -214,9 +214,21 @@ async fn retries_then_the_failed_event() {
         assert_eq!(e.tenant, "t");
         types.push(e.ty.clone());
     }
-    assert_eq!(types.first().map(String::as_str), Some("plan.started"));
-    assert_eq!(types.iter().filter(|t| *t == "plan.step.error").count(), 3);
-    assert_eq!(types.last().map(String::as_str), Some("plan.completed"));
+    assert_eq!(
+        types.first().map(String::as_str),
+        Some("dev.weft.plan.started")
+    );
+    assert_eq!(
+        types
+            .iter()
+            .filter(|t| *t == "dev.weft.plan.step.error")
+            .count(),
+        3
+    );
+    assert_eq!(
+        types.last().map(String::as_str),
+        Some("dev.weft.plan.completed")
+    );
 }
 
 #[tokio::test]
@@ -464,14 +476,17 @@ async fn waiting_instances_say_what_they_wait_for() {
         tokio::time::timeout(std::time::Duration::from_millis(200), sub.recv()).await
     {
         if let weft_runtime::Delivery::Event(ev) = d
-            && matches!(ev.ty.as_str(), "plan.waiting" | "plan.stuck")
+            && matches!(
+                ev.ty.as_str(),
+                "dev.weft.plan.waiting" | "dev.weft.plan.stuck"
+            )
         {
             settled.push(ev.clone());
             break;
         }
     }
     assert_eq!(settled.len(), 1, "a plan.waiting event");
-    assert_eq!(settled[0].ty, "plan.waiting");
+    assert_eq!(settled[0].ty, "dev.weft.plan.waiting");
     assert_eq!(settled[0].data["awaits"]["events"], json!(["b"]));
     // An input event revives it.
     h.engine

@@ -193,11 +193,11 @@ async fn a_subscriber_sees_every_firing() {
     let mut types = Vec::new();
     while let Some(Delivery::Event(e)) = sub.recv().await {
         types.push(e.ty.clone());
-        if e.ty == "plan.completed" {
+        if e.ty == "dev.weft.plan.completed" {
             break;
         }
     }
     let count = |t: &str| types.iter().filter(|x| *x == t).count();
-    assert_eq!(count("plan.step.started"), 2, "{types:?}");
-    assert_eq!(count("plan.step.finished"), 2, "{types:?}");
+    assert_eq!(count("dev.weft.plan.step.started"), 2, "{types:?}");
+    assert_eq!(count("dev.weft.plan.step.finished"), 2, "{types:?}");
 }

@@ -314,7 +314,7 @@ pub(crate) async fn ingest(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct StreamQuery {
-    /// Comma-separated event types (`plan.completed`); `plan.step.*` matches a prefix.
+    /// Comma-separated event types (`dev.weft.plan.completed`, or its alias `plan.completed`); `plan.step.*` matches a prefix.
     #[serde(rename = "type")]
     #[param(rename = "type")]
     pub types: Option<String>,
@@ -343,10 +343,9 @@ pub(crate) fn event_json(ev: &CloudEvent) -> Value {
 
 fn type_matches(patterns: &[String], ty: &str) -> bool {
     patterns.is_empty()
-        || patterns.iter().any(|p| match p.strip_suffix('*') {
-            Some(prefix) => ty.starts_with(prefix),
-            None => p == ty,
-        })
+        || patterns
+            .iter()
+            .any(|p| weft_runtime::bus::type_matches(p, ty))
 }
 
 /// Server-Sent Events: the tenant's lifecycle events. A client reconnecting with

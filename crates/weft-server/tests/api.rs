@@ -1070,17 +1070,23 @@ async fn sse_delivers_the_fanout_lifecycle_in_order() {
         )
         .await;
     let id = v["id"].as_str().unwrap().to_string();
-    let events = sse_events(res.into_body(), "plan.completed").await;
+    let events = sse_events(res.into_body(), "dev.weft.plan.completed").await;
     let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
-    assert_eq!(types.first(), Some(&"plan.started"), "{types:?}");
-    assert_eq!(types.last(), Some(&"plan.completed"));
+    assert_eq!(types.first(), Some(&"dev.weft.plan.started"), "{types:?}");
+    assert_eq!(types.last(), Some(&"dev.weft.plan.completed"));
     assert_eq!(
-        types.iter().filter(|t| **t == "plan.step.started").count(),
+        types
+            .iter()
+            .filter(|t| **t == "dev.weft.plan.step.started")
+            .count(),
         11,
         "{types:?}"
     );
     assert_eq!(
-        types.iter().filter(|t| **t == "plan.step.finished").count(),
+        types
+            .iter()
+            .filter(|t| **t == "dev.weft.plan.step.finished")
+            .count(),
         11
     );
     // Each step finishes after it starts; the join (merge) starts after all ten shards finished.
@@ -1092,8 +1098,12 @@ async fn sse_delivers_the_fanout_lifecycle_in_order() {
     };
     for k in 0..10 {
         let step = format!("check_shard_{k}");
-        assert!(pos("plan.step.started", &step) < pos("plan.step.finished", &step));
-        assert!(pos("plan.step.finished", &step) < pos("plan.step.started", "merge"));
+        assert!(
+            pos("dev.weft.plan.step.started", &step) < pos("dev.weft.plan.step.finished", &step)
+        );
+        assert!(
+            pos("dev.weft.plan.step.finished", &step) < pos("dev.weft.plan.step.started", "merge")
+        );
     }
     for (_, v) in &events {
         assert_eq!(v["weftinstance"], id.as_str());

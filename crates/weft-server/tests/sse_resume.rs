@@ -73,7 +73,7 @@ impl Frames {
         let mut seen = 0;
         while seen < n {
             let f = self.next().await;
-            seen += usize::from(f.1 == "plan.step.finished");
+            seen += usize::from(f.1 == "dev.weft.plan.step.finished");
             out.push(f);
         }
         out
@@ -145,7 +145,7 @@ async fn a_reconnecting_stream_gets_exactly_the_events_it_missed() {
     // The steps of pings 2, 3 (missed) and 4 (live), each once.
     let firings: Vec<&Value> = got
         .iter()
-        .filter(|f| f.1 == "plan.step.finished")
+        .filter(|f| f.1 == "dev.weft.plan.step.finished")
         .map(|f| &f.2["data"]["firing"])
         .collect();
     assert_eq!(firings.len(), 3, "{got:#?}");
@@ -162,5 +162,8 @@ async fn an_id_no_longer_kept_gets_a_lagged_frame_then_the_live_events() {
     assert_eq!(data, json!({"missed": null}));
     ping(&s, &id, 1).await;
     let live = stream.until_finished(1).await;
-    assert!(live.iter().all(|f| f.1.starts_with("plan.")), "{live:#?}");
+    assert!(
+        live.iter().all(|f| f.1.starts_with("dev.weft.plan.")),
+        "{live:#?}"
+    );
 }

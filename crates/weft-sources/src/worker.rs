@@ -3,7 +3,7 @@
 //!
 //! A call is one NATS request on the tool's subject, `weft.tool.<tenant>.<tool>` by default
 //! (each name one escaped token, see [`subject_token`]), carrying a CloudEvent (JSON,
-//! `specversion` 1.0, `type` `weft.tool.call`, `source` `weft`, `id` = idempotency key `:`
+//! `specversion` 1.0, `type` `dev.weft.tool.call`, `source` `weft`, `id` = idempotency key `:`
 //! attempt, `subject` = the tool) whose `data` is `{tool, tenant, instance, plan, step,
 //! idempotency_key, attempt, deadline_ms, args}`. The worker replies `{"result": …}` or
 //! `{"error": {"code", "message", "retryable"}}`. Workers of one tool subscribe in one queue
@@ -227,7 +227,7 @@ fn call_event(
 ) -> serde_json::Result<Vec<u8>> {
     serde_json::to_vec(&json!({
         "specversion": "1.0",
-        "type": "weft.tool.call",
+        "type": "dev.weft.tool.call",
         "source": "weft",
         "id": format!("{}:{}", ctx.idempotency_key, ctx.attempt),
         "subject": tool,

@@ -8,10 +8,13 @@ import { drawNet } from "./net.js";
 
 const STATUSES = ["running", "waiting", "paused", "completed", "stuck", "failed", "stopped"];
 const TERMINAL = new Set(["completed", "failed", "stopped"]);
+// SSE frames are named by the CloudEvent type, in its reverse-DNS form.
 const LIFECYCLE = [
-  "plan.started", "plan.step.started", "plan.step.finished", "plan.step.error",
-  "plan.completed", "plan.waiting", "plan.stuck", "plan.failed", "plan.stopped",
-  "approval.requested", "approval.decided",
+  ...[
+    "plan.started", "plan.step.started", "plan.step.finished", "plan.step.error",
+    "plan.completed", "plan.waiting", "plan.stuck", "plan.failed", "plan.stopped",
+    "approval.requested", "approval.decided", "policy.decided", "budget.exceeded",
+  ].map((t) => `dev.weft.${t}`),
   "weft.lagged", // the stream fell behind: the refetch catches up
 ];
 

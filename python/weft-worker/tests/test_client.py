@@ -98,7 +98,7 @@ def until_finished(stream: EventStream, n: int) -> list[StreamEvent]:
     while seen < n:
         ev = next(stream)
         out.append(ev)
-        seen += ev.type == "plan.step.finished"
+        seen += ev.type == "dev.weft.plan.step.finished"
     return out
 
 
@@ -229,7 +229,7 @@ def test_stream_reconnects_with_last_event_id_and_misses_nothing(weft: Client) -
         resumed = [next(stream) for _ in range(len(all_events) - len(first))]
         assert [e.id for e in resumed] == [e.id for e in all_events[len(first) :]]
         assert all(e.instance == run.id for e in resumed)
-        assert sum(e.type == "plan.step.finished" for e in resumed) == 2
+        assert sum(e.type == "dev.weft.plan.step.finished" for e in resumed) == 2
 
 
 def test_a_stream_started_after_an_id_gets_what_followed_it(weft: Client) -> None:
@@ -241,7 +241,7 @@ def test_a_stream_started_after_an_id_gets_what_followed_it(weft: Client) -> Non
     weft.send_event("ping", {"n": 2}, instance=run.id)
     with weft.stream(instance=run.id, types=["plan.step.*"], last_event_id=last) as later:
         got = until_finished(later, 1)
-    assert [e.type for e in got] == ["plan.step.started", "plan.step.finished"]
+    assert [e.type for e in got] == ["dev.weft.plan.step.started", "dev.weft.plan.step.finished"]
     with weft.stream(instance=run.id, last_event_id="unknown-id") as unknown:
         first = next(unknown)
     assert (first.type, first.id, first.data) == ("weft.lagged", None, {"missed": None})

@@ -257,8 +257,8 @@ class CloudEvent:
 
 @dataclasses.dataclass(frozen=True)
 class StreamEvent:
-    """One event of :meth:`Client.stream`. ``type`` is the CloudEvent type (``plan.started``,
-    ``plan.step.finished``, …) and ``data`` the CloudEvent JSON (its ``data`` field holds the
+    """One event of :meth:`Client.stream`. ``type`` is the CloudEvent type
+    (``dev.weft.plan.started``, ``dev.weft.plan.step.finished``, …) and ``data`` the CloudEvent JSON (its ``data`` field holds the
     event's own data). ``type == "weft.lagged"`` (no ``id``) says events were lost for this
     stream: ``data["missed"]`` counts them, ``None`` when weft no longer keeps the events after
     the ``Last-Event-ID`` it was given."""
@@ -627,8 +627,9 @@ class Client:
         max_reconnects: int = 5,
     ) -> EventStream:
         """The tenant's lifecycle events as they happen (Server-Sent Events), optionally of
-        one ``instance`` and of some ``types`` (``plan.step.*`` matches a prefix). Start after
-        ``last_event_id`` to get what came after it first. The stream is connected when this
+        one ``instance`` and of some ``types`` (``plan.step.*`` matches a prefix; a short
+        name such as ``plan.completed`` also matches ``dev.weft.plan.completed``). Start
+        after ``last_event_id`` to get what came after it first. The stream is connected when this
         returns, so every event from then on is delivered; an error answer (a bad token, an
         unknown instance) is raised here. See :class:`EventStream`."""
         query: dict[str, str] = {}
