@@ -8,10 +8,16 @@
 //!   process that echoes them; `command`: tokio starts `/bin/cat` (no shell), writes the args to
 //!   its stdin and parses its stdout; `worker`: async-nats sends the same CloudEvent to two
 //!   Python workers (`fixtures/tools_worker.py`, `python/weft-worker`) and parses the reply;
+//!   `mcp` (stdio) and `mcp_http` (streamable HTTP): an `rmcp` client (the official Rust SDK,
+//!   with the transports and features of weft's `mcp` source) calls `add` with `{"a": n, "b":
+//!   0}` on its own instance of the MCP test server (`python/mcp-test-server/server.py`, the
+//!   official Python SDK) and parses the one text item of the result;
 //! - **tool**: the declared tool alone (its source and the declared-tool wrapper), outside
-//!   the engine;
+//!   the engine — for `mcp`, the tool `weft_sources::discover` finds on another instance of
+//!   the server;
 //! - **weft**: a one-step instance whose step calls the tool declared as `[[tools.declared]]`
-//!   declares it, on a node `weft-node` assembles (registry, tool-call chain, engine dispatch,
+//!   declares it (`mcp`: discovered from a `[[tools.mcp]]` entry, on a server instance of the
+//!   node's own), on a node `weft-node` assembles (registry, tool-call chain, engine dispatch,
 //!   the declared-tool wrapper: timeout, output rules), from `start` until `wait` returns the
 //!   checked result — in memory, and on the durable SQLite journal as a second figure (which
 //!   includes the fsync'd commits the durability contract requires).
@@ -24,8 +30,9 @@
 //! declared tool alone and with a raw async-nats client, all against the same two workers.
 //!
 //! The worker parts need NATS (`WEFT_TEST_NATS_URL`, default `nats://127.0.0.1:4222`) and the
-//! Python venv of `scripts/python-env.sh` (`WEFT_TEST_PYTHON`); without them they are skipped
-//! with a message on stderr. `mcp` is not measured. Figures: `docs/performance.md`.
+//! Python venv of `scripts/python-env.sh` (`WEFT_TEST_PYTHON`); the `mcp` kinds the venv of
+//! `scripts/mcp-test-env.sh` (`WEFT_TEST_MCP_PYTHON`). Without them they are skipped with a
+//! message on stderr. Figures: `docs/performance.md`.
 
 use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
@@ -36,6 +43,11 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::{Value, json};
 use weft_durable::Durable;
 use weft_runtime::{CompiledPlan, Engine, StartOptions};
@@ -124,7 +136,7 @@ async fn worker_env() -> Result<(String, String, PathBuf), String> {
     }
 }
 
-/// A Python worker process; killed when dropped.
+/// A Python process (a worker, an MCP server over HTTP); killed when dropped.
 struct PyWorker(Child);
 
 impl Drop for PyWorker {
@@ -153,6 +165,130 @@ fn start_worker(python: &str, script: &Path, url: &str, tenant: &str) -> Result<
     }
     std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
     Ok(w)
+}
+
+/// The MCP test server (`python/mcp-test-server/server.py`) and the venv python that runs it
+/// (`WEFT_TEST_MCP_PYTHON`), or why the `mcp` kinds are skipped.
+fn mcp_env() -> Result<(String, PathBuf), String> {
+    let python = std::env::var("WEFT_TEST_MCP_PYTHON")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .ok_or("WEFT_TEST_MCP_PYTHON is not set (the venv python of scripts/mcp-test-env.sh)")?;
+    if !Path::new(&python).exists() {
+        return Err(format!("WEFT_TEST_MCP_PYTHON: {python} is not here"));
+    }
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/mcp-test-server/server.py");
+    let script = script
+        .canonicalize()
+        .map_err(|e| format!("{}: {e} (run from a checkout)", script.display()))?;
+    Ok((python, script))
+}
+
+/// The MCP test server over streamable HTTP on a free loopback port (its output discarded),
+/// once it accepts connections; with its URL.
+async fn mcp_http_server(python: &str, script: &Path) -> Result<(PyWorker, String), String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let child = Command::new(python)
+        .arg(script)
+        .args(["--http", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {python}: {e}"))?;
+    let mut server = PyWorker(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        if let Ok(Some(status)) = server.0.try_wait() {
+            return Err(format!("the MCP test server exited: {status}"));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the MCP test server is not listening on {port}"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok((server, format!("http://127.0.0.1:{port}/mcp")))
+}
+
+/// The `[[tools.mcp]]` entry of a server named `name`: over stdio when `url` is `None` (weft
+/// starts it, with nothing of its environment), else over streamable HTTP.
+fn mcp_def(
+    name: &str,
+    python: &str,
+    script: &Path,
+    url: Option<&str>,
+) -> Result<weft_sources::McpServerDef, String> {
+    let def = match url {
+        None => json!({"name": name, "command": [python, script]}),
+        Some(url) => json!({"name": name, "url": url}),
+    };
+    serde_json::from_value(def).map_err(|e| e.to_string())
+}
+
+/// A plain rmcp client of an MCP server.
+type McpClient = RunningService<RoleClient, ()>;
+
+/// A client connected as the `mcp` source connects: over stdio it starts its own server
+/// (cleared environment, stderr inherited), over HTTP it speaks streamable HTTP through
+/// reqwest.
+async fn mcp_client(python: &str, script: &Path, url: Option<&str>) -> Result<McpClient, String> {
+    match url {
+        None => {
+            let mut cmd = tokio::process::Command::new(python);
+            cmd.arg(script).env_clear();
+            let (transport, _) = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|e| format!("cannot start {python}: {e}"))?;
+            ().serve(transport).await.map_err(|e| e.to_string())
+        }
+        Some(url) => {
+            let transport = StreamableHttpClientTransport::with_client(
+                crate_http_client()?,
+                StreamableHttpClientTransportConfig::with_uri(url),
+            );
+            ().serve(transport).await.map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// One MCP kind's own ways: the direct client and the discovered tool, each on a server
+/// instance of its own.
+struct McpWays {
+    kind: &'static str,
+    client: McpClient,
+    tool: Arc<dyn Tool>,
+}
+
+/// `tools/call` of `add` with call `i`'s args, as an rmcp user writes it: the one text item
+/// of the result, parsed as JSON, must be `i`.
+async fn direct_mcp(client: &McpClient, i: usize) -> Result<(), String> {
+    let mut params = CallToolRequestParams::new("add");
+    if let Value::Object(m) = Shape::Add.args(i) {
+        params.arguments = Some(m);
+    }
+    let r = client
+        .peer()
+        .call_tool(params)
+        .await
+        .map_err(|e| e.to_string())?;
+    let text = r
+        .content
+        .first()
+        .and_then(|c| c.as_text())
+        .ok_or("no text in the result")?;
+    let v: Value = serde_json::from_str(&text.text).map_err(|e| e.to_string())?;
+    Shape::Add
+        .holds(&v, i)
+        .then_some(())
+        .ok_or(format!("wrong reply {v}"))
 }
 
 /// The echo endpoint on loopback (its own runtime thread); returns its URL.
@@ -202,16 +338,64 @@ fn defs(http: &str, nats: Option<&str>) -> Result<Vec<weft_sources::ToolDef>, St
         .collect()
 }
 
-fn config(defs: Vec<weft_sources::ToolDef>) -> weft_node::Config {
+fn config(
+    defs: Vec<weft_sources::ToolDef>,
+    mcp: Vec<weft_sources::McpServerDef>,
+) -> weft_node::Config {
     let mut c = weft_node::Config::default();
     c.tools.declared = defs;
+    c.tools.mcp = mcp;
     c
+}
+
+/// What a kind's calls send and get back: the echoes (`http`, `command`, `worker`) return
+/// their args `{"n": i}`, the `fixed` tool `{"n": 0}`; the MCP test server's `add` (read-only,
+/// idempotent, a plain text result) is called with `{"a": i, "b": 0}` and answers `i`.
+#[derive(Clone, Copy)]
+enum Shape {
+    Echo,
+    Fixed,
+    Add,
+}
+
+impl Shape {
+    fn of(kind: &str) -> Shape {
+        match kind {
+            "fixed" => Shape::Fixed,
+            k if k.starts_with("mcp") => Shape::Add,
+            _ => Shape::Echo,
+        }
+    }
+
+    /// The args of call `i`, and the step's template of them (the input is `{"n": i}`).
+    fn args(self, i: usize) -> Value {
+        match self {
+            Shape::Add => json!({"a": i, "b": 0}),
+            Shape::Echo | Shape::Fixed => json!({"n": i}),
+        }
+    }
+
+    fn template(self) -> Value {
+        match self {
+            Shape::Add => json!({"a": "${start.n}", "b": 0}),
+            Shape::Echo | Shape::Fixed => json!({"n": "${start.n}"}),
+        }
+    }
+
+    /// Whether `v` is the result of call `i`.
+    fn holds(self, v: &Value, i: usize) -> bool {
+        match self {
+            Shape::Echo => v["n"] == i,
+            Shape::Fixed => v["n"] == 0,
+            Shape::Add => *v == i,
+        }
+    }
 }
 
 fn plan(kind: &str, action: &str) -> Value {
     json!({"plan_name": format!("tools_{kind}"), "graph_type": "acyclic",
         "events": {"start": {}, "done": {"kind": "output"}},
-        "steps": {"s": {"on": ["start"], "action": action, "args": {"n": "${start.n}"},
+        "steps": {"s": {"on": ["start"], "action": action, "args": Shape::of(kind).template(),
             "emits": ["done"]}}})
 }
 
@@ -260,45 +444,43 @@ async fn rounds(n: usize, ways: &[Way<'_>]) -> Result<Vec<Dist>, String> {
 
 /// Call `i` of the declared tool itself, outside any instance and the engine (its source
 /// and the declared-tool wrapper only); checks the result as [`check`] does.
-async fn via_tool(tool: &Arc<dyn Tool>, i: usize, fixed: bool) -> Result<(), String> {
+async fn via_tool(tool: &Arc<dyn Tool>, i: usize, shape: Shape) -> Result<(), String> {
     let mut ctx = ToolContext::detached("s");
     ctx.tenant = tenant().into();
     ctx.idempotency_key = format!("tool/{i}").into();
     let v = tool
-        .call(ctx, json!({"n": i}))
+        .call(ctx, shape.args(i))
         .await
         .map_err(|e| e.to_string())?;
-    check(&json!({ "done": v }), i, fixed)
+    check(&json!({ "done": v }), i, shape)
 }
 
-/// One instance of `plan` with input `{"n": i}`; checks its result is `{"n": i}` (`fixed`:
-/// `{"n": 0}`).
+/// One instance of `plan` with input `{"n": i}`; checks its result is call `i`'s.
 async fn via_engine(
     engine: &Engine,
     plan: &Arc<CompiledPlan>,
     i: usize,
-    fixed: bool,
+    shape: Shape,
 ) -> Result<(), String> {
     let h = engine.start_with(tenant(), plan, json!({"n": i}), StartOptions::default());
     let o = h.wait().await;
-    check(&o.results_json(), i, fixed)
+    check(&o.results_json(), i, shape)
 }
 
-fn check(results: &Value, i: usize, fixed: bool) -> Result<(), String> {
-    let want = if fixed { 0 } else { i };
-    if results["done"]["n"] == want {
+fn check(results: &Value, i: usize, shape: Shape) -> Result<(), String> {
+    if shape.holds(&results["done"], i) {
         Ok(())
     } else {
         Err(format!("call {i}: wrong result {results}"))
     }
 }
 
-async fn via_durable(d: &Durable, plan: &str, i: usize, fixed: bool) -> Result<(), String> {
+async fn via_durable(d: &Durable, plan: &str, i: usize, shape: Shape) -> Result<(), String> {
     let h = d
         .start(tenant(), plan, json!({"n": i}))
         .map_err(|e| e.to_string())?;
     let o = d.wait(&h).await.map_err(|e| e.to_string())?;
-    check(&o.results_json(), i, fixed)
+    check(&o.results_json(), i, shape)
 }
 
 /// The same request the `http` source sends: JSON args, the same headers.
@@ -429,7 +611,7 @@ async fn durable_dist(d: &Durable, kind: &str, n: usize) -> Result<Dist, String>
     let mut v = Vec::with_capacity(n);
     for i in 0..n + n / 10 {
         let t = Instant::now();
-        via_durable(d, &name, i, kind == "fixed").await?;
+        via_durable(d, &name, i, Shape::of(kind)).await?;
         if i >= n / 10 {
             v.push(us(t.elapsed()));
         }
@@ -472,10 +654,54 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
     if worker.is_some() {
         kinds.push(("worker", "bench.echo"));
     }
+    let mcp = match mcp_env() {
+        Ok(m) => Some(m),
+        Err(why) => {
+            eprintln!("weft bench tools: skipping the mcp kinds: {why}");
+            None
+        }
+    };
+    // Each way has a server instance of its own: over stdio each connection starts one; over
+    // HTTP four servers run (direct, tool, the in-memory node, the durable node).
+    let mut mcp_http = Vec::new();
+    let (mut mem_mcp, mut dur_mcp) = (Vec::new(), Vec::new());
+    let mut mcp_ways = Vec::new();
+    if let Some((python, script)) = &mcp {
+        for _ in 0..4 {
+            mcp_http.push(mcp_http_server(python, script).await?);
+        }
+        let url = |k: usize| mcp_http[k].1.as_str();
+        for (kind, name, urls) in [
+            ("mcp", "mcp", None),
+            (
+                "mcp_http",
+                "mcphttp",
+                Some([url(0), url(1), url(2), url(3)]),
+            ),
+        ] {
+            let at = |k: usize| urls.map(|u| u[k]);
+            let client = mcp_client(python, script, at(0)).await?;
+            let found = weft_sources::discover(&[mcp_def(name, python, script, at(1))?])
+                .await
+                .map_err(|e| e.to_string())?;
+            let tool = found
+                .into_iter()
+                .find(|t| t.spec().name == format!("{name}.add"))
+                .ok_or(format!("the MCP test server has no `add` ({kind})"))?;
+            mcp_ways.push(McpWays { kind, client, tool });
+            mem_mcp.push(mcp_def(name, python, script, at(2))?);
+            dur_mcp.push(mcp_def(name, python, script, at(3))?);
+        }
+        kinds.push(("mcp", "mcp.add"));
+        kinds.push(("mcp_http", "mcphttp.add"));
+    }
 
     // In memory.
-    let node = weft_node::Builder::new(config(defs.clone()))
+    let node = weft_node::Builder::new(config(defs.clone(), mem_mcp))
         .llm(None)
+        .discover_mcp()
+        .await
+        .map_err(|e| e.to_string())?
         .in_memory()
         .map_err(|e| e.to_string())?;
     let engine = node.engine().clone();
@@ -488,7 +714,7 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
             .await
             .map_err(|e| e.to_string())?,
     );
-    let dnode = weft_node::Builder::new(config(defs.clone()))
+    let dnode = weft_node::Builder::new(config(defs.clone(), dur_mcp))
         .llm(None)
         .open_on(store)
         .await
@@ -512,16 +738,22 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
             .await
             .map_err(|e| e.to_string())?;
         let fixed = *kind == "fixed";
+        let shape = Shape::of(kind);
         let n = samples(kind);
-        let tool = node
-            .registry()
-            .get(action)
-            .cloned()
-            .ok_or(format!("{action} is not registered"))?;
-        let direct: Way<'_> = match *kind {
-            "fixed" => Box::new(|_| Box::pin(async { Ok(()) })),
-            "http" => Box::new(|i| Box::pin(direct_http(&client, &http, i))),
-            "command" => Box::new(|i| Box::pin(direct_command(i))),
+        let mcp_way = mcp_ways.iter().find(|w| w.kind == *kind);
+        let tool = match mcp_way {
+            Some(w) => Arc::clone(&w.tool),
+            None => node
+                .registry()
+                .get(action)
+                .cloned()
+                .ok_or(format!("{action} is not registered"))?,
+        };
+        let direct: Way<'_> = match (*kind, mcp_way) {
+            (_, Some(w)) => Box::new(move |i| Box::pin(direct_mcp(&w.client, i))),
+            ("fixed", _) => Box::new(|_| Box::pin(async { Ok(()) })),
+            ("http", _) => Box::new(|i| Box::pin(direct_http(&client, &http, i))),
+            ("command", _) => Box::new(|i| Box::pin(direct_command(i))),
             _ => {
                 let c = nats_client.as_ref().ok_or("no NATS client")?;
                 let subject = subject.as_str();
@@ -530,8 +762,8 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
         };
         let ways: Vec<Way<'_>> = vec![
             direct,
-            Box::new(|i| Box::pin(via_tool(&tool, i, fixed))),
-            Box::new(|i| Box::pin(via_engine(&engine, &compiled, i, fixed))),
+            Box::new(|i| Box::pin(via_tool(&tool, i, shape))),
+            Box::new(|i| Box::pin(via_engine(&engine, &compiled, i, shape))),
         ];
         let mut d = rounds(n, &ways).await?.into_iter();
         let (dd, td, md) = (d.next(), d.next(), d.next());
@@ -555,7 +787,12 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
         send(&out, v)?;
     }
     drop(workers);
-    drop(dnode);
+    // The MCP connections (and their stdio servers) before the HTTP servers they talk to.
+    for w in mcp_ways {
+        let _ = w.client.cancel().await;
+    }
+    drop((node, engine, dnode, durable));
+    drop(mcp_http);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -612,11 +849,11 @@ async fn throughput(
         .map_err(|e| e.to_string())?;
     let via_engine = |i: usize| {
         let (engine, compiled) = (engine.clone(), Arc::clone(&compiled));
-        async move { via_engine(&engine, &compiled, i, false).await }
+        async move { via_engine(&engine, &compiled, i, Shape::Echo).await }
     };
     let via_tool = |i: usize| {
         let tool = Arc::clone(&tool);
-        async move { via_tool(&tool, i, false).await }
+        async move { via_tool(&tool, i, Shape::Echo).await }
     };
     let via_raw = |i: usize| direct_worker(raw, subject, tenant(), i);
     // Warm-up, then each way in turn.
