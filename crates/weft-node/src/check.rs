@@ -65,6 +65,35 @@ pub fn check(loaded: &mut Loaded, openers: &Openers) {
             bad(key, format!("`{key}` must be at least 1"), None);
         }
     }
+    if c.budget.period_secs == 0 {
+        bad(
+            "budget.period_secs",
+            "`budget.period_secs` must be at least 1".into(),
+            None,
+        );
+    }
+    for (scope, limits) in [
+        ("instance", &c.budget.instance),
+        ("plan", &c.budget.plan),
+        ("tenant", &c.budget.tenant),
+    ] {
+        let Some(l) = limits else { continue };
+        for (field, v) in [
+            ("max_tool_calls", l.max_tool_calls),
+            ("max_llm_calls", l.max_llm_calls),
+            ("max_llm_tokens", l.max_llm_tokens),
+            ("max_wall_ms", l.max_wall_ms),
+        ] {
+            if v == Some(0) {
+                let key = format!("budget.{scope}.{field}");
+                bad(&key, format!("`{key}` must be at least 1"), None);
+            }
+        }
+        if l.max_cost.is_some_and(|v| !(v >= 0.0 && v.is_finite())) {
+            let key = format!("budget.{scope}.max_cost");
+            bad(&key, format!("`{key}` must be a finite number ≥ 0"), None);
+        }
+    }
     if !(c.server.rate_limit >= 0.0 && c.server.rate_limit.is_finite()) {
         bad(
             "server.rate_limit",

@@ -38,6 +38,78 @@ pub struct Config {
     pub journal: JournalConfig,
     /// Rego policies deciding every tool call.
     pub policy: PolicyConfig,
+    /// The operator's budgets: per instance, and quotas per plan and per tenant.
+    pub budget: BudgetConfig,
+}
+
+/// `[budget]`: budgets the operator sets for every plan, counted at the chain's budget stage
+/// with a plan's own `limits` (`weft_runtime::quota`). `instance` limits each instance whose
+/// plan sets no `limits`; `plan` and `tenant` are quotas shared by all instances of one plan
+/// (of one tenant), and of one tenant, within each `period_secs` (aligned on the epoch;
+/// counted by this process since it started). The fields of each are those of a plan's
+/// `limits` (`max_tool_calls`, `max_llm_calls`, `max_llm_tokens`, `max_cost`, and for
+/// `instance` also `max_wall_ms`). No budget set: only plans' own limits count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// Limits of every instance whose plan sets none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<weft_core::PlanLimits>,
+    /// Quota of all instances of one plan in a period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<weft_core::PlanLimits>,
+    /// Quota of all instances of one tenant in a period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<weft_core::PlanLimits>,
+    /// The quotas' period, in seconds.
+    pub period_secs: u64,
+    /// A call over any budget, a plan's own limits included: `fail` (the step fails with
+    /// `budget_exceeded`) or `pause` (the instance is paused; once resumed the call is
+    /// charged again).
+    pub on_exceeded: OnExceeded,
+}
+
+/// What a call over a budget does (`[budget] on_exceeded`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExceeded {
+    /// The step fails with `budget_exceeded`.
+    #[default]
+    Fail,
+    /// The instance is paused until someone resumes it.
+    Pause,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig {
+            instance: None,
+            plan: None,
+            tenant: None,
+            period_secs: 86_400,
+            on_exceeded: OnExceeded::Fail,
+        }
+    }
+}
+
+impl BudgetConfig {
+    /// The engine's budgets (`None`: the operator set none and plans' limits fail calls).
+    pub fn quotas(&self) -> Option<weft_runtime::quota::QuotaConfig> {
+        let set = self.instance.is_some() || self.plan.is_some() || self.tenant.is_some();
+        if !set && self.on_exceeded == OnExceeded::Fail {
+            return None;
+        }
+        Some(weft_runtime::quota::QuotaConfig {
+            instance: self.instance.clone(),
+            plan: self.plan.clone(),
+            tenant: self.tenant.clone(),
+            period_ms: self.period_secs.saturating_mul(1000).max(1),
+            on_exceeded: match self.on_exceeded {
+                OnExceeded::Fail => weft_runtime::quota::OnExceeded::Fail,
+                OnExceeded::Pause => weft_runtime::quota::OnExceeded::Pause,
+            },
+        })
+    }
 }
 
 /// `[policy]`: the deployment's Rego bundle (`weft_policy`), evaluated before every tool
@@ -436,6 +508,19 @@ impl Default for PlannerConfig {
 /// test deserializes a file setting every key.
 pub(crate) const OPTIONAL_KEYS: &[(&str, Kind)] = &[
     ("store.owner", Kind::String),
+    ("budget.instance.max_tool_calls", Kind::Integer),
+    ("budget.instance.max_llm_calls", Kind::Integer),
+    ("budget.instance.max_llm_tokens", Kind::Integer),
+    ("budget.instance.max_cost", Kind::Float),
+    ("budget.instance.max_wall_ms", Kind::Integer),
+    ("budget.plan.max_tool_calls", Kind::Integer),
+    ("budget.plan.max_llm_calls", Kind::Integer),
+    ("budget.plan.max_llm_tokens", Kind::Integer),
+    ("budget.plan.max_cost", Kind::Float),
+    ("budget.tenant.max_tool_calls", Kind::Integer),
+    ("budget.tenant.max_llm_calls", Kind::Integer),
+    ("budget.tenant.max_llm_tokens", Kind::Integer),
+    ("budget.tenant.max_cost", Kind::Float),
     ("policy.tenants_dir", Kind::String),
     ("journal.hmac_key_file", Kind::String),
     ("journal.hmac_key", Kind::String),

@@ -84,7 +84,8 @@ impl Builder {
     }
 
     /// Installs the links the configuration asks for at stages the caller left empty:
-    /// `[policy]`'s bundles at [`Stage::Policy`] (a bundle that does not compile is an error).
+    /// `[policy]`'s bundles at [`Stage::Policy`] (a bundle that does not compile is an error)
+    /// and, when `[budget]` sets any budget, the budget stage for every tool.
     fn configured_links(mut self) -> Result<Self, Error> {
         let cfg = &self.config.policy;
         if cfg.any() && self.chain.get(Stage::Policy).is_none() {
@@ -95,6 +96,22 @@ impl Builder {
                 Arc::new(weft_policy::PolicyLink::with_set(set.clone())),
             );
             self.policies = Some(set);
+        }
+        if let Some(q) = self.config.budget.quotas()
+            && self.chain.get(Stage::Budget).is_none()
+        {
+            let pausing = q.on_exceeded == weft_runtime::quota::OnExceeded::Pause;
+            self.chain.set(
+                Stage::Budget,
+                Arc::new(weft_tools::BudgetLink {
+                    pausing,
+                    what: if pausing {
+                        "[budget] and plans' limits (a call over one pauses its instance)"
+                    } else {
+                        "[budget] and plans' limits"
+                    },
+                }),
+            );
         }
         Ok(self)
     }
@@ -247,6 +264,11 @@ impl Builder {
             cron: Some(Arc::new(weft_builtins::timer::next_occurrence)),
             trace: self.trace,
             repairer: self.repairer.clone(),
+            quotas: self
+                .config
+                .budget
+                .quotas()
+                .map(|q| Arc::new(weft_runtime::quota::Quotas::new(q))),
             ..defaults
         }
     }

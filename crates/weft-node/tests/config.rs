@@ -182,6 +182,8 @@ fn checks_refuse_values_that_cannot_work() {
         "/limits/max_steps",
         "/server/listen",
         "/telemetry/otlp_endpoint",
+        "/budget/period_secs",
+        "/budget/tenant/max_tool_calls",
     ] {
         assert!(keys.contains(&k), "no finding at {k}: {}", render(&l));
     }

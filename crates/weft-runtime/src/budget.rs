@@ -1,10 +1,12 @@
-//! The engine's side of the budget stage: an instance of a plan with `limits` counts every
-//! tool call before it runs (`ToolServices::charge`, called by `weft_tools::Budgeted`), in
-//! its cell, journaled as `Input::Charged` (folded into `Extras::usage`, so recovery goes on
-//! counting from where the journal ends). A call that would pass a limit is refused with
-//! `budget_exceeded` (fatal: the step's `on_fail` or a `<step>.failed` listener takes it, else
-//! the instance fails) and `budget.exceeded` is published. `max_wall_ms` is checked at each
-//! call against the instance's start.
+//! The engine's side of the budget stage: an instance of a plan with `limits` (or any
+//! instance, when the operator sets budgets: `quota.rs`) counts every tool call before it
+//! runs (`ToolServices::charge`, called by `weft_tools::Budgeted`), in its cell, journaled as
+//! `Input::Charged` (folded into `Extras::usage`, so recovery goes on counting from where the
+//! journal ends). A call that would pass a limit or a quota is refused with `budget_exceeded`
+//! (fatal: the step's `on_fail` or a `<step>.failed` listener takes it, else the instance
+//! fails; or, with budgets set to pause, the instance is paused and the call waits to be
+//! charged again once it is resumed) and `budget.exceeded` is published. `max_wall_ms` is
+//! checked at each call against the instance's start.
 
 use serde_json::json;
 use weft_core::PlanLimits;
@@ -25,7 +27,7 @@ pub(crate) struct Budget {
 /// The first limit a call charging `charge` goes over, `used` being the count with it and
 /// `wall_ms` the wall time so far: (field, used, limit). Tokens are known only after a model
 /// call, so a model call is refused once the tokens already used reach the limit.
-fn over(
+pub(crate) fn over(
     limits: &PlanLimits,
     charge: Usage,
     used: Usage,
@@ -76,29 +78,85 @@ fn over(
 }
 
 impl Cell {
+    /// The instance's own limits: its plan's, else the operator's for every instance.
+    fn limits(&self) -> Option<PlanLimits> {
+        let plan = self.plan();
+        plan.plan.limits.clone().or_else(|| {
+            self.engine
+                .quotas
+                .as_ref()
+                .and_then(|q| q.config.instance.clone())
+        })
+    }
+
+    /// Whether this instance's calls are counted at all.
+    pub(crate) fn counted(&self) -> bool {
+        self.plan().plan.limits.is_some()
+            || self
+                .engine
+                .quotas
+                .as_ref()
+                .is_some_and(|q| q.config.counts_every_call())
+    }
+
     /// Counts one call of `ctx`'s firing (see the module docs).
     pub(crate) fn charge_call(&self, ctx: &ToolContext, charge: Usage) -> Result<(), ToolError> {
-        let plan = self.plan();
-        let Some(limits) = plan.plan.limits.as_ref() else {
+        if !self.counted() {
             return Ok(());
-        };
+        }
+        let plan = self.plan();
+        let limits = self.limits();
         let now = self.engine.clock.now_ms();
         let mut b = lock(&self.budget);
         let next = b.used.plus(charge);
-        if let Some((field, used, max)) =
-            over(limits, charge, next, now.saturating_sub(b.started_ms))
-        {
+        let own = limits
+            .as_ref()
+            .and_then(|l| over(l, charge, next, now.saturating_sub(b.started_ms)))
+            .map(|(field, used, max)| crate::quota::Over {
+                scope: "instance",
+                field,
+                used,
+                max,
+            });
+        let refused = match own {
+            Some(o) => Some(o),
+            None => self
+                .engine
+                .quotas
+                .as_ref()
+                .and_then(|q| q.charge(&self.tenant, &plan.name, charge, now).err()),
+        };
+        if let Some(o) = refused {
             let before = b.used;
             drop(b);
             self.publish("budget.exceeded", || {
-                json!({"step": &*ctx.step, "limit": field, "used": used, "max": max,
-                    "usage": before})
+                json!({"step": &*ctx.step, "scope": o.scope, "limit": o.field, "used": &o.used,
+                    "max": &o.max, "usage": before})
             });
+            let whose = match o.scope {
+                "instance" if plan.plan.limits.is_some() => {
+                    format!("`limits.{}` = {} of plan `{}`", o.field, o.max, plan.name)
+                }
+                "instance" => format!("the budget of every instance, `{}` = {}", o.field, o.max),
+                "plan" => format!(
+                    "the quota of plan `{}` in this period, `{}` = {}",
+                    plan.name, o.field, o.max
+                ),
+                _ => format!(
+                    "the quota of tenant `{}` in this period, `{}` = {}",
+                    self.tenant, o.field, o.max
+                ),
+            };
+            let target = if o.scope == "instance" {
+                "the instance"
+            } else {
+                "it"
+            };
             return Err(ToolError::fatal(
                 "budget_exceeded",
                 format!(
-                    "the call of step `{}` would take the instance to {used} against `limits.{field}` = {max} of plan `{}`; it was not made",
-                    ctx.step, plan.name
+                    "the call of step `{}` would take {target} to {} against {whose}; it was not made",
+                    ctx.step, o.used
                 ),
             ));
         }
@@ -106,6 +164,39 @@ impl Cell {
         drop(b);
         self.journal_charge(ctx, charge, now);
         Ok(())
+    }
+
+    /// [`weft_tools::ToolServices::wait_budget`]: with budgets set to pause, a call refused
+    /// over one pauses the instance and waits until it is resumed (`Ok`: charge again) or
+    /// stopped.
+    pub(crate) fn budget_wait(
+        &self,
+        refusal: &ToolError,
+    ) -> Option<weft_tools::BoxFuture<'static, Result<(), ToolError>>> {
+        let pause = self
+            .engine
+            .quotas
+            .as_ref()
+            .is_some_and(|q| q.config.on_exceeded == crate::quota::OnExceeded::Pause);
+        if !pause || refusal.code != "budget_exceeded" {
+            return None;
+        }
+        let cell = self.me.upgrade()?;
+        let reason = format!("{} (resume to try the call again)", refusal.message);
+        Some(Box::pin(async move {
+            let resumed = cell.resumed.notified();
+            tokio::pin!(resumed);
+            resumed.as_mut().enable();
+            cell.submit(Input::Pause { reason });
+            resumed.await;
+            if cell.stopped.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(ToolError::fatal(
+                    "budget_exceeded",
+                    "the instance was stopped while its call waited over a budget",
+                ));
+            }
+            Ok(())
+        }))
     }
 
     /// Records `charge` of `ctx`'s firing (`Input::Charged`, folded into `Extras::usage`).
@@ -125,14 +216,18 @@ impl Cell {
 
     /// Adds what a call used once it ran (see `ToolServices::record_usage`), journaled.
     pub(crate) fn add_usage(&self, ctx: &ToolContext, used: Usage) {
-        if used.is_zero() || self.plan().plan.limits.is_none() {
+        if used.is_zero() || !self.counted() {
             return;
         }
         {
             let mut b = lock(&self.budget);
             b.used = b.used.plus(used);
         }
-        self.journal_charge(ctx, used, self.engine.clock.now_ms());
+        let now = self.engine.clock.now_ms();
+        if let Some(q) = &self.engine.quotas {
+            q.add(&self.tenant, &self.plan().name, used, now);
+        }
+        self.journal_charge(ctx, used, now);
     }
 
     /// What the instance's calls used of its plan's limits (zero for a plan without any).

@@ -127,6 +127,12 @@ pub(crate) struct Cell {
     pub asked_approval: std::sync::atomic::AtomicBool,
     /// The count against the plan's `limits` (`budget.rs`).
     pub budget: Mutex<crate::budget::Budget>,
+    /// Told when the instance is resumed or stopped: calls waiting over a budget
+    /// (`quota.rs`, `OnExceeded::Pause`) then try again or give up.
+    pub resumed: tokio::sync::Notify,
+    /// Set when the instance is stopped, for those waiters (which may run under the loop's
+    /// lock, so they cannot read the status).
+    pub stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Cell {
@@ -170,6 +176,8 @@ impl Cell {
             approvals: Mutex::new(std::collections::BTreeMap::new()),
             asked_approval: std::sync::atomic::AtomicBool::new(false),
             budget: Mutex::new(crate::budget::Budget::default()),
+            resumed: tokio::sync::Notify::new(),
+            stopped: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -430,6 +438,7 @@ impl Cell {
                     i.resume(net);
                     core.window = (self.engine.clock.now_ms(), i.fired);
                 }
+                self.resumed.notify_waiters();
             }
             // Recorded by the tool services (services.rs), never submitted to the loop.
             Input::TimerSet { .. }
@@ -445,6 +454,8 @@ impl Cell {
                     i.stop();
                     core.reason = Some(reason);
                 }
+                self.stopped.store(true, Ordering::Release);
+                self.resumed.notify_waiters();
                 if let Some(a) = core.active.take()
                     && let Some(w) = &a.waker
                 {
@@ -827,7 +838,7 @@ impl Cell {
             in_flight,
             fired,
             awaiting_approval: self.awaits_approval(),
-            usage: core.plan.plan.limits.is_some().then(|| self.usage()),
+            usage: self.counted().then(|| self.usage()),
         }
     }
 }

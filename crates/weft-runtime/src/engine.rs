@@ -70,6 +70,11 @@ pub struct EngineOptions {
     /// Where `plan.run` finds a child plan by name, per tenant, before the plans registered
     /// with the engine (the durable engine's plan store). Default: none.
     pub child_plans: Option<Arc<dyn crate::services::ChildPlans>>,
+    /// The operator's budgets: limits of instances whose plans set none, quotas shared per
+    /// plan and per tenant, and whether a call over a budget fails or pauses its instance
+    /// (`quota.rs`). They are counted at the chain's budget stage, which the assembly point
+    /// fills for every tool when they are set. Default: none.
+    pub quotas: Option<Arc<crate::quota::Quotas>>,
 }
 
 impl std::fmt::Debug for EngineOptions {
@@ -102,6 +107,7 @@ impl Default for EngineOptions {
             max_repairs: 2,
             tenant_tools: None,
             child_plans: None,
+            quotas: None,
         }
     }
 }
@@ -157,6 +163,7 @@ pub(crate) struct Shared {
     tenant_tools: Option<Arc<dyn TenantTools>>,
     tenant_views: Mutex<HashMap<String, Arc<TenantView>>>,
     pub child_plans: Option<Arc<dyn crate::services::ChildPlans>>,
+    pub quotas: Option<Arc<crate::quota::Quotas>>,
     pub clock: Arc<dyn Clock>,
     pub bus: Arc<dyn Bus>,
     pub journal: Option<Arc<dyn Journal>>,
@@ -328,6 +335,7 @@ impl Engine {
                 tenant_tools: opts.tenant_tools,
                 tenant_views: Mutex::new(HashMap::new()),
                 child_plans: opts.child_plans,
+                quotas: opts.quotas,
                 clock: opts.clock,
                 bus: opts.bus,
                 journal: opts.journal,

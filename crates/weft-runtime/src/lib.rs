@@ -22,6 +22,7 @@ mod ids;
 pub mod journal_hook;
 mod outcome;
 mod plans;
+pub mod quota;
 mod recover;
 mod repair_loop;
 mod services;

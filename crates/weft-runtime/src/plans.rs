@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use weft_core::catalog::ToolCatalog;
 use weft_core::{ApprovalDefault, Effect, EventKind, Limits, Net, Plan, validate};
-use weft_tools::{ApprovalRequest, Approved, Budgeted, Chain, Interceptor, Registry, Stage, Tool};
+use weft_tools::{ApprovalRequest, Approved, Chain, Interceptor, Registry, Stage, Tool};
 
 use crate::Error;
 
@@ -225,22 +225,6 @@ impl Interceptor for StepApproval {
     }
 }
 
-/// The plan's `limits`, at the chain's budget stage: only calls the policy and a person let
-/// through are counted.
-struct StepBudget;
-
-impl Interceptor for StepBudget {
-    fn describe(&self) -> String {
-        "the plan's limits".into()
-    }
-    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
-        Budgeted::wrap(tool)
-    }
-    fn instance_only(&self) -> bool {
-        true
-    }
-}
-
 /// The tool `action` of a step with links of its own: the unwrapped tool, wrapped by `chain`
 /// with the step's approval and the plan's budget at their stages (replacing what is there).
 fn step_tool(
@@ -255,8 +239,15 @@ fn step_tool(
     if let Some(request) = approval {
         c.set(Stage::Approval, Arc::new(StepApproval(request)));
     }
-    if limited {
-        c.set(Stage::Budget, Arc::new(StepBudget));
+    // The node's budget link, when it sets budgets, counts the plan's limits too.
+    if limited && c.get(Stage::Budget).is_none() {
+        c.set(
+            Stage::Budget,
+            Arc::new(weft_tools::BudgetLink {
+                pausing: false,
+                what: "the plan's limits",
+            }),
+        );
     }
     Some(
         Stage::ORDER

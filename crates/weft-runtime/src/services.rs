@@ -148,6 +148,14 @@ impl ToolServices for Cell {
         self.charge_call(ctx, charge)
     }
 
+    fn wait_budget(
+        &self,
+        _ctx: &ToolContext,
+        refusal: &ToolError,
+    ) -> Option<weft_tools::BoxFuture<'static, Result<(), ToolError>>> {
+        self.budget_wait(refusal)
+    }
+
     fn await_approval(
         &self,
         ctx: &ToolContext,

@@ -59,18 +59,54 @@ impl Usage {
     }
 }
 
-/// A step's tool in a plan with `limits`: each call is charged first, on every path (async,
-/// immediate, inline); it is immediate when the tool inside is.
+/// A step's tool in a plan with `limits`, or any tool when the node sets budgets: each call
+/// is charged first, on every path (async, immediate, inline). It is immediate when the tool
+/// inside is, unless a refused call may wait for the instance to be resumed ([`Budgeted::pausing`]).
 pub struct Budgeted {
     inner: Arc<dyn Tool>,
     charge: Usage,
+    pausing: bool,
 }
 
 impl Budgeted {
-    /// `inner`, charging each call before it runs.
+    /// `inner`, charging each call before it runs; a refused call fails.
     pub fn wrap(inner: Arc<dyn Tool>) -> Arc<dyn Tool> {
+        Budgeted::with(inner, false)
+    }
+
+    /// `inner`, charging each call before it runs; a refused call waits while its instance is
+    /// paused ([`crate::ToolServices::wait_budget`]) and is charged again once it is resumed.
+    pub fn pausing(inner: Arc<dyn Tool>) -> Arc<dyn Tool> {
+        Budgeted::with(inner, true)
+    }
+
+    fn with(inner: Arc<dyn Tool>, pausing: bool) -> Arc<dyn Tool> {
         let charge = Usage::of_call(inner.spec());
-        Arc::new(Budgeted { inner, charge })
+        Arc::new(Budgeted {
+            inner,
+            charge,
+            pausing,
+        })
+    }
+}
+
+/// The chain's budget stage: wraps every tool in [`Budgeted`] (for calls of instances only).
+pub struct BudgetLink {
+    /// A refused call waits while its instance is paused ([`Budgeted::pausing`]).
+    pub pausing: bool,
+    /// What `weft config` says of the link.
+    pub what: &'static str,
+}
+
+impl crate::Interceptor for BudgetLink {
+    fn describe(&self) -> String {
+        self.what.into()
+    }
+    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
+        Budgeted::with(tool, self.pausing)
+    }
+    fn instance_only(&self) -> bool {
+        true
     }
 }
 
@@ -84,20 +120,43 @@ impl Tool for Budgeted {
     }
 
     fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
-        if let Err(e) = ctx.services.charge(&ctx, self.charge) {
-            return Box::pin(async move { Err(e) });
-        }
-        self.inner.call(ctx, args)
+        let refusal = match ctx.services.charge(&ctx, self.charge) {
+            Ok(()) => return self.inner.call(ctx, args),
+            Err(e) => e,
+        };
+        let wait = if self.pausing {
+            ctx.services.wait_budget(&ctx, &refusal)
+        } else {
+            None
+        };
+        let Some(mut wait) = wait else {
+            return Box::pin(async move { Err(refusal) });
+        };
+        let (inner, charge) = (Arc::clone(&self.inner), self.charge);
+        Box::pin(async move {
+            loop {
+                wait.await?;
+                match ctx.services.charge(&ctx, charge) {
+                    Ok(()) => return inner.call(ctx, args).await,
+                    Err(e) => match ctx.services.wait_budget(&ctx, &e) {
+                        Some(next) => wait = next,
+                        None => return Err(e),
+                    },
+                }
+            }
+        })
     }
 
     // The charge is synchronous: an immediate tool stays immediate (the runtime's inline
-    // paths call `call_inline`, which charges first).
+    // paths call `call_inline`, which charges first), unless a refused call may wait.
     fn is_immediate(&self) -> bool {
-        self.inner.is_immediate()
+        !self.pausing && self.inner.is_immediate()
     }
 
+    // A call that may wait goes the asynchronous way, where the gate waits for the journal
+    // itself.
     fn waits_for_journal(&self) -> bool {
-        self.inner.waits_for_journal()
+        !self.pausing && self.inner.waits_for_journal()
     }
 
     fn call_inline(

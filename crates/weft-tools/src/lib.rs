@@ -30,7 +30,7 @@ pub use weft_core::catalog::{Effect, ToolSpec};
 pub use weft_core::instance::Args;
 
 pub use approval::{ApprovalDecision, ApprovalRequest, Approved};
-pub use budget::{Budgeted, Usage};
+pub use budget::{BudgetLink, Budgeted, Usage};
 pub use chain::{Chain, Interceptor, Stage};
 pub use decision::PolicyDecision;
 pub use profile::{Isolation, Needs, Profile};
@@ -166,6 +166,18 @@ pub trait ToolServices: Send + Sync {
     /// also publishes `budget.exceeded`). Default (no engine): nothing is counted.
     fn charge(&self, _ctx: &ToolContext, _charge: Usage) -> Result<(), ToolError> {
         Ok(())
+    }
+
+    /// After [`ToolServices::charge`] refused a call with `refusal`: when budgets are set to
+    /// pause instead of failing, a wait that pauses the calling instance and resolves once it
+    /// is resumed (the call is then charged again) or fails once it is stopped. `None`: the
+    /// refusal stands (the default, and always without an engine).
+    fn wait_budget(
+        &self,
+        _ctx: &ToolContext,
+        _refusal: &ToolError,
+    ) -> Option<BoxFuture<'static, Result<(), ToolError>>> {
+        None
     }
 
     /// Waits for a person's decision on the calling firing ([`ApprovalRequest`]): the
