@@ -568,11 +568,21 @@ pub(crate) async fn trace(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<TraceView>> {
     let o = owned(&state, &tenant, &id).await?;
-    let t = o
+    let mut t = o
         .live
         .as_ref()
         .and_then(InstanceHandle::trace)
         .or_else(|| state.kept_trace(&id));
+    // Nothing kept in this process (it ran before a restart): read it from the journal.
+    if t.as_ref().is_none_or(Vec::is_empty) {
+        let engine = state.inner.durable.engine();
+        if let Some(j) =
+            crate::journal_trace::from_journal(state.store().as_ref(), engine, &id).await
+            && (t.is_none() || !j.is_empty())
+        {
+            t = Some(j);
+        }
+    }
     Ok(Json(TraceView {
         recorded: t.is_some(),
         steps: t.unwrap_or_default().iter().map(trace_json).collect(),

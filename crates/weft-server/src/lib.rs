@@ -26,6 +26,7 @@ mod dedup;
 pub mod error;
 mod events;
 mod instances;
+mod journal_trace;
 mod limit;
 mod llm;
 pub mod metrics;
