@@ -19,6 +19,7 @@
 //! memory_mb = 512                 # RLIMIT_AS of the child
 //! cpu_seconds = 30                # RLIMIT_CPU of the child
 //! network = false                 # the default: no network at all (true: weft's network)
+//! # connect_ports = [443]         # with network = true: the only TCP ports it may connect to
 //! read_paths = ["/srv/tools", "/srv/data"]   # default: everything is readable
 //! write_paths = ["/srv/tools/out"]           # default: cwd (when set) and the temp directory
 //! ```
@@ -57,9 +58,10 @@
 //! a program an LLM-written plan can call to reach no more than it was given:
 //! - *Network*: `network = false` (the default) runs the child in a network namespace without
 //!   interfaces (`unshare --net`): no host, not even loopback, TCP and UDP alike.
-//!   `network = true` gives it weft's network. A command cannot be limited to some hosts (the
-//!   kernel cannot tell hosts apart below a proxy): let it call an `http` tool's endpoint,
-//!   or give it the network.
+//!   `network = true` gives it weft's network, and `connect_ports = [443]` with it the TCP
+//!   ports it may connect to (Landlock, Linux 6.7; UDP is not restricted). A command cannot
+//!   be limited to some hosts (the kernel cannot tell hosts apart below a proxy): let it call
+//!   an `http` tool's endpoint, or give it the network.
 //! - *Filesystem* (Landlock): everything is readable unless `read_paths` lists what is
 //!   (then the program, `cwd`, the write paths and what programs need to start — `/usr`,
 //!   `/bin`, `/lib*`, the loader's cache, `/dev/null` and the random devices — are readable
@@ -124,6 +126,10 @@ pub struct CommandDef {
     /// interfaces).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub network: bool,
+    /// With `network = true`: the only TCP ports the child may connect to (Landlock, Linux
+    /// 6.7 or later; UDP, DNS included, is not restricted). Default: every port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_ports: Option<Vec<u16>>,
     /// What the child may read (default: everything); see the module docs for what is
     /// always readable beside.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -182,10 +188,10 @@ impl CommandDef {
             }
         };
         weft_tools::Needs {
-            network: if self.network {
-                vec!["*".into()]
-            } else {
-                Vec::new()
+            network: match (&self.connect_ports, self.network) {
+                (_, false) => Vec::new(),
+                (None, true) => vec!["*".into()],
+                (Some(ports), true) => ports.iter().map(|p| format!("*:{p}")).collect(),
             },
             read,
             write,
@@ -361,7 +367,23 @@ fn filesystem(def: &CommandDef, program: &Path) -> Result<Option<FsRules>, Strin
             Some(read)
         }
     };
-    let rules = FsRules { read, write };
+    if def.connect_ports.is_some() {
+        if !def.network {
+            return Err(
+                "source.connect_ports limits the network, but the command has none \
+                 (`network = false`, the default): set `network = true` with it"
+                    .into(),
+            );
+        }
+        crate::sandbox::landlock_ports_available().map_err(|e| {
+            format!("source.connect_ports cannot be enforced: {e}; remove it to allow every port")
+        })?;
+    }
+    let rules = FsRules {
+        read,
+        write,
+        connect_ports: def.connect_ports.clone(),
+    };
     if rules.is_unrestricted() {
         return Ok(None);
     }

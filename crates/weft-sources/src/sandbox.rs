@@ -47,20 +47,53 @@ pub(crate) const RUNTIME_PATHS: &[&str] = &[
 /// Devices every sandboxed command may write (output thrown away).
 const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
 
-/// The filesystem a sandboxed child gets.
+/// The filesystem (and the TCP ports) a sandboxed child gets through Landlock.
 #[derive(Debug, Clone)]
 pub(crate) struct FsRules {
     /// Readable (and executable) paths; `None` is everything.
     pub(crate) read: Option<Vec<PathBuf>>,
     /// Writable paths.
     pub(crate) write: Vec<PathBuf>,
+    /// The only TCP ports the child may connect to; `None` is every port.
+    pub(crate) connect_ports: Option<Vec<u16>>,
 }
 
 impl FsRules {
-    /// Whether these rules restrict nothing (everything readable, `/` writable).
+    /// Whether these rules restrict nothing (everything readable, `/` writable, any port).
     pub(crate) fn is_unrestricted(&self) -> bool {
-        self.read.is_none() && self.write.iter().any(|p| p == Path::new("/"))
+        self.read.is_none()
+            && self.write.iter().any(|p| p == Path::new("/"))
+            && self.connect_ports.is_none()
     }
+}
+
+/// Whether this kernel's Landlock restricts TCP connections by port (ABI 4, Linux 6.7); the
+/// reason when not. Checked once per process.
+pub(crate) fn landlock_ports_available() -> Result<(), String> {
+    static AVAILABLE: OnceLock<Result<(), String>> = OnceLock::new();
+    AVAILABLE.get_or_init(probe_ports).clone()
+}
+
+#[cfg(target_os = "linux")]
+fn probe_ports() -> Result<(), String> {
+    use landlock::{AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr};
+    landlock_available()?;
+    Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessNet::ConnectTcp)
+        .and_then(|r| r.create())
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "this kernel's Landlock cannot restrict TCP ports ({e}; it needs Linux 6.7 or \
+                 later)"
+            )
+        })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn probe_ports() -> Result<(), String> {
+    Err("Landlock exists on Linux only".into())
 }
 
 /// Whether this kernel enforces Landlock; the reason when not. Checked once per process.
@@ -95,8 +128,8 @@ fn probe_landlock() -> Result<(), String> {
 #[cfg(target_os = "linux")]
 fn restrict_thread(rules: &FsRules) -> Result<(), String> {
     use landlock::{
-        ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
-        path_beneath_rules,
+        ABI, Access, AccessFs, AccessNet, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr,
+        RulesetStatus, path_beneath_rules,
     };
     // V5: files and directories (V1), cross-directory renames and links (V2), truncation
     // (V3), device ioctls (V5). An older kernel enforces what it knows (best effort).
@@ -116,14 +149,24 @@ fn restrict_thread(rules: &FsRules) -> Result<(), String> {
         .cloned()
         .chain(WRITABLE_DEVICES.iter().map(PathBuf::from))
         .collect();
-    let status = Ruleset::default()
+    let mut ruleset = Ruleset::default()
         .handle_access(AccessFs::from_all(abi))
-        .map_err(fail)?
+        .map_err(fail)?;
+    if rules.connect_ports.is_some() {
+        // Checked when the tool was built (`landlock_ports_available`).
+        ruleset = ruleset.handle_access(AccessNet::ConnectTcp).map_err(fail)?;
+    }
+    let ports = rules.connect_ports.iter().flatten();
+    let status = ruleset
         .create()
         .map_err(fail)?
         .add_rules(path_beneath_rules(&read, AccessFs::from_read(abi)))
         .map_err(fail)?
         .add_rules(path_beneath_rules(&write, AccessFs::from_all(abi)))
+        .map_err(fail)?
+        .add_rules(
+            ports.map(|p| Ok::<_, landlock::RulesetError>(NetPort::new(*p, AccessNet::ConnectTcp))),
+        )
         .map_err(fail)?
         .restrict_self()
         .map_err(fail)?;
@@ -207,6 +250,7 @@ fn probe_one(prefix: &[OsString], unshare: &Path) -> Result<(), String> {
             restrict_thread(&FsRules {
                 read: None,
                 write: Vec::new(),
+                connect_ports: None,
             })?;
         }
         let (exec, rest) = prefix.split_first().ok_or("empty prefix")?;

@@ -206,6 +206,58 @@ async fn opening_a_socket_without_network_fails() {
     );
 }
 
+#[tokio::test]
+async fn connect_ports_limit_the_tcp_ports_a_networked_command_reaches() {
+    let dir = scratch("ports");
+    let p = script(&dir, "connect.py", &format!("#!{}\n{PY_CONNECT}", python()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let other = if port == u16::MAX { port - 1 } else { port + 1 };
+    let accepted = tokio::spawn(async move {
+        let mut n = 0;
+        while tokio::time::timeout(std::time::Duration::from_secs(3), listener.accept())
+            .await
+            .is_ok_and(|r| r.is_ok())
+        {
+            n += 1;
+        }
+        n
+    });
+    // Its port listed: it connects.
+    let allowed = tool(json!({"program": &p, "network": true, "connect_ports": [port]}));
+    assert_eq!(
+        allowed.call(ctx(), json!({"port": port})).await.unwrap(),
+        json!({"connected": true})
+    );
+    assert_eq!(
+        allowed.profile_needs().map(|n| n.network),
+        Some(vec![format!("*:{port}")])
+    );
+    // Another port listed: Landlock refuses the connection.
+    let refused = tool(json!({"program": &p, "network": true, "connect_ports": [other]}));
+    let e = refused
+        .call(ctx(), json!({"port": port}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "command_failed", "{e}");
+    assert!(
+        e.message.contains("connect failed") && e.message.contains("ermission"),
+        "{e}"
+    );
+    assert_eq!(
+        accepted.await.unwrap(),
+        1,
+        "only the allowed call connected"
+    );
+    // Ports without the network say so when the tool is built.
+    let none = declare(&def(json!({"program": &p, "connect_ports": [port]})));
+    let Err(e) = none else {
+        panic!("a command without network built with connect_ports")
+    };
+    let e = e.to_string();
+    assert!(e.contains("network = true"), "{e}");
+}
+
 #[test]
 fn paths_that_do_not_exist_do_not_build_and_the_profile_says_what_runs() {
     let dir = scratch("build");
