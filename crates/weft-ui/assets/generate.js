@@ -1,8 +1,11 @@
 // Generate a plan from an instruction (POST /v1/generate): shows the critic rounds and their
-// findings and the resulting plan, which can then be registered. When the server answers
+// findings and the resulting plan, its net and its analysis verdict (POST /v1/analyze, which
+// stores nothing), so it can be judged before it is registered. When the server answers
 // 503 llm_unavailable the form is disabled with that explanation.
 import { api, enc } from "./api.js";
-import { h, clear, findingsList, problemBox, json, toast } from "./util.js";
+import { h, clear, badge, findingsList, problemBox, json, toast } from "./util.js";
+import { drawNet } from "./net.js";
+import { netOfPlan } from "./netnav.js";
 
 let llmUnavailable = null; // the problem, once the server said so (kept for this page load)
 
@@ -59,7 +62,32 @@ export async function generateView(main) {
           regOut.append(problemBox(e));
         }
       });
-      out.append(h("section", { class: "card" }, h("h2", {}, "Plan"), h("pre", { class: "code" }, json(r.plan)), reg, regOut));
+      // Its net and verdict, before it is registered.
+      const verdictEl = h("span", { "data-testid": "generated-verdict" }, badge("analysing…"));
+      const netBox = h("section", { class: "net-panel", "aria-label": "Generated plan's net", "data-testid": "generated-net" });
+      const analysisOut = h("div", { "aria-live": "polite" });
+      out.append(
+        h("section", { class: "card stack" }, h("div", { class: "title-row" }, h("h2", {}, "Net of the generated plan"), verdictEl), netBox, analysisOut),
+        h("section", { class: "card" }, h("h2", {}, "Plan"), h("details", {}, h("summary", {}, "Plan document (JSON)"), h("pre", { class: "code" }, json(r.plan))), reg, regOut),
+      );
+      try {
+        const view = drawNet(netBox, netOfPlan(r.plan));
+        const initial = {};
+        for (const p of netOfPlan(r.plan).places) if (p.initial) initial[p.id] = p.initial;
+        view.setMarking(initial);
+        api("/v1/analyze", { body: r.plan }).then((a) => {
+          const an = a.analysis || {};
+          clear(verdictEl).append(badge(an.verdict || ((a.findings || []).some((f) => f.severity === "error") ? "invalid" : "unknown")));
+          verdictEl.setAttribute("data-verdict", an.verdict || "");
+          view.markAnalysis(an);
+          clear(analysisOut).append(h("h3", {}, "Analysis findings"), findingsList(a.findings || []));
+        }).catch((e) => {
+          clear(verdictEl).append(badge("unknown"));
+          clear(analysisOut).append(problemBox(e));
+        });
+      } catch (e) {
+        clear(netBox).append(problemBox(e));
+      }
     } catch (e) {
       btn.disabled = false;
       if (e.status === 503 && e.code === "llm_unavailable") disable(e.problem);

@@ -3,18 +3,19 @@
 // token payloads, the time-travel slider over the journal, the timeline of step firings with
 // the journal records behind each, and the actions (send event, stop, resume, checkpoint).
 import { api, enc, streamUrl } from "./api.js";
-import { h, clear, badge, fmtTime, fmtDuration, json, problemBox, toast } from "./util.js";
+import { h, clear, badge, fmtTime, fmtDuration, json, problemBox, toast, eventTypeForms } from "./util.js";
 import { drawNet } from "./net.js";
 
 const STATUSES = ["running", "waiting", "paused", "completed", "stuck", "failed", "stopped"];
 const TERMINAL = new Set(["completed", "failed", "stopped"]);
-// SSE frames are named by the CloudEvent type, in its reverse-DNS form.
+// SSE frames are named by the CloudEvent type: its reverse-DNS form (`dev.weft.plan.…`), or
+// the short one of older servers; both are listened to.
 const LIFECYCLE = [
   ...[
     "plan.started", "plan.step.started", "plan.step.finished", "plan.step.error",
     "plan.completed", "plan.waiting", "plan.stuck", "plan.failed", "plan.stopped",
     "approval.requested", "approval.decided", "policy.decided", "budget.exceeded",
-  ].map((t) => `dev.weft.${t}`),
+  ].flatMap(eventTypeForms),
   "weft.lagged", // the stream fell behind: the refetch catches up
 ];
 
@@ -171,7 +172,8 @@ export async function instanceView(main, id) {
   });
   const placePanel = h("section", { class: "card", "data-testid": "tokens-panel", "aria-live": "polite" });
   const statePanel = h("section", { class: "card", "data-testid": "state-panel" });
-  side.append(placePanel, statePanel, sendEventForm(id, net, () => refresh()));
+  const sender = sendEventForm(id, net, () => refresh());
+  side.append(placePanel, statePanel, sender.form);
 
   // Timeline.
   const timeline = h("section", { class: "card timeline-card", "aria-label": "Timeline" });
@@ -212,7 +214,15 @@ export async function instanceView(main, id) {
     const waiting = src.waiting || [];
     const inflight = src.in_flight || [];
     if (inflight.length)
-      statePanel.append(h("h3", {}, "In flight"), h("ul", {}, inflight.map((a) => h("li", {}, h("code", {}, a.step), a.tool ? ` (${a.tool})` : "", a.since_ms ? ` since ${fmtTime(a.since_ms)}` : ""))));
+      statePanel.append(h("h3", {}, "In flight"), h("ul", { "data-testid": "in-flight" }, inflight.map((a) => {
+        const since = a.since_ms ?? startedOf(a.firing, a.step);
+        return h("li", { "data-step": a.step },
+          h("code", {}, a.step), a.tool ? ` (${a.tool})` : "",
+          ` — attempt ${a.attempt || 1}`,
+          since != null && mode === "live"
+            ? [", running for ", h("span", { class: "elapsed", "data-since": since, "data-testid": "elapsed" }, fmtDuration(Math.max(0, Date.now() - since))), h("span", { class: "muted" }, ` (since ${fmtTime(since)})`)]
+            : null);
+      })));
     const approvals = mode === "live" ? inst.approvals || [] : [];
     if (approvals.length)
       statePanel.append(h("h3", {}, "Approvals"), h("ul", { "data-testid": "approvals" }, approvals.map(approvalItem)));
@@ -234,7 +244,12 @@ export async function instanceView(main, id) {
     if (waiting.length)
       statePanel.append(h("h3", {}, "Waiting"), h("ul", {}, waiting.map((w) => h("li", {}, h("code", {}, w.step), w.guard_blocked ? " — its guard does not hold" : ` lacks ${(w.lacks || []).join(", ")}`))));
     if (mode === "live" && inst.failure)
-      statePanel.append(h("h3", {}, "Failure"), h("pre", { class: "code", "data-testid": "failure" }, json(inst.failure)));
+      statePanel.append(h("h3", {}, "Failure"), h("p", { class: "problem failure-text", "data-testid": "failure" }, failureText(inst)));
+    // Every failed firing with its whole error (the timeline has room for its start only).
+    const failedFirings = mode === "live" ? (trace.steps || []).filter((t) => t.outcome === "error") : [];
+    if (failedFirings.length)
+      statePanel.append(h("h3", {}, "Failed steps"), h("ul", { "data-testid": "failed-firings" }, failedFirings.map((t) =>
+        h("li", {}, h("code", {}, t.step), t.attempts > 1 ? ` after ${t.attempts} attempts` : "", h("div", { class: "failure-text" }, t.error || "failed (no reason recorded)")))));
     if (mode === "live" && inst.results && inst.results.length)
       statePanel.append(h("h3", {}, "Results"), h("pre", { class: "code", "data-testid": "results" }, json(inst.results)));
     if (!inflight.length && !waiting.length && !(mode === "live" && (inst.failure || (inst.results && inst.results.length))))
@@ -306,7 +321,18 @@ export async function instanceView(main, id) {
 
   const renderTimeline = () => renderTimelineInto(timeline, trace, (s) => showRecords(records, id, s));
 
+  // When a firing in flight started: the server's `since_ms`, else its trace entry.
+  const startedOf = (firing, step) => {
+    const t = (trace.steps || []).filter((x) => (firing != null ? x.firing === firing : x.step === step) && x.finished_ms == null);
+    return t.length ? t[t.length - 1].started_ms : null;
+  };
+  const tick = setInterval(() => {
+    for (const el of statePanel.querySelectorAll("[data-since]"))
+      el.textContent = fmtDuration(Math.max(0, Date.now() - Number(el.getAttribute("data-since"))));
+  }, 1000);
+
   const renderAll = () => {
+    sender.awaiting(mode === "live" && inst.awaits ? inst.awaits.events || [] : []);
     renderHeader();
     renderNet();
     renderState();
@@ -445,15 +471,40 @@ export async function instanceView(main, id) {
   return () => {
     closed = true;
     clearInterval(poll);
+    clearInterval(tick);
     clearTimeout(tt);
     clearTimeout(trail);
     stopStream();
   };
 }
 
+/** The failure's whole reason, in words (`reason` of the instance, else the failure's JSON). */
+function failureText(inst) {
+  const f = inst.failure || {};
+  const r = f.reason ?? inst.reason;
+  if (typeof r === "string" && r) return r;
+  if (r && typeof r === "object") return r.message ? `${r.code ? `[${r.code}] ` : ""}${r.message}` : json(r);
+  return json(f);
+}
+
+/**
+ * "Send an event": the event list puts what the instance waits for (`awaits.events`) first and
+ * selects it, until the user picks another.
+ */
 function sendEventForm(id, net, after) {
   const places = (net.places || []).slice().sort((a, b) => (a.kind === "input" ? 0 : 1) - (b.kind === "input" ? 0 : 1));
-  const type = h("select", { id: "event-type", "data-testid": "event-type" }, places.map((p) => h("option", { value: p.id }, `${p.id}${p.kind === "input" ? " (input)" : ""}`)));
+  const type = h("select", { id: "event-type", "data-testid": "event-type" });
+  let awaited = [];
+  let touched = false;
+  const fill = () => {
+    const keep = type.value;
+    const aw = new Set(awaited);
+    const sorted = places.slice().sort((a, b) => (aw.has(a.id) ? 0 : 1) - (aw.has(b.id) ? 0 : 1));
+    clear(type).append(...sorted.map((p) => h("option", { value: p.id }, `${p.id}${aw.has(p.id) ? " (awaited)" : p.kind === "input" ? " (input)" : ""}`)));
+    type.value = touched && keep ? keep : awaited.find((e) => places.some((p) => p.id === e)) || (sorted[0] && sorted[0].id) || "";
+  };
+  fill();
+  type.addEventListener("change", () => (touched = true));
   const data = h("textarea", { id: "event-data", rows: 3, spellcheck: "false", "data-testid": "event-data" }, "{}");
   const out = h("div", { "aria-live": "polite" });
   const form = h(
@@ -488,7 +539,16 @@ function sendEventForm(id, net, after) {
       out.append(problemBox(e));
     }
   });
-  return form;
+  return {
+    form,
+    /** The events the instance waits for now (`awaits.events`). */
+    awaiting(events) {
+      const next = Array.isArray(events) ? events.map(String) : [];
+      if (next.join("\n") === awaited.join("\n")) return;
+      awaited = next;
+      fill();
+    },
+  };
 }
 
 /** Steps as horizontal bars in time (from /trace); a bar is a button opening its records. */
@@ -511,7 +571,7 @@ function renderTimelineInto(box, trace, onPick) {
     const end = s.finished_ms ?? now;
     const left = ((s.started_ms - t0) / span) * 100;
     const width = Math.max(0.4, ((end - s.started_ms) / span) * 100);
-    const dur = s.finished_ms != null ? fmtDuration(s.finished_ms - s.started_ms) : "in flight";
+    const dur = s.finished_ms != null ? fmtDuration(Math.max(0, s.finished_ms - s.started_ms)) : "in flight";
     const desc = `${s.step}: ${s.outcome}, ${dur}${s.attempts > 1 ? `, ${s.attempts} attempts` : ""}${s.error ? `, error: ${s.error}` : ""}`;
     rows.append(
       h(
@@ -560,18 +620,20 @@ async function showRecords(box, id, s) {
     // The trace's `seq` is the firing id; records of a firing carry it as `body.firing`.
     const firing = s.firing ?? s.seq;
     const mine = all.filter((r) => r.body && r.body.firing === firing);
-    clear(box).append(
+    // Through h(): a missing part is skipped (DOM append would print it as "null").
+    clear(box).append(h("div", {},
       h("h2", {}, "Journal records for ", h("code", {}, s.step)),
       h("p", { class: "muted" }, `started ${fmtTime(s.started_ms)}, ${s.attempts} attempt${s.attempts === 1 ? "" : "s"}, outcome ${s.outcome}`),
       s.binding ? h("details", {}, h("summary", {}, "Binding"), h("pre", { class: "code" }, json(s.binding))) : null,
-      s.args !== undefined ? h("details", {}, h("summary", {}, "Args"), h("pre", { class: "code" }, json(s.args))) : null,
+      s.args !== undefined && s.args !== null ? h("details", {}, h("summary", {}, "Args"), h("pre", { class: "code" }, json(s.args))) : null,
+      s.error ? h("div", { class: "problem failure-text", "data-testid": "record-error" }, s.error) : null,
       s.result !== undefined && s.result !== null ? h("details", {}, h("summary", {}, "Result"), h("pre", { class: "code" }, json(s.result))) : null,
       s.emitted && s.emitted.length ? h("details", {}, h("summary", {}, "Emitted"), h("pre", { class: "code" }, json(s.emitted))) : null,
       mine.length
         ? h("ol", { class: "record-list", "data-testid": "record-list" }, mine.map((r) =>
             h("li", {}, h("strong", {}, `#${r.seq} ${r.kind}`), h("span", { class: "muted" }, ` ${fmtTime(r.at_ms)}`), h("pre", { class: "code" }, json(r.body)))))
         : h("p", { class: "muted" }, "No journal records name this firing."),
-    );
+    ));
     box.scrollIntoView({ block: "nearest" });
   } catch (e) {
     clear(box).append(problemBox(e));

@@ -105,7 +105,8 @@ export async function planView(main, name, params) {
     const st = (net.steps || []).find((x) => x.id === id) || { id };
     const ins = net.arcs.filter((a) => a.to === id && a.kind !== "emit").map((a) => a.from);
     const outs = net.arcs.filter((a) => a.from === id && a.kind === "emit").map((a) => (a.when ? `${a.to} (when ${a.when})` : a.to));
-    clear(details).append(
+    // Through h(): an absent part is skipped (DOM append would print it as "null").
+    clear(details).append(h("div", {},
       h("h2", {}, "Step ", h("code", {}, id)),
       h("dl", { class: "kv" },
         h("dt", {}, "tool"), h("dd", {}, h("code", {}, st.tool ?? "–")),
@@ -114,21 +115,21 @@ export async function planView(main, name, params) {
         st.guard ? [h("dt", {}, "guard"), h("dd", {}, h("code", {}, st.guard))] : null,
         st.on_fail ? [h("dt", {}, "on_fail"), h("dd", {}, st.on_fail)] : null),
       st.args ? h("pre", { class: "code" }, json(st.args)) : null,
-    );
+    ));
   };
   const showPlace = (id) => {
     view.select(id);
     const p = (net.places || []).find((x) => x.id === id) || { id };
     const by = net.arcs.filter((a) => a.to === id && a.kind === "emit").map((a) => a.from);
     const to = net.arcs.filter((a) => a.from === id && a.kind !== "emit").map((a) => a.to);
-    clear(details).append(
+    clear(details).append(h("div", {},
       h("h2", {}, "Event ", h("code", {}, id)),
       h("dl", { class: "kv" },
         h("dt", {}, "kind"), h("dd", {}, p.kind || "–"),
         h("dt", {}, "emitted by"), h("dd", {}, by.join(", ") || (p.kind === "input" ? "outside (input)" : "–")),
         h("dt", {}, "consumed by"), h("dd", {}, to.join(", ") || "– (an output)")),
       p.description ? h("p", { class: "muted" }, p.description) : null,
-    );
+    ));
   };
   const view = drawNet(netBox, net, { onPlace: showPlace, onStep: showStep });
   const initial = {};

@@ -46,6 +46,22 @@ export function fmtDuration(ms) {
   return `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
 }
 
+/** A lifecycle event's type without its `dev.weft.` prefix: `plan.step.finished` either way. */
+export function shortType(t) {
+  return String(t ?? "").replace(/^dev\.weft\./, "");
+}
+
+/** Is `t` the lifecycle event type `name`? Compares in either form (short or reverse-DNS). */
+export function isType(t, name) {
+  return shortType(t) === shortType(name);
+}
+
+/** Both names of a lifecycle event type: `[short, dev.weft.short]`. */
+export function eventTypeForms(t) {
+  const short = shortType(t);
+  return [short, `dev.weft.${short}`];
+}
+
 export function json(v) {
   return JSON.stringify(v, null, 2);
 }

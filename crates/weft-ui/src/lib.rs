@@ -34,6 +34,7 @@ table! {
     "util.js" => JS,
     "layout.js" => JS,
     "net.js" => JS,
+    "netnav.js" => JS,
     "plans.js" => JS,
     "instances.js" => JS,
     "generate.js" => JS,
