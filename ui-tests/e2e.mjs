@@ -11,6 +11,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { bigPlan } from "./big-plans.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, "..");
@@ -52,7 +53,7 @@ async function apiCall(path, opts = {}) {
   });
   const text = await res.text();
   const data = text ? JSON.parse(text) : null;
-  if (!res.ok) throw new Error(`${opts.method || "GET"} ${path}: HTTP ${res.status} ${text}`);
+  if (!res.ok) throw new Error(`${opts.method || "GET"} ${path}: HTTP ${res.status} ${text.slice(0, 800)}`);
   return data;
 }
 
@@ -110,6 +111,47 @@ async function shot(page, name) {
   const file = join(artifacts, `${name}.png`);
   await page.screenshot({ path: file, fullPage: true });
   console.log(`  screenshot ${file}`);
+}
+
+/** A lifecycle event's type without `dev.weft.`: the short and reverse-DNS forms compare equal. */
+const shortType = (t) => String(t ?? "").replace(/^dev\.weft\./, "");
+
+/**
+ * What the net view shows right now: the label size on screen (CSS px: font size times the
+ * SVG's scale), whether the whole graph is visible or else the minimap is, the page's
+ * horizontal overflow, and the drawn steps and chains.
+ */
+async function netState(page) {
+  return page.evaluate(() => {
+    const svg = document.querySelector('[data-testid="net"]');
+    const scroller = document.querySelector('[data-testid="net-scroll"]');
+    const label = svg.querySelector(".label");
+    const mini = document.querySelector('[data-testid="minimap"]');
+    const sr = scroller.getBoundingClientRect();
+    const gr = svg.getBoundingClientRect();
+    return {
+      labelPx: parseFloat(getComputedStyle(label).fontSize) * svg.getScreenCTM().a,
+      labelBoxPx: label.getBoundingClientRect().height,
+      fits: gr.width <= sr.width + 1 && gr.height <= sr.height + 1,
+      minimap: !!mini && getComputedStyle(mini).display !== "none" && mini.getBoundingClientRect().width > 20,
+      overflow: document.documentElement.scrollWidth - window.innerWidth,
+      steps: svg.querySelectorAll('[data-testid^="step-"]').length,
+      chains: svg.querySelectorAll('[data-testid="chain"]').length,
+      panelRight: document.querySelector(".net-panel").getBoundingClientRect().right,
+    };
+  });
+}
+
+/** Is the element's centre inside the net's visible area? */
+async function inNetView(page, selector) {
+  return page.evaluate((sel) => {
+    const el = document.querySelector(sel);
+    if (!el) return false;
+    const r = el.getBoundingClientRect();
+    const v = document.querySelector('[data-testid="net-scroll"]').getBoundingClientRect();
+    const [x, y] = [r.left + r.width / 2, r.top + r.height / 2];
+    return x >= v.left && x <= v.right && y >= v.top && y <= v.bottom;
+  }, selector);
 }
 
 /** Opens the UI at `hash`, answering the token prompt when the server has tokens. */
@@ -225,6 +267,8 @@ await check("live marking: gated fan-out shows branch tokens, then completes aft
   assert(st !== "completed", `not completed before the event (status ${st})`);
   await page.locator(step("merge")).waitFor();
   await shot(page, "04-instance-gated-waiting");
+  // The event the instance waits for is the one the form sends unless another is picked.
+  await page.waitForFunction(() => document.querySelector('[data-testid="event-type"]')?.value === "approve", null, { timeout: 10000 });
   await page.selectOption('[data-testid="event-type"]', "approve");
   await page.fill('[data-testid="event-data"]', '{"by": "e2e"}');
   await page.click('[data-testid="send-event"]');
@@ -276,6 +320,12 @@ await check("a step waiting for approval is granted from the instance page", asy
   const item = page.locator('[data-testid="approval"][data-step="ship"]');
   await item.waitFor({ timeout: 10000 });
   assert((await item.innerText()).includes("ship the parcel?"), "the reason is shown");
+  // The step in flight: its attempt and how long it has been running (ticking).
+  const inflight = page.locator('[data-testid="in-flight"] li[data-step="ship"]');
+  await inflight.waitFor({ timeout: 10000 });
+  assert((await inflight.innerText()).includes("attempt 1"), `attempt shown: ${await inflight.innerText()}`);
+  const e0 = await inflight.locator('[data-testid="elapsed"]').innerText();
+  await page.waitForFunction((e0) => document.querySelector('[data-testid="in-flight"] [data-testid="elapsed"]')?.textContent !== e0, e0, { timeout: 5000 });
   await shot(page, "05-approval-waiting");
   await page.fill('[data-testid="approval-comment"]', "looks right");
   await page.click('[data-testid="approval-grant"]');
@@ -296,6 +346,16 @@ await check("failed steps are marked on the net and in the timeline (failure-han
   const bar = page.locator('[data-testid="tl-bar-charge"]');
   assertEq((await bar.innerText()).trim(), "×3", "charge's bar shows its three attempts");
   assert((await bar.getAttribute("class")).includes("outcome-error"), "charge's bar is an error");
+  // Its records: the error in words, and no stray text such as "nullnull" for absent parts.
+  await bar.click();
+  await page.locator('[data-testid="record-list"] li').first().waitFor({ timeout: 10000 });
+  const loose = await page.evaluate(() => {
+    const box = document.querySelector('[data-testid="records"]').cloneNode(true);
+    box.querySelectorAll("pre").forEach((e) => e.remove());
+    return box.textContent;
+  });
+  assert(!/null/.test(loose), `no "null" outside the JSON blocks of the record panel: ${loose.slice(0, 300)}`);
+  assert((await page.locator('[data-testid="record-error"]').innerText()).includes("card declined"), "the firing's error is shown");
   await shot(page, "05b-instance-failure-handling");
 });
 
@@ -381,6 +441,10 @@ await check("deadlock witness stepper highlights the witness steps one by one", 
   await page.keyboard.press("Enter");
   const details = await page.locator('[data-testid="node-details"]').innerText();
   assert(details.includes("approved") && details.includes("log"), `step details: ${details}`);
+  assert(!/null/.test(details), `no stray "null" in the step details: ${details}`);
+  await page.click(place("checked"));
+  const eventDetails = await page.locator('[data-testid="node-details"]').innerText();
+  assert(eventDetails.includes("check") && !/null/.test(eventDetails), `event details: ${eventDetails}`);
   const tip = await page.locator(`${step("check")} title`).textContent();
   assert(tip.includes("tool: echo") && tip.includes("amount"), `tooltip of check: ${tip}`);
 });
@@ -399,6 +463,37 @@ await check("instances list filters by status", async () => {
   assert(rows.length >= 2, `both completed instances are listed: ${rows.length}`);
   assert(rows.every((r) => r.includes("completed")), "every row is completed");
   await shot(page, "09-instances");
+});
+
+await check("generate page shows the generated plan's net and verdict before it is registered", async () => {
+  // The model's answer is stubbed in the browser (no LLM here); /v1/analyze is the real server.
+  const plan = example("fanout.json");
+  plan.plan_name = "generated-fanout";
+  await page.route("**/v1/generate", (route) => route.fulfill({
+    status: 200, contentType: "application/json",
+    body: JSON.stringify({ plan, rounds: [{ round: 1, findings: [], feedback: null }], findings: [], attempts: 1 }),
+  }));
+  await open(page, "#/generate");
+  await page.fill('[data-testid="instruction"]', "Check ten shards in parallel, then merge.");
+  await page.click('[data-testid="generate"]');
+  await page.locator('[data-testid="generated-net"] [data-testid="net"]').waitFor({ timeout: 10000 });
+  assertEq(await page.locator('[data-testid="generated-net"] [data-testid^="step-"]').count(), 11, "the generated net's steps");
+  await page.waitForFunction(() => document.querySelector('[data-testid="generated-verdict"]')?.getAttribute("data-verdict"), null, { timeout: 10000 });
+  assertEq(await page.locator('[data-testid="generated-verdict"]').getAttribute("data-verdict"), "sound", "verdict of the generated plan");
+  const listed = await apiCall("/v1/plans");
+  assert(!(listed.plans || []).some((p) => p.name === "generated-fanout"), "nothing is registered before the button");
+  await shot(page, "10a-generate-net");
+  await page.unroute("**/v1/generate");
+  // A malformed generated plan: the page shows the findings and an empty net, and does not break.
+  await page.route("**/v1/generate", (route) => route.fulfill({
+    status: 200, contentType: "application/json",
+    body: JSON.stringify({ plan: { plan_name: "bad", events: 3, steps: { a: null, b: { on: 5, emits: [null, 7] } } }, rounds: [], findings: [], attempts: 1 }),
+  }));
+  await page.click('[data-testid="generate"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="generated-verdict"]')?.hasAttribute("data-verdict"), null, { timeout: 10000 });
+  assert((await page.locator('[data-testid="generated-net"]').innerText()).length >= 0, "the net panel is there");
+  assert(/L004/.test(await page.locator("main").innerText()), "the load finding is shown");
+  await page.unroute("**/v1/generate");
 });
 
 await check("generate page reports an unavailable LLM or shows rounds", async () => {
@@ -437,6 +532,141 @@ await check("dark colour scheme follows the system setting", async () => {
   assert(r + g + b < 150, `dark background: ${bg}`);
   await shot(page, "13-dark-instance");
   await page.emulateMedia({ colorScheme: "light" });
+});
+
+
+for (const n of [50, 300]) {
+  await check(`a ${n}-step plan at 1024 px: readable at fit, collapsed chains, minimap, search and focus`, async () => {
+    await page.setViewportSize({ width: 1024, height: 768 });
+    const plan = bigPlan(n);
+    await apiCall("/v1/plans", { body: plan });
+    const steps = Object.keys(plan.steps);
+    const deep = steps[steps.length - 1];
+    const mid = steps[Math.floor(steps.length * 0.6)];
+    await open(page, `#/plans/${plan.plan_name}`);
+    await page.locator('[data-testid="net"]').waitFor({ timeout: 10000 });
+    await page.waitForFunction(() => document.querySelector('[data-testid="minimap"]')?.hasAttribute("data-fits"), null, { timeout: 10000 });
+    const st = await netState(page);
+    assert(st.labelPx >= 8.95, `labels at fit are ${st.labelPx.toFixed(1)} px (≥ 9)`);
+    assert(st.labelBoxPx >= 9, `a label's box is ${st.labelBoxPx.toFixed(1)} px tall`);
+    assert(st.overflow <= 0, `no horizontal page scroll at 1024 px (${st.overflow}px)`);
+    assert(st.panelRight <= 1024, `the net panel ends inside the window (${st.panelRight})`);
+    assert(st.fits || st.minimap, "the whole graph is visible, or the minimap is there to reach the rest");
+    assert(st.chains > 0 && st.steps + st.chains < n, `linear chains are collapsed (${st.steps} steps + ${st.chains} chains for ${n})`);
+    await shot(page, `14-plan-${n}-steps-fit`);
+    // Expanding the chains draws every step; collapsing them again reduces the nodes.
+    await page.click('[data-testid="net-collapse"]');
+    const open_ = await netState(page);
+    assertEq(open_.steps, n, "expanded: every step drawn");
+    assertEq(open_.chains, 0, "expanded: no chain");
+    assert(open_.labelPx >= 8.95, `labels stay readable expanded (${open_.labelPx.toFixed(1)} px)`);
+    await page.click('[data-testid="net-collapse"]');
+    assert((await netState(page)).steps + st.chains < n, "collapsed again");
+    // Search finds a step deep in the plan (inside a collapsed chain), centres and marks it.
+    assert(!(await page.locator(step(deep)).count()) || !(await inNetView(page, step(deep))), `${deep} is not in view before the search`);
+    await page.fill('[data-testid="net-search"]', deep);
+    await page.press('[data-testid="net-search"]', "Enter");
+    await page.waitForFunction((sel) => document.querySelector(sel)?.getAttribute("data-found") === "true", step(deep), { timeout: 5000 });
+    assert(await inNetView(page, step(deep)), `${deep} is inside the visible net after the search`);
+    assertEq(await page.locator('[data-testid="net-search-result"]').getAttribute("data-found"), deep, "the result names it");
+    await shot(page, `15-plan-${n}-steps-search`);
+    // A click on a chain expands it in place.
+    const chainsBefore = (await netState(page)).chains;
+    if (chainsBefore) {
+      const chain = page.locator('[data-testid="chain"]').first();
+      const members = Number(await chain.getAttribute("data-members"));
+      await chain.click();
+      const after = await netState(page);
+      assertEq(after.chains, chainsBefore - 1, "one chain fewer");
+      assert(after.steps >= members, `its ${members} steps are drawn`);
+    }
+    // Focus on a step's neighbourhood: only it and the steps next to it.
+    await page.fill('[data-testid="net-search"]', mid);
+    await page.press('[data-testid="net-search"]', "Enter");
+    await page.selectOption('[data-testid="net-focus-hops"]', "1");
+    await page.click('[data-testid="net-focus"]');
+    const f = await netState(page);
+    assert(f.steps >= 2 && f.steps <= 4, `1 hop around ${mid}: ${f.steps} steps`);
+    assert(await page.locator(step(mid)).count(), `${mid} is drawn`);
+    assert(f.fits, "the neighbourhood fits the view");
+    await shot(page, `16-plan-${n}-steps-focus`);
+    await page.click('[data-testid="net-show-all"]');
+    assert((await netState(page)).steps > f.steps, "Show all leaves the focus");
+    // Ctrl+wheel zooms in.
+    const z0 = await page.locator('[data-testid="zoom-level"]').innerText();
+    await page.locator('[data-testid="net-scroll"]').hover();
+    await page.keyboard.down("Control");
+    await page.mouse.wheel(0, -200);
+    await page.keyboard.up("Control");
+    assert((await page.locator('[data-testid="zoom-level"]').innerText()) !== z0, "Ctrl+wheel zooms");
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+}
+
+await check("a 50-step instance: its timeline, its net, and readable labels on the instance page", async () => {
+  await page.setViewportSize({ width: 1024, height: 768 });
+  const started = await apiCall("/v1/instances", { body: { plan: "big-50", input: { run: "e2e" } } });
+  await open(page, `#/instances/${encodeURIComponent(started.id)}`);
+  await page.waitForFunction(() => document.querySelector('[data-testid="instance-status"]')?.textContent === "completed", null, { timeout: 30000 });
+  await page.waitForFunction(() => document.querySelectorAll(".tl-bar").length === 50, null, { timeout: 10000 });
+  const st = await netState(page);
+  assert(st.labelPx >= 8.95 && st.overflow <= 0, `readable (${st.labelPx.toFixed(1)} px) without page overflow (${st.overflow})`);
+  await shot(page, "17-instance-50-steps");
+  await page.setViewportSize({ width: 1280, height: 800 });
+});
+
+await check("a failure's whole reason is shown, and an event the instance awaits is the default to send", async () => {
+  const reason = "the payment provider refused the card: " + "details ".repeat(40) + "END-OF-REASON";
+  await apiCall("/v1/plans", { body: {
+    plan_name: "ui-long-failure", graph_type: "acyclic",
+    events: { start: {}, done: { kind: "output" } },
+    steps: { charge: { on: ["start"], action: "fail", args: { message: reason }, emits: ["done"] } },
+  } });
+  const started = await apiCall("/v1/instances", { body: { plan: "ui-long-failure", input: {} } });
+  await open(page, `#/instances/${encodeURIComponent(started.id)}`);
+  await page.waitForFunction(() => document.querySelector('[data-testid="instance-status"]')?.textContent === "failed", null, { timeout: 20000 });
+  await page.locator('[data-testid="failed-firings"]').waitFor({ timeout: 10000 });
+  for (const sel of ['[data-testid="failed-firings"]', '[data-testid="failure"]']) {
+    const box = page.locator(sel);
+    const text = await box.innerText();
+    assert(text.includes("END-OF-REASON"), `${sel} shows the whole reason: ${text.slice(-80)}`);
+    const clipped = await box.evaluate((e) => e.scrollWidth > e.clientWidth + 1);
+    assert(!clipped, `${sel} is not cut off`);
+  }
+  await shot(page, "18-instance-long-failure");
+});
+
+await check("lifecycle events on the stream: their types compare in either form", async () => {
+  // Frames are named by the event type; the reverse-DNS (`dev.weft.…`) and short forms are both
+  // listened to, and every comparison strips `dev.weft.` (shortType).
+  await open(page, "#/plans");
+  const started = await apiCall("/v1/instances", { body: { plan: "fanout-gated", input: { dataset: "sse" } } });
+  const names = ["plan.started", "plan.step.finished", "plan.waiting", "plan.completed"].flatMap((t) => [t, `dev.weft.${t}`]);
+  const url = `/v1/events/stream?instance=${encodeURIComponent(started.id)}${args.token ? `&access_token=${encodeURIComponent(args.token)}` : ""}`;
+  const seen = page.evaluate(([url, names]) => new Promise((resolve) => {
+    const es = new EventSource(url);
+    const types = [];
+    const done = () => (es.close(), resolve(types));
+    for (const n of names) es.addEventListener(n, (e) => {
+      let t = n;
+      try { t = JSON.parse(e.data).type || n; } catch { /* the frame name then */ }
+      types.push(t);
+      if (t.replace(/^dev\.weft\./, "") === "plan.completed") done();
+    });
+    es.addEventListener("open", () => types.push("open"));
+    setTimeout(done, 20000);
+  }), [url, names]);
+  await new Promise((r) => setTimeout(r, 1000)); // the stream connects
+  const res = await fetch(`${args.url}/v1/events`, {
+    method: "POST",
+    headers: { "Content-Type": "application/cloudevents+json", ...(args.token ? { Authorization: `Bearer ${args.token}` } : {}) },
+    body: JSON.stringify({ specversion: "1.0", id: `e2e-sse-${Date.now()}`, source: "e2e", type: "approve", weftinstance: started.id }),
+  });
+  assert(res.ok, `event accepted: ${res.status}`);
+  const types = await seen;
+  const short = types.map(shortType);
+  assert(short.includes("plan.completed"), `plan.completed arrives (as ${types.join(", ")})`);
+  assert(short.includes("plan.step.finished"), "plan.step.finished arrives");
 });
 
 await check("no script errors in the page", async () => {
