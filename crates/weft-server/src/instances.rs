@@ -573,14 +573,15 @@ pub(crate) async fn trace(
         .as_ref()
         .and_then(InstanceHandle::trace)
         .or_else(|| state.kept_trace(&id));
-    // Nothing kept in this process (it ran before a restart): read it from the journal.
-    if t.as_ref().is_none_or(Vec::is_empty) {
+    // What this process did not see (the instance ran, or began, before a restart: no trace,
+    // or one starting after firing 0) is read from the journal.
+    let first = t.as_ref().and_then(|t| t.iter().map(|e| e.firing).min());
+    if first.is_none_or(|f| f > 0) {
         let engine = state.inner.durable.engine();
         if let Some(j) =
             crate::journal_trace::from_journal(state.store().as_ref(), engine, &id).await
-            && (t.is_none() || !j.is_empty())
         {
-            t = Some(j);
+            t = Some(crate::journal_trace::merged(j, t.unwrap_or_default()));
         }
     }
     Ok(Json(TraceView {

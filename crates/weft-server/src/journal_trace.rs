@@ -3,7 +3,9 @@
 //! node). The journal holds no "fired" record: a firing is what the pure core does when an
 //! input is folded, so the trace is read off the fold itself: a firing that appears in flight
 //! after a record started then, `action.dispatched` raises its attempt, and its
-//! `action.result` / `action.error` finishes it. Records compacted into a snapshot are gone;
+//! `action.result` / `action.error` finishes it. An engine that recovered the instance keeps a
+//! trace from its first firing after the restart; [`merged`] completes it with the journal's
+//! firings. Records compacted into a snapshot are gone;
 //! firings before the snapshot are then missing, and the ones in flight in it start at its seq.
 //! A record that cannot be decoded or folded ends the trace there (what was read is returned):
 //! a damaged journal must not make the timeline an error.
@@ -79,6 +81,15 @@ pub(crate) async fn from_journal(
         }
     }
     Some(trace.into_values().collect())
+}
+
+/// `live` (the trace an engine of this process kept, from its first firing after a restart)
+/// completed with the journal's firings it does not have, in firing order.
+pub(crate) fn merged(journal: Vec<TraceEntry>, live: Vec<TraceEntry>) -> Vec<TraceEntry> {
+    let mut by_firing: BTreeMap<FiringId, TraceEntry> =
+        journal.into_iter().map(|e| (e.firing, e)).collect();
+    by_firing.extend(live.into_iter().map(|e| (e.firing, e)));
+    by_firing.into_values().collect()
 }
 
 /// The clock reading an entry was applied at (firings it enables start then), when it has one.

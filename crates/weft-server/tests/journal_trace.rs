@@ -56,6 +56,18 @@ async fn the_trace_of_an_instance_from_before_a_restart_comes_from_its_journal()
         "completed",
     )
     .await;
+    // A gated fan-out: its ten branches fire, then it waits for `approve` across the restart.
+    let mut gated: Value =
+        serde_json::from_str(include_str!("../../../examples/fanout.json")).expect("fanout");
+    gated["plan_name"] = json!("fanout-gated");
+    gated["events"]["approve"] = json!({"kind": "input"});
+    gated["steps"]["merge"]["on"]
+        .as_array_mut()
+        .expect("on")
+        .push(json!("approve"));
+    let (st, v) = s.post("/v1/plans", A, &gated).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let waiting = run(&s, "fanout-gated", json!({"dataset": "w"}), "waiting").await;
     let (st, live_fan) = s.get(&format!("/v1/instances/{fan}/trace"), A).await;
     assert_eq!(st, StatusCode::OK, "{live_fan}");
     let (_, live_fail) = s.get(&format!("/v1/instances/{fail}/trace"), A).await;
@@ -92,4 +104,22 @@ async fn the_trace_of_an_instance_from_before_a_restart_comes_from_its_journal()
             .contains("card declined"),
         "{charge}"
     );
+
+    // Recovered and continued in the new process: the timeline has the ten branches fired
+    // before the restart and the join fired after it.
+    let (st, v) = s
+        .post(
+            "/v1/events",
+            A,
+            &common::cloud_event("approve", 1, Some(&waiting)),
+        )
+        .await;
+    assert!(st.is_success(), "{st} {v}");
+    s.wait_status(&waiting, A, "completed").await;
+    let (_, w) = s.get(&format!("/v1/instances/{waiting}/trace"), A).await;
+    let steps: Vec<_> = summary(&w).into_iter().map(|(s, o, _)| (s, o)).collect();
+    assert_eq!(steps.len(), 11, "{w}");
+    assert!(steps.iter().all(|(_, o)| o == "ok"), "{w}");
+    assert!(steps.iter().any(|(s, _)| s == "merge"), "{w}");
+    assert!(steps.iter().any(|(s, _)| s == "check_shard_0"), "{w}");
 }
