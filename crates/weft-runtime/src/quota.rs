@@ -57,14 +57,33 @@ pub(crate) struct Over {
     pub max: String,
 }
 
-type Key = (Arc<str>, Option<Arc<str>>);
+/// One tenant's counts in their periods: its own, and each of its plans'.
+#[derive(Debug, Default)]
+struct Counts {
+    tenant: (u64, Usage),
+    plans: HashMap<Arc<str>, (u64, Usage)>,
+}
+
+/// `used` in `period`, or nothing when it counted an earlier period.
+fn in_period(c: Option<&(u64, Usage)>, period: u64) -> Usage {
+    c.filter(|(p, _)| *p == period)
+        .map_or(Usage::default(), |(_, u)| *u)
+}
+
+/// Adds `add` to `c` in `period` (starting it again when it counted an earlier one).
+fn count(c: &mut (u64, Usage), period: u64, add: Usage) {
+    if c.0 != period {
+        *c = (period, Usage::default());
+    }
+    c.1 = c.1.plus(add);
+}
 
 /// The shared counts (see the module docs).
 #[derive(Debug)]
 pub struct Quotas {
     /// The configuration.
     pub config: QuotaConfig,
-    used: Mutex<HashMap<Key, (u64, Usage)>>,
+    used: Mutex<HashMap<Arc<str>, Counts>>,
 }
 
 impl Quotas {
@@ -74,6 +93,10 @@ impl Quotas {
             config,
             used: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn period(&self, now_ms: i64) -> u64 {
+        u64::try_from(now_ms).unwrap_or(0) / self.config.period_ms.max(1)
     }
 
     /// Charges `charge` to `tenant`'s and `plan`'s quotas at `now_ms`, unless that passes one
@@ -89,21 +112,18 @@ impl Quotas {
         if c.plan.is_none() && c.tenant.is_none() {
             return Ok(());
         }
-        let period = u64::try_from(now_ms).unwrap_or(0) / c.period_ms.max(1);
+        let period = self.period(now_ms);
         let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        let scopes = [
-            ("tenant", c.tenant.as_ref(), None),
-            ("plan", c.plan.as_ref(), Some(plan)),
-        ];
-        let mut next = [None, None];
-        for (k, (scope, limits, plan)) in scopes.iter().enumerate() {
+        let counts = used.get(tenant);
+        let tenant_now = in_period(counts.map(|k| &k.tenant), period);
+        let plan_now = in_period(counts.and_then(|k| k.plans.get(plan)), period);
+        for (scope, limits, now) in [
+            ("tenant", c.tenant.as_ref(), tenant_now),
+            ("plan", c.plan.as_ref(), plan_now),
+        ] {
             let Some(limits) = limits else { continue };
-            let now = used
-                .get(&(Arc::from(tenant), plan.map(Arc::from)))
-                .filter(|(p, _)| *p == period)
-                .map_or(Usage::default(), |(_, u)| *u);
-            let with = now.plus(charge);
-            if let Some((field, u, max)) = crate::budget::over(limits, charge, with, 0) {
+            if let Some((field, u, max)) = crate::budget::over(limits, charge, now.plus(charge), 0)
+            {
                 return Err(Over {
                     scope,
                     field,
@@ -111,42 +131,54 @@ impl Quotas {
                     max,
                 });
             }
-            next[k] = Some(with);
         }
-        for (k, (_, _, plan)) in scopes.iter().enumerate() {
-            if let Some(with) = next[k] {
-                used.insert((Arc::from(tenant), plan.map(Arc::from)), (period, with));
-            }
-        }
+        self.add_locked(&mut used, tenant, plan, charge, period);
         Ok(())
+    }
+
+    fn add_locked(
+        &self,
+        used: &mut HashMap<Arc<str>, Counts>,
+        tenant: &str,
+        plan: &str,
+        add: Usage,
+        period: u64,
+    ) {
+        let counts = match used.get_mut(tenant) {
+            Some(k) => k,
+            None => used.entry(Arc::from(tenant)).or_default(),
+        };
+        if self.config.tenant.is_some() {
+            count(&mut counts.tenant, period, add);
+        }
+        if self.config.plan.is_some() {
+            let p = match counts.plans.get_mut(plan) {
+                Some(p) => p,
+                None => counts.plans.entry(Arc::from(plan)).or_default(),
+            };
+            count(p, period, add);
+        }
     }
 
     /// Adds what a call used once it ran (model tokens) to the quotas; refuses nothing.
     pub(crate) fn add(&self, tenant: &str, plan: &str, used_now: Usage, now_ms: i64) {
-        let c = &self.config;
-        let period = u64::try_from(now_ms).unwrap_or(0) / c.period_ms.max(1);
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        for (limits, plan) in [(c.tenant.as_ref(), None), (c.plan.as_ref(), Some(plan))] {
-            if limits.is_none() {
-                continue;
-            }
-            let e = used
-                .entry((Arc::from(tenant), plan.map(Arc::from)))
-                .or_insert((period, Usage::default()));
-            if e.0 != period {
-                *e = (period, Usage::default());
-            }
-            e.1 = e.1.plus(used_now);
+        if self.config.plan.is_none() && self.config.tenant.is_none() {
+            return;
         }
+        let period = self.period(now_ms);
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        self.add_locked(&mut used, tenant, plan, used_now, period);
     }
 
     /// What `tenant` (and with `plan`, that plan) used in the period of `now_ms`.
     pub fn used(&self, tenant: &str, plan: Option<&str>, now_ms: i64) -> Usage {
-        let period = u64::try_from(now_ms).unwrap_or(0) / self.config.period_ms.max(1);
+        let period = self.period(now_ms);
         let used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        used.get(&(Arc::from(tenant), plan.map(Arc::from)))
-            .filter(|(p, _)| *p == period)
-            .map_or(Usage::default(), |(_, u)| *u)
+        let counts = used.get(tenant);
+        match plan {
+            None => in_period(counts.map(|k| &k.tenant), period),
+            Some(p) => in_period(counts.and_then(|k| k.plans.get(p)), period),
+        }
     }
 }
 
