@@ -378,8 +378,9 @@ async fn a_cost_bomb_plan_is_refused_instead_of_holding_the_server() {
 #[path = "../../weft-durable/tests/common/fault.rs"]
 mod fault;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_store_refusing_writes_is_503_at_once_and_nothing_is_applied_twice() {
+/// A server over SQLite behind weft-durable's fault-injecting store (and the directory that
+/// holds the database, removed on drop).
+async fn faulty(config: ServerConfig) -> (tempfile::TempDir, Arc<fault::FaultStore>, Srv) {
     let dir = tempfile::tempdir().expect("tempdir");
     let sqlite: Arc<dyn Store> =
         weft_store_sqlite::open(dir.path().join("weft.db").to_str().expect("utf-8"))
@@ -387,7 +388,13 @@ async fn a_store_refusing_writes_is_503_at_once_and_nothing_is_applied_twice() {
             .expect("sqlite");
     let faults = fault::FaultStore::new(sqlite);
     let store: Arc<dyn Store> = faults.clone();
-    let s = on_store(store, two_tenants()).await;
+    let s = on_store(store, config).await;
+    (dir, faults, s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_refusing_writes_is_503_at_once_and_nothing_is_applied_twice() {
+    let (_dir, faults, s) = faulty(two_tenants()).await;
     let (st, v) = s
         .post("/v1/instances", A, &json!({"plan_inline": ticker()}))
         .await;
@@ -467,14 +474,7 @@ async fn a_store_refusing_writes_is_503_at_once_and_nothing_is_applied_twice() {
 /// refuse applies nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starts_and_stops_are_503_while_the_store_refuses_writes() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sqlite: Arc<dyn Store> =
-        weft_store_sqlite::open(dir.path().join("weft.db").to_str().expect("utf-8"))
-            .await
-            .expect("sqlite");
-    let faults = fault::FaultStore::new(sqlite);
-    let store: Arc<dyn Store> = faults.clone();
-    let s = on_store(store, two_tenants()).await;
+    let (_dir, faults, s) = faulty(two_tenants()).await;
     let (st, v) = s
         .post("/v1/instances", A, &json!({"plan_inline": ticker()}))
         .await;
@@ -559,16 +559,9 @@ async fn starts_and_stops_are_503_while_the_store_refuses_writes() {
 /// (here a 1 s window), while a repeat inside the window is still recognised.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_deduplication_records_are_deleted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sqlite: Arc<dyn Store> =
-        weft_store_sqlite::open(dir.path().join("weft.db").to_str().expect("utf-8"))
-            .await
-            .expect("sqlite");
-    let faults = fault::FaultStore::new(sqlite);
-    let store: Arc<dyn Store> = faults.clone();
     let mut config = two_tenants();
     config.dedup_window = Duration::from_secs(1);
-    let s = on_store(store, config).await;
+    let (_dir, faults, s) = faulty(config).await;
     let (st, v) = s
         .post("/v1/instances", A, &json!({"plan_inline": ticker()}))
         .await;

@@ -164,10 +164,9 @@ fn python() -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-#[tokio::test]
-async fn opening_a_socket_without_network_fails() {
-    let dir = scratch("net");
-    let p = script(&dir, "connect.py", &format!("#!{}\n{PY_CONNECT}", python()));
+/// A loopback listener's port, and the task counting the connections it accepts until none
+/// comes for 3 s.
+async fn counting_listener() -> (u16, tokio::task::JoinHandle<usize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let accepted = tokio::spawn(async move {
@@ -180,6 +179,14 @@ async fn opening_a_socket_without_network_fails() {
         }
         n
     });
+    (port, accepted)
+}
+
+#[tokio::test]
+async fn opening_a_socket_without_network_fails() {
+    let dir = scratch("net");
+    let p = script(&dir, "connect.py", &format!("#!{}\n{PY_CONNECT}", python()));
+    let (port, accepted) = counting_listener().await;
 
     // Given the network, the same program connects: the failure below is the namespace's.
     let networked = tool(json!({"program": p, "network": true}));
@@ -210,19 +217,8 @@ async fn opening_a_socket_without_network_fails() {
 async fn connect_ports_limit_the_tcp_ports_a_networked_command_reaches() {
     let dir = scratch("ports");
     let p = script(&dir, "connect.py", &format!("#!{}\n{PY_CONNECT}", python()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (port, accepted) = counting_listener().await;
     let other = if port == u16::MAX { port - 1 } else { port + 1 };
-    let accepted = tokio::spawn(async move {
-        let mut n = 0;
-        while tokio::time::timeout(std::time::Duration::from_secs(3), listener.accept())
-            .await
-            .is_ok_and(|r| r.is_ok())
-        {
-            n += 1;
-        }
-        n
-    });
     // Its port listed: it connects.
     let allowed = tool(json!({"program": &p, "network": true, "connect_ports": [port]}));
     assert_eq!(
