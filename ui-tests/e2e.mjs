@@ -138,6 +138,8 @@ async function netState(page) {
       steps: svg.querySelectorAll('[data-testid^="step-"]').length,
       chains: svg.querySelectorAll('[data-testid="chain"]').length,
       panelRight: document.querySelector(".net-panel").getBoundingClientRect().right,
+      rows: Number(svg.getAttribute("data-rows") || 1),
+      fitsWidth: gr.width <= sr.width + 1,
     };
   });
 }
@@ -553,6 +555,8 @@ for (const n of [50, 300]) {
     assert(st.panelRight <= 1024, `the net panel ends inside the window (${st.panelRight})`);
     assert(st.fits || st.minimap, "the whole graph is visible, or the minimap is there to reach the rest");
     assert(st.chains > 0 && st.steps + st.chains < n, `linear chains are collapsed (${st.steps} steps + ${st.chains} chains for ${n})`);
+    // Long nets are cut into rows as wide as the view: no sideways panning at fit.
+    assert(st.rows > 1 && st.fitsWidth, `wrapped into ${st.rows} rows that fit the width`);
     await shot(page, `14-plan-${n}-steps-fit`);
     // Expanding the chains draws every step; collapsing them again reduces the nodes.
     await page.click('[data-testid="net-collapse"]');

@@ -6,7 +6,7 @@
 // MIN_LABEL_PX (beyond that the view pans: drag, scroll, the minimap), a search box centres a
 // step, and "Focus" shows only a step's neighbourhood.
 import { layout, pathData, shortLabel, GEOM } from "./layout.js";
-import { collapseChains, neighbourhood, findNodes } from "./netnav.js";
+import { collapseChains, neighbourhood, findNodes, wrapRows } from "./netnav.js";
 import { h, clear } from "./util.js";
 
 /** Label size in the SVG's units (app.css `.net .label`) and the least it may be on screen. */
@@ -67,6 +67,7 @@ export function drawNet(container, net, opts = {}) {
 
   // View state: what is drawn (collapsed chains, a focus) and what was shown on it.
   let collapse = totalSteps > AUTO_COLLAPSE_STEPS;
+  let wrap = totalSteps > AUTO_COLLAPSE_STEPS; // long nets read in rows, like lines of text
   const expanded = new Set();
   let focus = null; // {id, hops}
   let picked = null; // the last step or event clicked or found: what Focus centres on
@@ -83,6 +84,7 @@ export function drawNet(container, net, opts = {}) {
   // Tools: zoom, fit, chains, search, focus, legend.
   const zoomLabel = h("span", { class: "zoom-label", "aria-live": "polite", "data-testid": "zoom-level" }, "100%");
   const chainBtn = h("button", { type: "button", "data-testid": "net-collapse", "aria-pressed": String(collapse) }, "");
+  const wrapBtn = h("button", { type: "button", "data-testid": "net-wrap", "aria-pressed": String(wrap), title: "Cut a long net into rows that fit the width" }, "Rows");
   const searchIn = h("input", { type: "search", placeholder: "find a step…", "aria-label": "Find a step or event", "data-testid": "net-search", list: "", size: 14 });
   const searchOut = h("span", { class: "muted net-found", "aria-live": "polite", "data-testid": "net-search-result" });
   const hopsSel = h("select", { "aria-label": "Focus depth (steps away)", "data-testid": "net-focus-hops" }, [1, 2, 3, 4].map((n) => h("option", { value: n }, `${n} hop${n > 1 ? "s" : ""}`)));
@@ -98,6 +100,7 @@ export function drawNet(container, net, opts = {}) {
     h("button", { type: "button", "aria-label": "Zoom in", "data-testid": "zoom-in", onclick: () => zoomBy(1.25) }, "+"),
     h("button", { type: "button", "aria-label": "Fit to view", "data-testid": "zoom-fit", onclick: () => fit() }, "Fit"),
     chainBtn,
+    wrapBtn,
     searchForm,
     hopsSel,
     focusBtn,
@@ -144,6 +147,11 @@ export function drawNet(container, net, opts = {}) {
   function render() {
     const v = visibleNet();
     lay = layout(v);
+    if (wrap) {
+      // Rows as wide as the view at the smallest readable scale: the net then pans only down.
+      const avail = Math.max(300, (scroller.clientWidth || container.clientWidth || 900) - 8);
+      lay = wrapRows(lay, avail / (MIN_LABEL_PX / LABEL_PX) - 2 * GEOM.margin - 4);
+    }
     placeEls = new Map();
     stepEls = new Map();
     groupEls = new Map();
@@ -154,6 +162,7 @@ export function drawNet(container, net, opts = {}) {
       role: "group",
       "aria-label": `Net with ${full.places.length} events and ${totalSteps} steps`,
       "data-testid": "net",
+      "data-rows": String(lay.rows || 1),
     });
     svg.append(s("defs", {}, s("marker",
       { id: "arrow", viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse" },
@@ -232,6 +241,7 @@ export function drawNet(container, net, opts = {}) {
     chainBtn.textContent = collapse ? "Expand chains" : "Collapse chains";
     chainBtn.setAttribute("aria-pressed", String(collapse));
     chainBtn.disabled = !!focus;
+    wrapBtn.setAttribute("aria-pressed", String(wrap));
     allBtn.hidden = !focus;
     drawMinimap();
     reapply();
@@ -376,6 +386,10 @@ export function drawNet(container, net, opts = {}) {
   searchIn.setAttribute("list", listId);
   tools.append(h("datalist", { id: listId }, full.steps.slice(0, 2000).map((st) => h("option", { value: st.id }))));
 
+  wrapBtn.addEventListener("click", () => {
+    wrap = !wrap;
+    rerender(picked);
+  });
   chainBtn.addEventListener("click", () => {
     collapse = !collapse;
     rerender(picked);
@@ -477,6 +491,7 @@ export function drawNet(container, net, opts = {}) {
     fit();
     // A large net at its smallest readable scale starts at its beginning, not its middle.
     if (lay.width * scale > scroller.clientWidth) scroller.scrollLeft = 0;
+    if (lay.height * scale > scroller.clientHeight) scroller.scrollTop = 0;
     updateMinimap();
   });
 

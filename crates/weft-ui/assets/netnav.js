@@ -203,3 +203,68 @@ export function netOfPlan(doc) {
   });
   return { places, steps, arcs };
 }
+
+/**
+ * A layout (layout.js) wider than `maxWidth` cut into rows read like lines of text: its layers
+ * are split into bands no wider than `maxWidth` (a band has at least one layer), stacked top to
+ * bottom `gap` apart. Arcs between bands run from the end of one row to the start of the next.
+ * Returns a new layout of the same shape (`rows` says how many); a narrow one is returned as is.
+ */
+export function wrapRows(lay, maxWidth, gap = 36) {
+  if (!lay || !(lay.width > maxWidth) || !lay.nodes.length) return { ...lay, rows: 1 };
+  const left = [];
+  const right = [];
+  for (const n of lay.nodes) {
+    left[n.layer] = Math.min(left[n.layer] ?? Infinity, n.x - n.w / 2);
+    right[n.layer] = Math.max(right[n.layer] ?? -Infinity, n.x + n.w / 2);
+  }
+  // Band starts, in layout x: a new band begins at a layer that would overflow the current one.
+  const starts = [];
+  let bandLeft = null;
+  for (let l = 0; l < left.length; l++) {
+    if (left[l] === undefined) continue;
+    if (bandLeft === null || right[l] - bandLeft > maxWidth) {
+      bandLeft = left[l];
+      starts.push({ layer: l, x: left[l] });
+    }
+  }
+  if (starts.length < 2) return { ...lay, rows: 1 };
+  const margin = starts[0].x;
+  // Where a point belongs: the last band starting at or before it (points between layers go
+  // with the band of the layer they lead to only once past the previous layer's right edge).
+  const bandOfX = (x) => {
+    let b = 0;
+    for (let i = 1; i < starts.length; i++) if (x >= starts[i].x - 1) b = i;
+    return b;
+  };
+  const rowH = lay.height;
+  const move = (x, y, b) => [Math.round((x - starts[b].x + margin) * 10) / 10, Math.round((y + b * (rowH + gap)) * 10) / 10];
+  let width = 0;
+  const nodes = lay.nodes.map((n) => {
+    const b = bandOfX(n.x - n.w / 2);
+    const [x, y] = move(n.x, n.y, b);
+    width = Math.max(width, x + n.w / 2 + margin);
+    return { ...n, x, y, row: b };
+  });
+  // An arc into a later row leaves its row at the right, runs back along the gap above the
+  // target's row and enters it from the left (a carriage return), instead of crossing rows.
+  const xr = Math.round((width - margin / 2) * 10) / 10;
+  const xl = Math.round((margin / 2) * 10) / 10;
+  const edges = lay.edges.map((e) => {
+    const pts = [];
+    let prevBand = null;
+    for (const [x, y] of e.points) {
+      const b = bandOfX(x);
+      const p = move(x, y, b);
+      if (prevBand !== null && b > prevBand) {
+        const last = pts[pts.length - 1];
+        const gy = b * (rowH + gap) - gap / 2;
+        pts.push([xr, last[1]], [xr, gy], [xl, gy], [xl, p[1]]);
+      }
+      pts.push(p);
+      prevBand = b;
+    }
+    return { ...e, points: pts };
+  });
+  return { ...lay, nodes, edges, width: Math.round(width * 10) / 10, height: starts.length * rowH + (starts.length - 1) * gap, rows: starts.length };
+}

@@ -3,7 +3,7 @@
 // 300-step plans the browser test uses (ui-tests/big-plans.mjs). Run with `node --test`.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { collapseChains, neighbourhood, findNodes, netOfPlan, CHAIN_SEP } from "../assets/netnav.js";
+import { collapseChains, neighbourhood, findNodes, netOfPlan, wrapRows, CHAIN_SEP } from "../assets/netnav.js";
 import { layout, GEOM } from "../assets/layout.js";
 import { fitScale, LABEL_PX, MIN_LABEL_PX, withFailureArcs } from "../assets/net.js";
 import { shortType, isType, eventTypeForms } from "../assets/util.js";
@@ -125,4 +125,22 @@ test("event types compare in their short and reverse-DNS forms", () => {
   assert.ok(isType("plan.completed", "dev.weft.plan.completed"));
   assert.ok(!isType("plan.completed", "plan.failed"));
   assert.deepEqual(eventTypeForms("plan.failed"), ["plan.failed", "dev.weft.plan.failed"]);
+});
+
+test("wrapRows cuts a long layout into rows no wider than asked, without overlaps", () => {
+  for (const n of [50, 300]) {
+    const l = layout(collapseChains(withFailureArcs(netOfPlan(bigPlan(n)))).net);
+    const w = wrapRows(l, 1100);
+    assert.ok(w.rows > 1, `${n}: ${w.rows} rows`);
+    assert.ok(w.width <= 1100 + 2 * GEOM.margin, `${n}: width ${w.width}`);
+    assert.equal(w.nodes.length, l.nodes.length);
+    assert.equal(overlaps(w), 0);
+    for (const nd of w.nodes) assert.ok(nd.x - nd.w / 2 >= 0 && nd.x + nd.w / 2 <= w.width && nd.y >= 0 && nd.y <= w.height, `${nd.key} inside`);
+    // Reading order: a later layer is never in an earlier row.
+    const byLayer = [...w.nodes].sort((a, b) => a.layer - b.layer);
+    for (let i = 1; i < byLayer.length; i++) assert.ok(byLayer[i].row >= byLayer[i - 1].row);
+    for (const e of w.edges) for (const [x, y] of e.points) assert.ok(Number.isFinite(x) && Number.isFinite(y));
+  }
+  const small = layout(netOfPlan(bigPlan(5)));
+  assert.equal(wrapRows(small, 5000).rows, 1, "a narrow layout stays one row");
 });
