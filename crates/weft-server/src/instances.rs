@@ -421,11 +421,24 @@ fn state_view(
     }
 }
 
-/// The `usage` of a state view: `used` against `plan`'s limits, when it sets some.
-fn usage_view(plan: &weft_runtime::CompiledPlan, used: weft_runtime::Usage) -> Option<Value> {
-    let limits = plan.plan.limits.as_ref()?;
+/// The `usage` of a state view, when the instance's calls are counted (its plan sets
+/// `limits`, or `[budget]` sets a budget): `used` against its limits (the plan's, else the
+/// operator's for every instance).
+fn usage_view(
+    state: &AppState,
+    plan: &weft_runtime::CompiledPlan,
+    used: weft_runtime::Usage,
+) -> Option<Value> {
+    let budget = &state.node().config().budget;
+    let counted =
+        plan.plan.limits.is_some() || budget.quotas().is_some_and(|q| q.counts_every_call());
+    if !counted {
+        return None;
+    }
     let mut v = serde_json::to_value(used).ok()?;
-    v["limits"] = serde_json::to_value(limits).ok()?;
+    if let Some(limits) = plan.plan.limits.as_ref().or(budget.instance.as_ref()) {
+        v["limits"] = serde_json::to_value(limits).ok()?;
+    }
     Some(v)
 }
 
@@ -463,7 +476,7 @@ pub(crate) async fn get(
         let snap = h.state();
         view.status = snap.status_name().to_string();
         view.awaits = snap.awaits.and_then(|a| serde_json::to_value(a).ok());
-        view.usage = snap.usage.and_then(|u| usage_view(&h.plan(), u));
+        view.usage = snap.usage.and_then(|u| usage_view(&state, &h.plan(), u));
         view.approvals = state
             .inner
             .durable
@@ -496,7 +509,7 @@ pub(crate) async fn get(
         view.status = rec.status.as_str().to_string();
         view.reason = rec.reason;
     }
-    view.usage = usage_view(&plan, folded.extras.usage);
+    view.usage = usage_view(&state, &plan, folded.extras.usage);
     view.approvals = folded
         .extras
         .approvals

@@ -1,7 +1,9 @@
 //! A plan's budget over the API: a plan some run of which would pass its `limits` is refused
 //! before it runs (A010); a reactive plan, which has no static bound, is stopped at run time:
 //! the call over the limit is refused and the instance fails, its state shows what it used
-//! against the limits, and `/metrics` counts the use and the refusal.
+//! against the limits, and `/metrics` counts the use and the refusal. The operator's
+//! `[budget]` with `on_exceeded = "pause"`: the instance is paused over a budget, resumed
+//! over the API it pauses again while still over, and a restart keeps it paused.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +11,7 @@ mod common;
 
 use axum::body::Body;
 use axum::http::StatusCode;
-use common::{TOK_A, cloud_event, req, sqlite, ticker, two_tenants};
+use common::{TOK_A, cloud_event, on_node, req, sqlite, ticker, two_tenants};
 use serde_json::json;
 
 const A: Option<&str> = Some(TOK_A);
@@ -73,5 +75,65 @@ async fn limits_refuse_a_plan_before_it_runs_and_stop_an_instance_while_it_runs(
         text.lines()
             .any(|l| l.contains("budget_used") && l.contains("tool_calls") && l.ends_with(" 2")),
         "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_over_the_operators_budget_pauses_its_instance_across_resume_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.db");
+    let mut node = weft_node::Config::default();
+    node.budget.instance = Some(weft_core::PlanLimits {
+        max_tool_calls: Some(1),
+        ..Default::default()
+    });
+    node.budget.on_exceeded = weft_node::config::OnExceeded::Pause;
+    let open = || async {
+        let store: std::sync::Arc<dyn weft_store::Store> =
+            weft_store_sqlite::open(path.to_str().unwrap())
+                .await
+                .unwrap();
+        on_node(node.clone(), store, two_tenants()).await
+    };
+    let s = open().await;
+    let two = json!({"plan_name": "two", "graph_type": "acyclic",
+        "events": {"start": {}, "a": {}, "done": {"kind": "output"}},
+        "steps": {
+            "one": {"on": ["start"], "action": "echo", "emits": ["a"]},
+            "two": {"on": ["a"], "action": "echo", "emits": ["done"]}}});
+    let (st, v) = s
+        .post("/v1/instances", A, &json!({"plan_inline": two}))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let paused = s.wait_status(&id, A, "paused").await;
+    assert!(
+        paused["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("the budget of every instance")),
+        "{paused}"
+    );
+    assert_eq!(paused["usage"]["tool_calls"], 1, "{paused}");
+
+    // Resumed while still over: the call is charged again and the instance pauses again.
+    let (st, v) = s
+        .post(&format!("/v1/instances/{id}/resume"), A, &json!({}))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let again = s.wait_status(&id, A, "paused").await;
+    assert_eq!(again["usage"]["tool_calls"], 1, "{again}");
+
+    // A new process over the same store: the instance is still paused, not failed or run.
+    drop(s);
+    let s = open().await;
+    let after = s.wait_status(&id, A, "paused").await;
+    assert_eq!(after["usage"]["tool_calls"], 1, "{after}");
+    let (st, v) = s
+        .post(&format!("/v1/instances/{id}/stop"), A, &json!({}))
+        .await;
+    assert_eq!(
+        (st, v["status"].as_str()),
+        (StatusCode::OK, Some("stopped")),
+        "{v}"
     );
 }

@@ -66,13 +66,18 @@ pub(crate) async fn sqlite_at(path: &std::path::Path, config: ServerConfig) -> S
 
 /// A server over `store` (a wrapper injecting faults, say).
 pub(crate) async fn on_store(store: Arc<dyn Store>, config: ServerConfig) -> Srv {
-    let (state, _) = AppState::open(
-        weft_node::Builder::new(weft_node::Config::default()),
-        Some(store),
-        config,
-    )
-    .await
-    .expect("state");
+    on_node(weft_node::Config::default(), store, config).await
+}
+
+/// A server over `store` whose node has the configuration `node` (`weft.toml`).
+pub(crate) async fn on_node(
+    node: weft_node::Config,
+    store: Arc<dyn Store>,
+    config: ServerConfig,
+) -> Srv {
+    let (state, _) = AppState::open(weft_node::Builder::new(node), Some(store), config)
+        .await
+        .expect("state");
     Srv {
         app: weft_server::app(state.clone()),
         state,
