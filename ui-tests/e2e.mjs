@@ -596,6 +596,13 @@ for (const n of [50, 300]) {
     await shot(page, `16-plan-${n}-steps-focus`);
     await page.click('[data-testid="net-show-all"]');
     assert((await netState(page)).steps > f.steps, "Show all leaves the focus");
+    // The keyboard pans a net taller than its view.
+    await page.click('[data-testid="zoom-fit"]');
+    await page.focus('[data-testid="net-scroll"]');
+    await page.keyboard.press("Home");
+    await page.waitForFunction(() => document.querySelector('[data-testid="net-scroll"]').scrollTop === 0, null, { timeout: 5000 });
+    await page.keyboard.press("PageDown");
+    await page.waitForFunction(() => document.querySelector('[data-testid="net-scroll"]').scrollTop > 100, null, { timeout: 5000 });
     // Ctrl+wheel zooms in.
     const z0 = await page.locator('[data-testid="zoom-level"]').innerText();
     await page.locator('[data-testid="net-scroll"]').hover();

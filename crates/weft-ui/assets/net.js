@@ -113,7 +113,8 @@ export function drawNet(container, net, opts = {}) {
       h("span", { class: "lg lg-inflight" }), " in flight ",
       h("span", { class: "lg lg-failed" }), " failed"),
   );
-  const scroller = h("div", { class: "net-scroll", "data-testid": "net-scroll", title: "Drag to pan; Ctrl+wheel to zoom" });
+  // Focusable, so the arrow keys and Page Up/Down pan it too.
+  const scroller = h("div", { class: "net-scroll", "data-testid": "net-scroll", tabindex: "0", role: "region", "aria-label": "Net view: drag or use the arrow keys to pan, Ctrl+wheel to zoom", title: "Drag to pan; Ctrl+wheel to zoom" });
   const mini = s("svg", { class: "minimap", xmlns: SVG, "data-testid": "minimap", "aria-hidden": "true" });
   const view = h("div", { class: "net-view" }, scroller, h("div", { class: "minimap-row" }, mini));
   container.append(tools, view);
