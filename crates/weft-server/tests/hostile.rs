@@ -378,6 +378,18 @@ async fn a_cost_bomb_plan_is_refused_instead_of_holding_the_server() {
 #[path = "../../weft-durable/tests/common/fault.rs"]
 mod fault;
 
+/// The store takes writes again: the server is ready again on its own.
+async fn recovers(faults: &fault::FaultStore, s: &Srv) {
+    faults.fail_next(0);
+    for _ in 0..400 {
+        if s.get("/readyz", None).await.0 == StatusCode::OK {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("never ready again");
+}
+
 /// A server over SQLite behind weft-durable's fault-injecting store (and the directory that
 /// holds the database, removed on drop).
 async fn faulty(config: ServerConfig) -> (tempfile::TempDir, Arc<fault::FaultStore>, Srv) {
@@ -441,16 +453,7 @@ async fn a_store_refusing_writes_is_503_at_once_and_nothing_is_applied_twice() {
     );
 
     // Space returns: ready again on its own, and the client's retry is not applied twice.
-    faults.fail_next(0);
-    let mut ready = false;
-    for _ in 0..400 {
-        if s.get("/readyz", None).await.0 == StatusCode::OK {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "never ready again");
+    recovers(&faults, &s).await;
     let mut answer = Value::Null;
     for _ in 0..400 {
         let (st, v) = s.post("/v1/events", A, &first).await;
@@ -525,16 +528,7 @@ async fn starts_and_stops_are_503_while_the_store_refuses_writes() {
 
     // Space returns: the first instance still runs, and exactly two instances exist (the
     // one whose start met the refusal was written, the refused one never made).
-    faults.fail_next(0);
-    let mut ready = false;
-    for _ in 0..400 {
-        if s.get("/readyz", None).await.0 == StatusCode::OK {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "never ready again");
+    recovers(&faults, &s).await;
     let (st, v) = s.get(&format!("/v1/instances/{first}"), A).await;
     assert_eq!(
         (st, v["status"].as_str()),
