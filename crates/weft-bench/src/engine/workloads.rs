@@ -19,14 +19,27 @@ pub fn engine() -> Engine {
 
 /// [`engine`] with `chain` applied to its tools.
 pub fn engine_with(chain: Chain) -> Engine {
+    engine_quotas(chain, None)
+}
+
+fn engine_quotas(chain: Chain, quotas: Option<Arc<weft_runtime::quota::Quotas>>) -> Engine {
     let mut registry = Registry::new();
     weft_builtins::builtin::register_pure(&mut registry);
     registry.register(super::tool::tool());
     Engine::new(EngineOptions {
         registry: Arc::new(registry),
         chain,
+        quotas,
         ..EngineOptions::default()
     })
+}
+
+/// The variable that, when set, puts W1–W3 under the operator's budgets (`[budget]`: tenant
+/// and plan quotas no run reaches): what counting every call against shared quotas adds.
+pub const QUOTAS_VAR: &str = "WEFT_BENCH_QUOTAS";
+
+fn quotas_on() -> bool {
+    std::env::var_os(QUOTAS_VAR).is_some_and(|v| !v.is_empty())
 }
 
 /// The variable naming a Rego bundle (files or directories, `:`-separated) that W1–W3 run
@@ -35,17 +48,40 @@ pub const POLICY_VAR: &str = "WEFT_BENCH_POLICY";
 
 /// The engine W1–W3 run on: [`engine`], behind the bundle `WEFT_BENCH_POLICY` names.
 fn bench_engine() -> Result<(Engine, Option<String>), String> {
-    let Some(paths) = std::env::var_os(POLICY_VAR).filter(|p| !p.is_empty()) else {
-        return Ok((engine(), None));
-    };
-    let paths: Vec<std::path::PathBuf> = std::env::split_paths(&paths).collect();
-    let policy = weft_policy::Policy::load(&paths).map_err(|e| format!("{POLICY_VAR}: {e}"))?;
-    let name = policy.files().join(", ");
-    let chain = Chain::new().with(
-        Stage::Policy,
-        Arc::new(weft_policy::PolicyLink::new(policy)),
-    );
-    Ok((engine_with(chain), Some(name)))
+    let mut chain = Chain::new();
+    let mut name = None;
+    if let Some(paths) = std::env::var_os(POLICY_VAR).filter(|p| !p.is_empty()) {
+        let paths: Vec<std::path::PathBuf> = std::env::split_paths(&paths).collect();
+        let policy = weft_policy::Policy::load(&paths).map_err(|e| format!("{POLICY_VAR}: {e}"))?;
+        name = Some(policy.files().join(", "));
+        chain = chain.with(
+            Stage::Policy,
+            Arc::new(weft_policy::PolicyLink::new(policy)),
+        );
+    }
+    let mut quotas = None;
+    if quotas_on() {
+        let never = weft_core::PlanLimits {
+            max_tool_calls: Some(1_000_000_000_000),
+            ..weft_core::PlanLimits::default()
+        };
+        quotas = Some(Arc::new(weft_runtime::quota::Quotas::new(
+            weft_runtime::quota::QuotaConfig {
+                tenant: Some(never.clone()),
+                plan: Some(never),
+                period_ms: 86_400_000,
+                ..weft_runtime::quota::QuotaConfig::default()
+            },
+        )));
+        chain = chain.with(
+            Stage::Budget,
+            Arc::new(weft_tools::BudgetLink {
+                pausing: false,
+                what: "bench quotas",
+            }),
+        );
+    }
+    Ok((engine_quotas(chain, quotas), name))
 }
 
 fn add_step(on: &[String], key: &str, value: i64, emit: &str) -> Value {
@@ -202,6 +238,7 @@ pub(crate) fn chain() -> Result<Value, String> {
     let (med, mut e) = extra(&reps, 100.0);
     e["policy"] = json!(policy);
     e["limits"] = json!(std::env::var_os(LIMITS_VAR).is_some());
+    e["quotas"] = json!(quotas_on());
     Ok(line("chain", "steps_per_second", 100.0 / med, "steps/s", e))
 }
 
@@ -224,6 +261,7 @@ pub(crate) fn fanout() -> Result<Value, String> {
     e["steps_per_second"] = json!(round(12_000.0 / med));
     e["policy"] = json!(policy);
     e["limits"] = json!(std::env::var_os(LIMITS_VAR).is_some());
+    e["quotas"] = json!(quotas_on());
     Ok(line(
         "fanout",
         "workflows_per_second",
@@ -242,6 +280,7 @@ pub(crate) fn many() -> Result<Value, String> {
     e["runs_per_second"] = json!(round(10_000.0 / med));
     e["policy"] = json!(policy);
     e["limits"] = json!(std::env::var_os(LIMITS_VAR).is_some());
+    e["quotas"] = json!(quotas_on());
     Ok(line(
         "many",
         "steps_per_second",
