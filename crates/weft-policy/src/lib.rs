@@ -46,10 +46,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use weft_tools::approval::approve_then_call;
-use weft_tools::{
-    ApprovalRequest, BoxFuture, InlineArgs, InlineContext, Interceptor, Tool, ToolContext,
-    ToolError, ToolSpec,
-};
+use weft_tools::{ApprovalRequest, BoxFuture, Interceptor, Tool, ToolContext, ToolError, ToolSpec};
 
 /// The version of the input document; a change that removes or renames a field raises it.
 pub const INPUT_VERSION: u32 = 1;
@@ -629,14 +626,6 @@ impl Tool for Governed {
 
     fn waits_for_journal(&self) -> bool {
         self.inner.waits_for_journal() && !self.policies.may_require_approval()
-    }
-
-    fn call_inline(
-        &self,
-        ctx: InlineContext<'_>,
-        args: InlineArgs<'_>,
-    ) -> Result<Value, ToolError> {
-        self.call_now(ctx.into_context(), args.into_value())
     }
 
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {

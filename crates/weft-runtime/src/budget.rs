@@ -78,20 +78,9 @@ pub(crate) fn over(
 }
 
 impl Cell {
-    /// The instance's own limits: its plan's, else the operator's for every instance.
-    fn limits(&self) -> Option<PlanLimits> {
-        let plan = self.plan();
-        plan.plan.limits.clone().or_else(|| {
-            self.engine
-                .quotas
-                .as_ref()
-                .and_then(|q| q.config.instance.clone())
-        })
-    }
-
-    /// Whether this instance's calls are counted at all.
-    pub(crate) fn counted(&self) -> bool {
-        self.plan().plan.limits.is_some()
+    /// Whether calls of an instance of `plan` are counted at all.
+    fn counts(&self, plan: &crate::CompiledPlan) -> bool {
+        plan.plan.limits.is_some()
             || self
                 .engine
                 .quotas
@@ -99,18 +88,28 @@ impl Cell {
                 .is_some_and(|q| q.config.counts_every_call())
     }
 
+    /// Whether this instance's calls are counted at all.
+    pub(crate) fn counted(&self) -> bool {
+        self.counts(&self.plan())
+    }
+
     /// Counts one call of `ctx`'s firing (see the module docs).
     pub(crate) fn charge_call(&self, ctx: &ToolContext, charge: Usage) -> Result<(), ToolError> {
-        if !self.counted() {
+        let plan = self.plan();
+        if !self.counts(&plan) {
             return Ok(());
         }
-        let plan = self.plan();
-        let limits = self.limits();
+        // The instance's own limits: its plan's, else the operator's for every instance.
+        let limits = plan.plan.limits.as_ref().or_else(|| {
+            self.engine
+                .quotas
+                .as_ref()
+                .and_then(|q| q.config.instance.as_ref())
+        });
         let now = self.engine.clock.now_ms();
         let mut b = lock(&self.budget);
         let next = b.used.plus(charge);
         let own = limits
-            .as_ref()
             .and_then(|l| over(l, charge, next, now.saturating_sub(b.started_ms)))
             .map(|(field, used, max)| crate::quota::Over {
                 scope: "instance",

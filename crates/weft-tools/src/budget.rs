@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{BoxFuture, InlineArgs, InlineContext, Tool, ToolContext, ToolError, ToolSpec};
+use crate::{BoxFuture, Tool, ToolContext, ToolError, ToolSpec};
 
 /// What an instance's tool calls have used of its plan's `limits`, or what one call counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -148,7 +148,8 @@ impl Tool for Budgeted {
     }
 
     // The charge is synchronous: an immediate tool stays immediate (the runtime's inline
-    // paths call `call_inline`, which charges first), unless a refused call may wait.
+    // paths call `call_now` through the default `call_inline`, which charges first), unless a
+    // refused call may wait.
     fn is_immediate(&self) -> bool {
         !self.pausing && self.inner.is_immediate()
     }
@@ -157,14 +158,6 @@ impl Tool for Budgeted {
     // itself.
     fn waits_for_journal(&self) -> bool {
         !self.pausing && self.inner.waits_for_journal()
-    }
-
-    fn call_inline(
-        &self,
-        ctx: InlineContext<'_>,
-        args: InlineArgs<'_>,
-    ) -> Result<Value, ToolError> {
-        self.call_now(ctx.into_context(), args.into_value())
     }
 
     fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
