@@ -1,10 +1,13 @@
 //! `weft bench chain` prints one JSON line in the BENCHMARKS.md shape. Only the shape is
-//! checked (this is a debug build): never the speed.
+//! checked (this is a debug build): never the speed. These run with the `bench` feature
+//! (`cargo test -p weft-cli --features bench --test bench`, in `.ci/run`); without it, `weft
+//! bench` must say how to build a `weft` that has the workloads.
 
 mod common;
 
 use common::{code, stderr, stdout, weft};
 
+#[cfg(feature = "bench")]
 #[test]
 fn chain_prints_one_line_with_the_required_fields() {
     let out = weft(&["bench", "chain"]);
@@ -37,6 +40,7 @@ fn chain_prints_one_line_with_the_required_fields() {
     );
 }
 
+#[cfg(feature = "bench")]
 #[test]
 fn unknown_workload_is_a_usage_error() {
     let out = weft(&["bench", "warp-speed"]);
@@ -45,6 +49,20 @@ fn unknown_workload_is_a_usage_error() {
         stderr(&out).contains("unknown workload"),
         "{}",
         stderr(&out)
+    );
+    assert!(stdout(&out).is_empty());
+}
+
+#[cfg(not(feature = "bench"))]
+#[test]
+fn without_the_feature_bench_is_a_usage_error_that_names_the_build() {
+    let out = weft(&["bench", "chain"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("[feature_missing]"), "{err}");
+    assert!(
+        err.contains("--profile perf -p weft-cli --features bench"),
+        "{err}"
     );
     assert!(stdout(&out).is_empty());
 }

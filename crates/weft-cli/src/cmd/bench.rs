@@ -6,6 +6,10 @@
 //! declared tool, and worker throughput over NATS) by `weft_bench::tools`. One JSON line per
 //! workload (per tool kind for `tools`) on stdout, progress on stderr. `idle`, the W4
 //! workloads and `tools` are slow or need services, so they run only when named.
+//!
+//! The workloads are compiled in only with the `bench` feature (published figures are built
+//! with `--profile perf --features bench`): the user build leaves out its largest crate, and
+//! `weft bench` there says how to get a build that has them.
 
 use std::io::Write;
 
@@ -20,7 +24,11 @@ pub struct Args {
     pub workloads: Vec<String>,
 }
 
+/// How to build a `weft` that has the benchmarks.
+pub const BUILD_HINT: &str = "cargo run --profile perf -p weft-cli --features bench -- bench";
+
 /// The workloads run when none are named.
+#[cfg(feature = "bench")]
 pub fn default_workloads() -> Vec<String> {
     weft_bench::engine::DEFAULT
         .iter()
@@ -30,6 +38,7 @@ pub fn default_workloads() -> Vec<String> {
 }
 
 /// Runs `weft bench`. An unknown workload or a failed correctness check is an error (exit 2).
+#[cfg(feature = "bench")]
 pub fn run(args: &Args, _ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status> {
     let names = if args.workloads.is_empty() {
         default_workloads()
@@ -49,4 +58,15 @@ pub fn run(args: &Args, _ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Statu
         .map_err(|e| anyhow::anyhow!("weft bench: {e}"))?;
     }
     Ok(Status::Clean)
+}
+
+/// `weft bench` in a build without the `bench` feature: a usage error (exit 2) naming the
+/// command that builds one with it.
+#[cfg(not(feature = "bench"))]
+pub fn run(_args: &Args, _ctx: &Ctx, _out: &mut dyn Write) -> anyhow::Result<Status> {
+    anyhow::bail!(
+        "[feature_missing] weft bench: this `weft` was built without the benchmarks (the `bench` feature, left \
+         out of the default build to keep it fast)\n  = hint: `{BUILD_HINT} [WORKLOAD…]` builds \
+         and runs them with the profile published figures use"
+    )
 }
