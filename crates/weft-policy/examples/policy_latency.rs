@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use weft_policy::{APPROVAL_RULE, DENY_RULE, Decision, EVAL_LIMIT, Policy, call_input};
-use weft_tools::{Effect, ToolContext, ToolSpec};
+use weft_policy::{APPROVAL_RULE, DENY_RULE, Decision, EVAL_LIMIT, Policy, PolicyLink, call_input};
+use weft_tools::{BoxFuture, Effect, Interceptor, Tool, ToolContext, ToolError, ToolSpec};
 
 const REALISTIC: &str = include_str!("../benches/realistic.rego");
 /// `decide` allows when `deny` is an empty set (an absent `deny` is an evaluation error).
@@ -57,6 +57,21 @@ fn main() {
     let bare = policy("package weft\n");
     measure("`package weft` alone (no deny rule)", || {
         black_box(bare.decide(black_box(&inputs.allowed)));
+    });
+    println!("-- the policy link's whole stage (input document + decision), `call_now` --");
+    let linked = linked_tool(&realistic);
+    let linked_all = linked_tool(&allow_all);
+    measure("realistic, allowed, through the link", || {
+        black_box(linked.call_now(inputs.ctx.clone(), black_box(inputs.http_args.clone())))
+            .unwrap();
+    });
+    measure("allow-all, through the link", || {
+        black_box(linked_all.call_now(inputs.ctx.clone(), black_box(inputs.http_args.clone())))
+            .unwrap();
+    });
+    let evaluated_all = policy(&format!("{ALLOW_ALL}# evaluated for each input\n"));
+    measure("allow-all evaluated per call (not constant)", || {
+        black_box(evaluated_all.decide(black_box(&inputs.allowed)));
     });
 
     breakdown(&inputs);
@@ -182,6 +197,23 @@ fn per_rule(inputs: &Inputs) {
             median(&text, rule, &denied)
         );
     }
+}
+
+/// A read-only `http.request` that answers `null`, behind `policy`'s link.
+fn linked_tool(policy: &Policy) -> Arc<dyn Tool> {
+    struct Null(ToolSpec);
+    impl Tool for Null {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+        fn call(&self, _: ToolContext, _: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+            Box::pin(std::future::ready(Ok(Value::Null)))
+        }
+        fn call_now(&self, _: ToolContext, _: Value) -> Result<Value, ToolError> {
+            Ok(Value::Null)
+        }
+    }
+    PolicyLink::new(policy.clone()).wrap(Arc::new(Null(spec("http.request", Effect::Read, true))))
 }
 
 fn policy(text: &str) -> Policy {

@@ -143,6 +143,19 @@ pub struct Policy {
     approval_timeout: bool,
     /// The properties `data.weft.properties` declares, read at load.
     properties: Arc<[weft_analysis::Property]>,
+    /// The decision of a bundle that never reads its input (no file mentions `input`):
+    /// every call gets the same one, so it is made once, when the bundle loads.
+    constant: Option<Decision>,
+}
+
+/// Whether a Rego text mentions the word `input` anywhere (comments and strings included,
+/// so a bundle can only be judged to read its input when it does not).
+fn mentions_input(text: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices("input").any(|(at, _)| {
+        !text[..at].chars().next_back().is_some_and(word)
+            && !text[at + "input".len()..].chars().next().is_some_and(word)
+    })
 }
 
 /// Whether a Rego file of `package weft` defines the rule `rule` (a rule head at the start
@@ -218,7 +231,9 @@ impl Policy {
         let mut tests = Vec::new();
         let (mut denies, mut approvals, mut approval_timeout) = (false, false, false);
         let mut declares_properties = false;
+        let mut reads_input = false;
         for (name, text) in sources {
+            reads_input |= mentions_input(&text);
             tests.extend(test_rules(&text));
             denies |= defines(&text, "deny");
             approvals |= defines(&text, "require_approval");
@@ -256,7 +271,14 @@ impl Policy {
             approvals,
             approval_timeout,
             properties: Arc::new([]),
+            constant: None,
         };
+        // weft's regorus build has no builtin whose answer varies by itself (its `time`,
+        // `rand`, `uuid`, `http` and `opa-runtime` features are off), and a bundle has no
+        // data besides its rules: without `input`, a decision is a constant.
+        if !reads_input {
+            policy.constant = Some(policy.decide_rego(&regorus::Value::new_object()));
+        }
         if declares_properties {
             let value = policy
                 .eval(PROPERTIES_RULE, None)
@@ -286,6 +308,12 @@ impl Policy {
             }
         }
         Policy::from_sources(sources)
+    }
+
+    /// Whether every call gets the same decision, made when the bundle loaded (no file of
+    /// the bundle mentions `input`).
+    pub fn is_constant(&self) -> bool {
+        self.constant.is_some()
     }
 
     /// Whether the bundle defines `require_approval` (a call may wait for a person).
@@ -376,6 +404,12 @@ impl Policy {
         if !self.denies {
             return Decision::Allow;
         }
+        if let Some(d) = &self.constant {
+            return match d {
+                Decision::Deny(r) => Decision::Deny(r.clone()),
+                _ => Decision::Allow,
+            };
+        }
         let input = match rego_value(input) {
             Ok(v) => v,
             Err(e) => return Decision::Deny(vec![format!("the input cannot be read: {e}")]),
@@ -389,15 +423,28 @@ impl Policy {
 
     /// The decision for an input document: a denial wins over an approval.
     pub fn decide(&self, input: &Value) -> Decision {
-        if !self.denies && !self.approvals {
-            return Decision::Allow;
+        if let Some(d) = self.constant_decision() {
+            return d.clone();
         }
         // Converted once (no JSON text), shared by the rules below (its clones are cheap).
-        let input = match rego_value(input) {
-            Ok(v) => v,
-            Err(e) => return Decision::Deny(vec![format!("the input cannot be read: {e}")]),
-        };
-        let input = &input;
+        match rego_value(input) {
+            Ok(v) => self.decide_rego(&v),
+            Err(e) => Decision::Deny(vec![format!("the input cannot be read: {e}")]),
+        }
+    }
+
+    /// The decision every call gets when the bundle's rules never read their input
+    /// ([`Policy::is_constant`]), and when the bundle decides nothing (allow).
+    fn constant_decision(&self) -> Option<&Decision> {
+        const ALLOW: &Decision = &Decision::Allow;
+        if !self.denies && !self.approvals {
+            return Some(ALLOW);
+        }
+        self.constant.as_ref()
+    }
+
+    /// [`Policy::decide`] for an input already converted.
+    fn decide_rego(&self, input: &regorus::Value) -> Decision {
         if self.denies {
             match self.reasons(DENY_RULE, input) {
                 Ok(r) if r.is_empty() => {}
@@ -536,11 +583,60 @@ impl Interceptor for PolicyLink {
     fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
         // The links inside forward the tool's needs, so the profile is the tool's own.
         let profile = profile_input(tool.spec(), tool.profile_needs().as_ref());
+        let input = CallInput::new(tool.spec(), &profile);
         Arc::new(Governed {
             inner: tool,
             policies: self.policies.clone(),
-            profile,
+            input,
         })
+    }
+}
+
+/// A tool's input documents as Rego values: what every call of the tool shares (version,
+/// kind, tool, profile) made once, and the keys of the rest, so that a call converts only
+/// its arguments. [`CallInput::document`] equals [`call_input`] converted (a unit test).
+struct CallInput {
+    /// The shared fields.
+    base: regorus::Value,
+    /// `tenant`, `instance`, `plan`, `step`, `attempt`, `args`.
+    keys: [regorus::Value; 6],
+}
+
+impl CallInput {
+    fn new(spec: &ToolSpec, profile: &Value) -> CallInput {
+        let base = json!({
+            "version": INPUT_VERSION,
+            "kind": "tool_call",
+            "tool": {
+                "name": spec.name,
+                "effect": spec.effect,
+                "idempotent": spec.idempotent,
+            },
+            "profile": profile,
+        });
+        CallInput {
+            base: rego_value(&base).unwrap_or(regorus::Value::Undefined),
+            keys: ["tenant", "instance", "plan", "step", "attempt", "args"]
+                .map(regorus::Value::from),
+        }
+    }
+
+    /// The input document of one call.
+    fn document(&self, ctx: &ToolContext, args: &Value) -> Result<regorus::Value, String> {
+        let regorus::Value::Object(base) = &self.base else {
+            return Err("the tool's spec cannot be converted".to_string());
+        };
+        let mut doc = regorus::Value::Object(Arc::clone(base));
+        let map = doc.as_object_mut().map_err(|e| e.to_string())?;
+        let [tenant, instance, plan, step, attempt, args_key] = &self.keys;
+        let text = |s: &Arc<str>| regorus::Value::String(Arc::clone(s));
+        map.insert(tenant.clone(), text(&ctx.tenant));
+        map.insert(instance.clone(), text(&ctx.instance));
+        map.insert(plan.clone(), text(&ctx.plan));
+        map.insert(step.clone(), text(&ctx.step));
+        map.insert(attempt.clone(), regorus::Value::from(ctx.attempt));
+        map.insert(args_key.clone(), rego_value(args)?);
+        Ok(doc)
     }
 }
 
@@ -548,8 +644,8 @@ impl Interceptor for PolicyLink {
 struct Governed {
     inner: Arc<dyn Tool>,
     policies: PolicySet,
-    /// The `profile` object of the tool's inputs, made once.
-    profile: Value,
+    /// The tool's input documents, their shared part made once.
+    input: CallInput,
 }
 
 impl Governed {
@@ -559,14 +655,16 @@ impl Governed {
     /// (journaled as `policy.decided` and published).
     fn check(&self, ctx: &ToolContext, args: &Value) -> Result<Option<ApprovalRequest>, ToolError> {
         let decision = self.policies.with_tenant(&ctx.tenant, |p| {
-            p.map_or(Decision::Allow, |p| {
-                p.decide(&call_input_with(
-                    ctx,
-                    self.inner.spec(),
-                    &self.profile,
-                    args,
-                ))
-            })
+            let Some(p) = p else {
+                return Decision::Allow;
+            };
+            if let Some(d) = p.constant_decision() {
+                return d.clone();
+            }
+            match self.input.document(ctx, args) {
+                Ok(doc) => p.decide_rego(&doc),
+                Err(e) => Decision::Deny(vec![format!("the input cannot be read: {e}")]),
+            }
         });
         let (name, reasons) = match &decision {
             Decision::Allow => ("allow", Vec::new()),
@@ -639,5 +737,61 @@ impl Tool for Governed {
                 ),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_word_input_counts_as_reading_the_input() {
+        for text in [
+            "x := input.a",
+            "input",
+            "f(input)",
+            "# input",
+            "\"input\"",
+            "[input]",
+        ] {
+            assert!(mentions_input(text), "{text}");
+        }
+        for text in [
+            "inputs := 1",
+            "my_input",
+            "input_x",
+            "deny := set()",
+            "inp ut",
+        ] {
+            assert!(!mentions_input(text), "{text}");
+        }
+    }
+
+    /// The link's input documents, built from Rego values, are the documented ones.
+    #[test]
+    fn a_call_input_made_from_rego_values_equals_the_json_one() {
+        let spec = ToolSpec {
+            name: "http.request".into(),
+            description: String::new(),
+            args_schema: json!({}),
+            effect: weft_tools::Effect::Write,
+            idempotent: false,
+            cost: None,
+            llm: false,
+        };
+        let ctx = ToolContext {
+            tenant: Arc::from("acme"),
+            instance: Arc::from("i7"),
+            plan: Arc::from("billing"),
+            step: Arc::from("charge"),
+            attempt: 3,
+            ..ToolContext::detached("charge")
+        };
+        let args = json!({"url": "https://x.test/", "n": [1, 2.5, {"deep": null}], "b": true});
+        let profile = profile_input(&spec, None);
+        let made = CallInput::new(&spec, &profile)
+            .document(&ctx, &args)
+            .unwrap();
+        assert_eq!(made, rego_value(&call_input(&ctx, &spec, &args)).unwrap());
     }
 }
