@@ -3,6 +3,8 @@
 //! reserves the worst case (prompt estimate + `max_tokens`) and refuses when that would cross a
 //! cap, so nothing is ever silently truncated; after the call the reservation is settled with
 //! the real usage. Thread-safe: one ledger is shared by every planner, tool and instance.
+//! With a `period`, the caps are quotas: what was used counts until the period (aligned on
+//! the Unix epoch, as the runtime's tool-call quotas are) ends, then the count starts again.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -48,6 +50,8 @@ pub struct BudgetLimits {
     pub tenant_calls_per_window: Option<u32>,
     /// The rate window (default one minute).
     pub rate_window: Option<Duration>,
+    /// The caps' period: usage is forgotten when it ends (`None`: never).
+    pub period: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -61,6 +65,36 @@ struct Used {
 struct State {
     used: HashMap<(u8, String), Used>,
     recent: HashMap<String, Vec<Instant>>,
+    /// The period `used` counts (its index since the Unix epoch).
+    period: u64,
+}
+
+/// The index of the period `now` is in (0 without a period).
+fn period_index(period: Option<Duration>) -> u64 {
+    let Some(len) = period.map(|p| p.as_millis().max(1)) else {
+        return 0;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    u64::try_from(now / len).unwrap_or(u64::MAX)
+}
+
+impl State {
+    /// Forgets the usage of a period that has ended (reservations of calls still in flight
+    /// are kept: they settle into the new period).
+    fn roll(&mut self, period: Option<Duration>) {
+        let now = period_index(period);
+        if now != self.period {
+            self.period = now;
+            self.used.retain(|_, u| u.reserved > 0);
+            for u in self.used.values_mut() {
+                u.tokens = 0;
+                u.calls = 0;
+            }
+        }
+    }
 }
 
 /// The budget ledger.
@@ -130,6 +164,7 @@ impl Budget {
             .state
             .lock()
             .map_err(|_| Error::Config("budget ledger lock poisoned".into()))?;
+        st.roll(self.limits.period);
         if let Some(max) = self.limits.tenant_calls_per_window {
             let window = self.limits.rate_window.unwrap_or(Duration::from_secs(60));
             let now = Instant::now();
@@ -213,7 +248,10 @@ impl Budget {
         self.state
             .lock()
             .ok()
-            .and_then(|st| st.used.get(&(kind, id.to_string())).copied())
+            .and_then(|mut st| {
+                st.roll(self.limits.period);
+                st.used.get(&(kind, id.to_string())).copied()
+            })
             .map(|u| Spent {
                 tokens: u.tokens,
                 calls: u.calls,
@@ -263,6 +301,37 @@ mod tests {
         b.settle(r, 10);
         let e = b.reserve(&c, 1).unwrap_err().to_string();
         assert!(e.contains("3 of 3 calls"), "{e}");
+    }
+
+    #[test]
+    fn a_period_that_ends_forgets_the_usage() {
+        let b = Budget::new(BudgetLimits {
+            per_tenant: Limit::new(None, Some(1)),
+            period: Some(Duration::from_millis(300)),
+            ..BudgetLimits::default()
+        });
+        let c = Correlation::new("t");
+        // Start early in a period, so that both calls below fall in it.
+        let into_period = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+                % 300
+        };
+        while into_period() > 100 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let r = b.reserve(&c, 1).unwrap();
+        b.settle(r, 1);
+        assert!(b.reserve(&c, 1).is_err(), "one call per period");
+        let first = period_index(b.limits.period);
+        while period_index(b.limits.period) == first {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(b.spent_by_tenant("t"), Spent::default());
+        let r = b.reserve(&c, 1).expect("a new period");
+        b.settle(r, 1);
     }
 
     #[test]

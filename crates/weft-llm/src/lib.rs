@@ -51,7 +51,9 @@ pub use replay::ReplayProvider;
 pub use scripted::{ScriptedExchange, ScriptedProvider};
 pub use session::{CallDefaults, Llm};
 pub use stored::{StorePlanCache, StoreTranscript, TranscriptScope, list_transcripts};
-pub use telemetry::{MemoryTelemetry, TelemetryEvent, TelemetryKind, TelemetrySink};
+pub use telemetry::{
+    MemoryTelemetry, TelemetryEvent, TelemetryKind, TelemetrySink, TracingTelemetry,
+};
 pub use tools::{AgentReactTool, LlmCompleteTool};
 pub use transcript::{
     Exchange, JsonlTranscript, MemoryTranscript, NoTranscript, TranscriptSink, token_totals,

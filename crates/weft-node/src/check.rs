@@ -65,6 +65,15 @@ pub fn check(loaded: &mut Loaded, openers: &Openers) {
             bad(key, format!("`{key}` must be at least 1"), None);
         }
     }
+    if c.budget.planner.as_ref().and_then(|p| p.calls_per_minute) == Some(0) {
+        bad(
+            "budget.planner.calls_per_minute",
+            "`budget.planner.calls_per_minute` must be at least 1 (to allow no planner call, \
+             set `budget.planner.max_llm_calls = 0`)"
+                .into(),
+            None,
+        );
+    }
     if c.budget.period_secs == 0 {
         bad(
             "budget.period_secs",

@@ -49,6 +49,12 @@ pub struct Config {
 /// counted by this process since it started). The fields of each are those of a plan's
 /// `limits` (`max_tool_calls`, `max_llm_calls`, `max_llm_tokens`, `max_cost`, and for
 /// `instance` also `max_wall_ms`). No budget set: only plans' own limits count.
+///
+/// `planner` is the tenant's quota of planner calls (`weft plan`, `POST /v1/plan`,
+/// `/v1/generate`, `/plan/react`, the ReAct planner on the bus; not the models plans call,
+/// which `tenant` counts): `max_llm_calls` and `max_llm_tokens` per `period_secs` (refused
+/// with `planner.rejected`), `calls_per_minute` (refused with `planner.throttled`, to retry
+/// later).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BudgetConfig {
@@ -61,12 +67,31 @@ pub struct BudgetConfig {
     /// Quota of all instances of one tenant in a period.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tenant: Option<weft_core::PlanLimits>,
+    /// Quota of one tenant's planner calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planner: Option<PlannerBudget>,
     /// The quotas' period, in seconds.
     pub period_secs: u64,
     /// A call over any budget, a plan's own limits included: `fail` (the step fails with
     /// `budget_exceeded`) or `pause` (the instance is paused; once resumed the call is
     /// charged again).
     pub on_exceeded: OnExceeded,
+}
+
+/// `[budget.planner]`: one tenant's planner calls (see [`BudgetConfig`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlannerBudget {
+    /// Model calls per period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_llm_calls: Option<u64>,
+    /// Model tokens (prompt and completion) per period; a call is refused when its prompt
+    /// and `max_tokens` could cross it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_llm_tokens: Option<u64>,
+    /// Model calls in any minute.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls_per_minute: Option<u32>,
 }
 
 /// What a call over a budget does (`[budget] on_exceeded`).
@@ -86,6 +111,7 @@ impl Default for BudgetConfig {
             instance: None,
             plan: None,
             tenant: None,
+            planner: None,
             period_secs: 86_400,
             on_exceeded: OnExceeded::Fail,
         }
@@ -93,6 +119,18 @@ impl Default for BudgetConfig {
 }
 
 impl BudgetConfig {
+    /// The planners' ledger (`None`: no planner budget is set).
+    pub fn planner_limits(&self) -> Option<weft_llm::BudgetLimits> {
+        let p = self.planner.as_ref()?;
+        Some(weft_llm::BudgetLimits {
+            per_tenant: weft_llm::Limit::new(p.max_llm_tokens, p.max_llm_calls),
+            tenant_calls_per_window: p.calls_per_minute,
+            rate_window: Some(std::time::Duration::from_secs(60)),
+            period: Some(std::time::Duration::from_secs(self.period_secs.max(1))),
+            ..weft_llm::BudgetLimits::default()
+        })
+    }
+
     /// The engine's budgets (`None`: the operator set none and plans' limits fail calls).
     pub fn quotas(&self) -> Option<weft_runtime::quota::QuotaConfig> {
         let set = self.instance.is_some() || self.plan.is_some() || self.tenant.is_some();
@@ -521,6 +559,9 @@ pub(crate) const OPTIONAL_KEYS: &[(&str, Kind)] = &[
     ("budget.tenant.max_llm_calls", Kind::Integer),
     ("budget.tenant.max_llm_tokens", Kind::Integer),
     ("budget.tenant.max_cost", Kind::Float),
+    ("budget.planner.max_llm_calls", Kind::Integer),
+    ("budget.planner.max_llm_tokens", Kind::Integer),
+    ("budget.planner.calls_per_minute", Kind::Integer),
     ("policy.tenants_dir", Kind::String),
     ("journal.hmac_key_file", Kind::String),
     ("journal.hmac_key", Kind::String),

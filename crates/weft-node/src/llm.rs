@@ -1,13 +1,21 @@
 //! Which language model a weft talks to: the OpenAI-compatible provider `[llm]` configures
 //! (file, `WEFT_LLM_*` or flags), or none, in which case `llm.complete` still exists (so plans
 //! using it register and run up to that step) but fails with a message saying what to set.
+//! Planners reach it through [`Planner`]: `[budget.planner]`'s ledger (one per node, shared
+//! by every planner call of every tenant) checks each call before it is sent, and its
+//! refusals go onto the bus as `dev.weft.planner.throttled` / `dev.weft.planner.rejected`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use weft_llm::{ChatProvider, ChatRequest, ChatResponse, Llm, OpenAiConfig, OpenAiProvider};
+use weft_llm::{
+    Budget, ChatProvider, ChatRequest, ChatResponse, Llm, OpenAiConfig, OpenAiProvider,
+    TelemetryEvent, TelemetryKind, TelemetrySink, TracingTelemetry,
+};
+use weft_runtime::bus::{Bus, CloudEvent};
 
 use crate::Error;
-use crate::config::LlmConfig;
+use crate::config::{BudgetConfig, LlmConfig};
 
 /// What to tell people when no provider is configured (commands with a `--script` flag add
 /// that choice themselves: `weft run` and the server have none).
@@ -62,6 +70,89 @@ pub fn for_tools(
         ))),
         _ => llm,
     })
+}
+
+/// The planners' model: the configured provider, `[budget.planner]`'s ledger and the bus
+/// its refusals are published on. Cheap to clone.
+#[derive(Clone)]
+pub struct Planner {
+    provider: Option<Arc<dyn ChatProvider>>,
+    budget: Option<Arc<Budget>>,
+    telemetry: Arc<dyn TelemetrySink>,
+}
+
+impl std::fmt::Debug for Planner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planner")
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Planner {
+    /// `provider` behind `budget.planner`'s ledger (none set: no ledger), publishing on `bus`.
+    pub fn new(
+        provider: Option<Arc<dyn ChatProvider>>,
+        budget: &BudgetConfig,
+        bus: Arc<dyn Bus>,
+    ) -> Planner {
+        Planner {
+            provider,
+            budget: budget.planner_limits().map(|l| Arc::new(Budget::new(l))),
+            telemetry: Arc::new(BusTelemetry {
+                bus,
+                seq: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The model for one planner run (`None`: no provider is configured).
+    pub fn llm(&self) -> Option<Llm> {
+        let llm = Llm::new(Arc::clone(self.provider.as_ref()?))
+            .with_telemetry(Arc::clone(&self.telemetry));
+        Some(match &self.budget {
+            Some(b) => llm.with_budget(Arc::clone(b)),
+            None => llm,
+        })
+    }
+}
+
+/// Planner telemetry into the logs, and the ledger's refusals (`planner.throttled`,
+/// `planner.rejected`) onto the bus as CloudEvents of the tenant.
+struct BusTelemetry {
+    bus: Arc<dyn Bus>,
+    seq: AtomicU64,
+}
+
+impl TelemetrySink for BusTelemetry {
+    fn emit(&self, event: TelemetryEvent) {
+        let published = matches!(
+            event.kind,
+            TelemetryKind::Throttled | TelemetryKind::Rejected
+        );
+        if published && self.bus.wants() {
+            let c = &event.correlation;
+            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+            self.bus.publish(CloudEvent {
+                specversion: "1.0".to_string(),
+                id: format!("{}-{seq}", c.correlation_id),
+                source: format!(
+                    "weft://{}/{}/{}",
+                    c.tenant,
+                    c.plan.as_deref().unwrap_or(""),
+                    c.instance.as_deref().unwrap_or("")
+                ),
+                ty: weft_runtime::bus::event_type(event.kind.as_str()),
+                time: weft_runtime::clock::rfc3339(event.at_ms),
+                datacontenttype: "application/json".to_string(),
+                data: serde_json::to_value(&event).unwrap_or_default(),
+                tenant: c.tenant.clone(),
+                instance: c.instance.clone(),
+                correlation: Some(c.correlation_id.clone()),
+            });
+        }
+        TracingTelemetry.emit(event);
+    }
 }
 
 /// A provider that fails every call with [`NOT_CONFIGURED`].

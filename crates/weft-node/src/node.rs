@@ -294,10 +294,12 @@ impl Builder {
         let bus = self
             .openers
             .open_bus(&self.config.bus.url, self.config.bus.capacity)?;
+        let planner = crate::llm::Planner::new(llm.clone(), &self.config.budget, Arc::clone(&bus));
         let opts = self.engine_options(&registry, bus);
         let outside = Arc::new(opts.chain.apply_outside_instances(&registry));
         Ok(Parts {
             llm,
+            planner,
             registry,
             outside,
             opts,
@@ -318,6 +320,7 @@ impl Builder {
             engine: Engine::new(p.opts),
             durable: None,
             llm: p.llm,
+            planner: p.planner,
             watcher,
             chain: this.chain,
             toolbox: None,
@@ -365,6 +368,7 @@ impl Builder {
             engine: durable.engine().clone(),
             durable: Some(durable),
             llm: p.llm,
+            planner: p.planner,
             watcher,
             chain,
             toolbox: Some(toolbox),
@@ -376,6 +380,7 @@ impl Builder {
 /// What [`Builder::parts`] makes.
 struct Parts {
     llm: Option<Arc<dyn ChatProvider>>,
+    planner: crate::llm::Planner,
     registry: Arc<Registry>,
     outside: Arc<Registry>,
     opts: EngineOptions,
@@ -390,6 +395,8 @@ pub struct Node {
     engine: Engine,
     durable: Option<Durable>,
     llm: Option<Arc<dyn ChatProvider>>,
+    /// The planners' model: `[budget.planner]`'s ledger, refusals published.
+    planner: crate::llm::Planner,
     chain: Chain,
     /// Tenants' declared tools (durable nodes).
     toolbox: Option<Arc<Toolbox>>,
@@ -477,6 +484,14 @@ impl Node {
     /// The configured model, if any.
     pub fn llm(&self) -> Option<&Arc<dyn ChatProvider>> {
         self.llm.as_ref()
+    }
+
+    /// The model for planners (`POST /v1/plan`, `/v1/generate`, `/plan/react`, the ReAct
+    /// planner on the bus), `None` without one: the configured model behind
+    /// `[budget.planner]`'s ledger, whose refusals are published as
+    /// `dev.weft.planner.throttled` / `dev.weft.planner.rejected` events.
+    pub fn planner_llm(&self) -> Option<weft_llm::Llm> {
+        self.planner.llm()
     }
 
     /// The checks `tenant`'s plans pass before they are accepted (approval coverage, the

@@ -32,7 +32,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, oneshot};
-use weft_llm::ChatProvider;
+use weft_llm::Llm;
 use weft_llm::react::{PlannerRequest, Refusal};
 use weft_tools::Registry;
 
@@ -180,20 +180,21 @@ async fn registered(client: &async_nats::Client) -> Result<(), String> {
 
 struct Service {
     client: async_nats::Client,
-    llm: Option<Arc<dyn ChatProvider>>,
+    llm: Option<Llm>,
     tools: Tools,
     tenant: String,
     subject: String,
     max_request_bytes: usize,
 }
 
-/// Serves `node`'s planner as `weft serve` does: its model, and its outside-instance tools
+/// Serves `node`'s planner as `weft serve` does: its model ([`Node::planner_llm`], under
+/// `[budget.planner]`), and its outside-instance tools
 /// overlaid with `config.tenant`'s declared ones ([`Node::outside_registry_for`], re-read
 /// from the store before each request, as `/plan/react` does). See [`spawn`].
 pub async fn spawn_node(config: &PlannerConfig, node: &Node) -> Result<PlannerBus, Error> {
     start(
         config,
-        node.llm().cloned(),
+        node.planner_llm(),
         Tools::Node(Box::new(node.clone())),
     )
     .await
@@ -204,7 +205,7 @@ pub async fn spawn_node(config: &PlannerConfig, node: &Node) -> Result<PlannerBu
 /// the tools `tools` (e.g. the node's [`Node::outside_registry`]), until stopped.
 pub async fn spawn(
     config: &PlannerConfig,
-    llm: Option<Arc<dyn ChatProvider>>,
+    llm: Option<Llm>,
     tools: Arc<Registry>,
 ) -> Result<PlannerBus, Error> {
     start(config, llm, Tools::Fixed(tools)).await
@@ -212,7 +213,7 @@ pub async fn spawn(
 
 async fn start(
     config: &PlannerConfig,
-    llm: Option<Arc<dyn ChatProvider>>,
+    llm: Option<Llm>,
     tools: Tools,
 ) -> Result<PlannerBus, Error> {
     if let Some((key, m)) = problems(config).into_iter().next() {

@@ -184,6 +184,7 @@ fn checks_refuse_values_that_cannot_work() {
         "/telemetry/otlp_endpoint",
         "/budget/period_secs",
         "/budget/tenant/max_tool_calls",
+        "/budget/planner/calls_per_minute",
     ] {
         assert!(keys.contains(&k), "no finding at {k}: {}", render(&l));
     }

@@ -87,13 +87,9 @@ async fn serve(
         ..PlannerConfig::default()
     };
     tune(&mut pc);
-    let bus = planner_bus::spawn(
-        &pc,
-        node.llm().cloned(),
-        Arc::clone(node.outside_registry()),
-    )
-    .await
-    .unwrap();
+    let bus = planner_bus::spawn(&pc, node.planner_llm(), Arc::clone(node.outside_registry()))
+        .await
+        .unwrap();
     let client = async_nats::connect(nats_url()).await.unwrap();
     (bus, client, pc)
 }

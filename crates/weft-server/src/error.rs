@@ -20,7 +20,8 @@ pub enum Problems {
     /// No token, or an unknown one.
     #[response(status = 401, content_type = "application/problem+json")]
     Unauthorized(Problem),
-    /// The tenant's rate limit (see `Retry-After`).
+    /// The tenant's rate limit (see `Retry-After`), or on the planner routes its planner
+    /// budget (`[budget.planner]`): `planner_throttled` (retry later) or `planner_rejected`.
     #[response(status = 429, content_type = "application/problem+json")]
     TooManyRequests(Problem),
 }
@@ -151,6 +152,8 @@ impl ApiError {
             "invalid_plan" => "Invalid plan",
             "invalid_cloudevent" => "Invalid CloudEvent",
             "rate_limited" => "Too many requests",
+            "planner_throttled" => "Planner rate limit reached",
+            "planner_rejected" => "Planner quota used up",
             "conflict" => "Conflict",
             "instance_terminal" => "Instance is terminal",
             "llm_unavailable" => "LLM unavailable",

@@ -3,8 +3,6 @@
 //! instance, and `POST /plan/react` (seed 004's contract, request and response types from
 //! `weft_llm::react`). Without a configured provider they answer `503 llm_unavailable`.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -21,12 +19,12 @@ use crate::error::{ApiError, ApiResult, Problem, Problems};
 use crate::names::check_name;
 use crate::state::AppState;
 
+/// The planners' model (`[budget.planner]`'s ledger in front of it).
 fn llm(state: &AppState) -> ApiResult<Llm> {
     state
         .inner
-        .llm
-        .as_ref()
-        .map(|p| Llm::new(Arc::clone(p)))
+        .node
+        .planner_llm()
         .ok_or_else(ApiError::llm_unavailable)
 }
 
@@ -61,6 +59,9 @@ fn llm_error(e: weft_llm::Error) -> ApiError {
         }
         weft_llm::Error::Config(m) => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "llm_unavailable", m)
+        }
+        e @ weft_llm::Error::BudgetExceeded { .. } => {
+            refusal(weft_llm::react::Refusal::from_error(e))
         }
         e => ApiError::new(StatusCode::BAD_GATEWAY, "llm_failed", e.to_string()).hint(
             "the model or its server failed; try again or check the server's LLM configuration",
@@ -221,7 +222,7 @@ pub(crate) async fn explain(
     let model = match req.llm {
         Some(true) => Some(llm(&state)?),
         Some(false) => None,
-        None => state.inner.llm.as_ref().map(|p| Llm::new(Arc::clone(p))),
+        None => state.inner.node.planner_llm(),
     };
     let e = weft_llm::explain(model.as_ref(), &Correlation::new(tenant), &plan)
         .await
@@ -326,7 +327,7 @@ pub(crate) async fn react(
     crate::tools::refresh(&state, &tenant).await?;
     let tools = state.inner.node.outside_registry_for(&tenant);
     let r = weft_llm::react::answer(
-        state.inner.llm.as_ref(),
+        state.inner.node.planner_llm().as_ref(),
         &tools,
         &Correlation::new(tenant),
         &req,
@@ -345,7 +346,11 @@ pub(crate) async fn react(
 /// A refusal of the shared ReAct service as a problem response (same code, status, hint).
 fn refusal(r: weft_llm::react::Refusal) -> ApiError {
     let status = StatusCode::from_u16(r.kind.status()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let e = ApiError::new(status, r.code, r.message);
+    let mut e = ApiError::new(status, r.code, r.message);
+    if r.code == "planner_throttled" {
+        // The ledger's rate window is a minute.
+        e.retry_after = Some(60);
+    }
     match r.hint {
         Some(h) => e.hint(h),
         None => e,

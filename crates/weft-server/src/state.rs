@@ -156,7 +156,6 @@ pub(crate) struct Inner {
     /// The node: its tools and every tenant's declared ones.
     pub node: weft_node::Node,
     pub durable: Durable,
-    pub llm: Option<Arc<dyn weft_llm::ChatProvider>>,
     pub limiter: RateLimiter,
     pub metrics: Metrics,
     /// Compiled plans by (tenant, name, version).
@@ -217,7 +216,6 @@ impl AppState {
             inner: Arc::new(Inner {
                 config,
                 durable,
-                llm: node.llm().cloned(),
                 node,
                 limiter,
                 metrics,

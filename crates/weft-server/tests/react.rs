@@ -174,3 +174,91 @@ async fn the_loop_calls_tools_as_the_callers_tenant() {
     assert_eq!(*seen.lock().unwrap(), ["tenant-a"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `[budget.planner]`: the tenant's planner calls are counted (two model calls per request
+/// here); the call over `max_llm_calls` is refused before it reaches the model, with `429
+/// planner_rejected`, and a `dev.weft.planner.rejected` event goes out on the tenant's stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planner_quota_refuses_the_call_over_it_and_publishes_planner_rejected() {
+    use futures::StreamExt as _;
+    let request: Value = json!({
+        "caller": "debug-shell",
+        "goal": {"type": "analysis", "description": "Say hello.", "metadata": {}},
+        "context": {"conversation_history": [], "orion_state_snapshot": {}, "external_facts": {}},
+        "toolset": [],
+        "limits": {"max_steps": 3, "max_tokens_reason": 64, "max_tokens_answer": 64, "timeout_seconds": 10},
+        "preferences": {"style": "concise", "allow_internal_thought_logging": true, "return_trace": true}
+    });
+    let answer = || {
+        step(json!({"thought": "Done.", "finish": true, "action": null,
+            "final_answer": {"content": "hello", "structured": {}}}))
+    };
+    // Enough answers for three requests: only the budget can stop the third.
+    let script = vec![answer(), answer(), answer()];
+    let mut config = weft_node::Config::default();
+    config.budget.planner = Some(weft_node::config::PlannerBudget {
+        max_llm_calls: Some(2),
+        ..Default::default()
+    });
+    let builder =
+        weft_node::Builder::new(config).llm(Some(Arc::new(ScriptedProvider::new(script))));
+    let (state, _) = AppState::open(builder, None, ServerConfig::default())
+        .await
+        .unwrap();
+    let app = weft_server::app(state);
+    let post = |body: &Value| {
+        Request::post("/plan/react")
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let stream = app
+        .clone()
+        .oneshot(
+            Request::get("/v1/events/stream?type=planner.*")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    for _ in 0..2 {
+        let res = app.clone().oneshot(post(&request)).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+    }
+    let res = app.clone().oneshot(post(&request)).await.unwrap();
+    let status = res.status();
+    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(v["code"], "planner_rejected", "{v}");
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("2 of 2 calls"),
+        "{v}"
+    );
+    assert!(
+        v["hint"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("[budget.planner]"),
+        "{v}"
+    );
+    // The refusal on the tenant's event stream.
+    let mut frames = stream.into_body().into_data_stream();
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !text.contains("dev.weft.planner.rejected") {
+        let chunk = tokio::time::timeout_at(deadline, frames.next())
+            .await
+            .expect("no planner.rejected event within 10 s")
+            .expect("the stream ended")
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("\"tenant\":\"local\""), "{text}");
+}

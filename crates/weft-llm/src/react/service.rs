@@ -13,7 +13,6 @@ use super::executor::RegistryExecutor;
 use super::types::{PlannerRequest, PlannerResponse};
 use crate::error::Error;
 use crate::ids::Correlation;
-use crate::provider::ChatProvider;
 use crate::session::Llm;
 
 /// Why a request got no [`PlannerResponse`]: a stable `code` (the same on every front end),
@@ -41,6 +40,8 @@ pub enum RefusalKind {
     Unavailable,
     /// The model or its server failed before any progress (HTTP 502).
     Upstream,
+    /// A planner budget refused the model call (HTTP 429).
+    OverBudget,
 }
 
 impl RefusalKind {
@@ -51,6 +52,7 @@ impl RefusalKind {
             RefusalKind::Unprocessable => 422,
             RefusalKind::Unavailable => 503,
             RefusalKind::Upstream => 502,
+            RefusalKind::OverBudget => 429,
         }
     }
 }
@@ -79,6 +81,17 @@ impl Refusal {
                 Refusal::new(RefusalKind::Unprocessable, "invalid_plan", e.to_string())
             }
             Error::Config(m) => Refusal::new(RefusalKind::Unavailable, "llm_unavailable", m),
+            e @ Error::BudgetExceeded { throttled, .. } => {
+                let (code, hint) = if throttled {
+                    ("planner_throttled", "retry in a minute")
+                } else {
+                    (
+                        "planner_rejected",
+                        "the tenant's planner quota is used up until the period ends ([budget.planner] in weft.toml)",
+                    )
+                };
+                Refusal::new(RefusalKind::OverBudget, code, e.to_string()).hint(hint)
+            }
             e => Refusal::new(RefusalKind::Upstream, "llm_failed", e.to_string()).hint(
                 "the model or its server failed; try again or check the server's LLM configuration",
             ),
@@ -115,7 +128,7 @@ impl std::fmt::Display for Refusal {
 /// An LLM error before any progress is a refusal; after some, the response carries the
 /// partial trace and an `error` field.
 pub async fn answer(
-    provider: Option<&Arc<dyn ChatProvider>>,
+    llm: Option<&Llm>,
     tools: &Arc<Registry>,
     corr: &Correlation,
     req: &PlannerRequest,
@@ -141,7 +154,7 @@ pub async fn answer(
         )
         .hint("declare them in weft.toml ([[tools.declared]]) or pick tools `weft tools` lists"));
     }
-    let llm = Llm::new(Arc::clone(provider.ok_or_else(Refusal::llm_unavailable)?));
+    let llm = llm.ok_or_else(Refusal::llm_unavailable)?;
     let exec = RegistryExecutor::new(
         Arc::clone(tools),
         ToolContext {
@@ -150,7 +163,7 @@ pub async fn answer(
             ..ToolContext::detached("react")
         },
     );
-    super::run_react(&llm, corr, req, &exec)
+    super::run_react(llm, corr, req, &exec)
         .await
         .map_err(Refusal::from_error)
 }
