@@ -32,6 +32,11 @@
 //! is parsed as JSON when it parses and returned as a string when not; several items are a
 //! list of those. An `isError` result is a fatal `mcp_tool_error` with the server's text.
 //!
+//! **Where HTTP calls go.** Only to the server's `url`, which the operator names exactly in
+//! `weft.toml` (plans cannot change it): like an exact `allow_hosts` entry of the `http`
+//! source, it may be a loopback or private address, the usual place of a local MCP server.
+//! The client follows no redirects, so a server cannot send weft's requests elsewhere.
+//!
 //! **Failures.** A server that cannot be reached at start fails [`discover`] (weft does not
 //! start with tools it cannot describe). A server that dies later (its process exits, its
 //! HTTP endpoint stops answering) fails the calls in flight and every call until it is back
