@@ -50,6 +50,21 @@ pub struct ToolSpec {
     pub llm: bool,
 }
 
+impl ToolSpec {
+    /// A spec with no description, any args and no declared cost, that asks no model.
+    pub fn new(name: impl Into<String>, effect: Effect, idempotent: bool) -> Self {
+        ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            args_schema: any_schema(),
+            effect,
+            idempotent,
+            cost: None,
+            llm: false,
+        }
+    }
+}
+
 fn any_schema() -> Value {
     Value::Object(serde_json::Map::new())
 }

@@ -88,11 +88,10 @@ impl State {
         let now = period_index(period);
         if now != self.period {
             self.period = now;
-            self.used.retain(|_, u| u.reserved > 0);
-            for u in self.used.values_mut() {
-                u.tokens = 0;
-                u.calls = 0;
-            }
+            self.used.retain(|_, u| {
+                (u.tokens, u.calls) = (0, 0);
+                u.reserved > 0
+            });
         }
     }
 }

@@ -41,18 +41,6 @@ fn ctx() -> ToolContext {
     }
 }
 
-fn spec(name: &str, effect: Effect, idempotent: bool) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        description: String::new(),
-        args_schema: json!({}),
-        effect,
-        idempotent,
-        cost: None,
-        llm: false,
-    }
-}
-
 fn http_args() -> Value {
     json!({"url": "https://api.github.com/repos/acme/weft/issues?state=open",
            "method": "GET", "headers": {"accept": "application/json"}})
@@ -68,7 +56,7 @@ fn with_budget(mut input: Value) -> Value {
 fn allowed() -> Value {
     with_budget(call_input(
         &ctx(),
-        &spec("http.request", Effect::Read, true),
+        &ToolSpec::new("http.request", Effect::Read, true),
         &http_args(),
     ))
 }
@@ -77,7 +65,7 @@ fn allowed() -> Value {
 fn denied() -> Value {
     with_budget(call_input(
         &ctx(),
-        &spec("http.request", Effect::Write, false),
+        &ToolSpec::new("http.request", Effect::Write, false),
         &json!({"url": "http://169.254.169.254/latest/meta-data/", "method": "POST"}),
     ))
 }
@@ -85,7 +73,7 @@ fn denied() -> Value {
 fn approval() -> Value {
     with_budget(call_input(
         &ctx(),
-        &spec("payments.charge", Effect::Write, false),
+        &ToolSpec::new("payments.charge", Effect::Write, false),
         &json!({"customer": "cus_123", "amount_cents": 120_000, "currency": "eur"}),
     ))
 }
@@ -134,7 +122,7 @@ fn allow_all(bencher: Bencher) {
 #[divan::bench]
 fn build_input(bencher: Bencher) {
     let ctx = ctx();
-    let spec = spec("http.request", Effect::Read, true);
+    let spec = ToolSpec::new("http.request", Effect::Read, true);
     let args = http_args();
     bencher.bench_local(|| call_input(black_box(&ctx), black_box(&spec), black_box(&args)));
 }

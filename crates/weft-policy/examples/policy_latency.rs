@@ -213,7 +213,11 @@ fn linked_tool(policy: &Policy) -> Arc<dyn Tool> {
             Ok(Value::Null)
         }
     }
-    PolicyLink::new(policy.clone()).wrap(Arc::new(Null(spec("http.request", Effect::Read, true))))
+    PolicyLink::new(policy.clone()).wrap(Arc::new(Null(ToolSpec::new(
+        "http.request",
+        Effect::Read,
+        true,
+    ))))
 }
 
 fn policy(text: &str) -> Policy {
@@ -231,18 +235,6 @@ struct Inputs {
     approval: Value,
 }
 
-fn spec(name: &str, effect: Effect, idempotent: bool) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        description: String::new(),
-        args_schema: json!({}),
-        effect,
-        idempotent,
-        cost: None,
-        llm: false,
-    }
-}
-
 impl Inputs {
     fn new() -> Self {
         let ctx = ToolContext {
@@ -252,7 +244,7 @@ impl Inputs {
             step: Arc::from("fetch_invoice"),
             ..ToolContext::detached("fetch_invoice")
         };
-        let http_spec = spec("http.request", Effect::Read, true);
+        let http_spec = ToolSpec::new("http.request", Effect::Read, true);
         let http_args = json!({"url": "https://api.github.com/repos/acme/weft/issues?state=open",
                                "method": "GET", "headers": {"accept": "application/json"}});
         let budget = json!({"tool_calls": 40, "cost_cents": 500});
@@ -261,13 +253,13 @@ impl Inputs {
         // An SSRF attempt: plain http, an IP literal, the metadata host, not on the list.
         let mut denied = call_input(
             &ctx,
-            &spec("http.request", Effect::Write, false),
+            &ToolSpec::new("http.request", Effect::Write, false),
             &json!({"url": "http://169.254.169.254/latest/meta-data/", "method": "POST"}),
         );
         denied["budget"] = budget.clone();
         let mut approval = call_input(
             &ctx,
-            &spec("payments.charge", Effect::Write, false),
+            &ToolSpec::new("payments.charge", Effect::Write, false),
             &json!({"customer": "cus_123", "amount_cents": 120_000, "currency": "eur"}),
         );
         approval["budget"] = budget;

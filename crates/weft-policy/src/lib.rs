@@ -777,15 +777,7 @@ mod tests {
     /// The link's input documents, built from Rego values, are the documented ones.
     #[test]
     fn a_call_input_made_from_rego_values_equals_the_json_one() {
-        let spec = ToolSpec {
-            name: "http.request".into(),
-            description: String::new(),
-            args_schema: json!({}),
-            effect: weft_tools::Effect::Write,
-            idempotent: false,
-            cost: None,
-            llm: false,
-        };
+        let spec = ToolSpec::new("http.request", weft_tools::Effect::Write, false);
         let ctx = ToolContext {
             tenant: Arc::from("acme"),
             instance: Arc::from("i7"),

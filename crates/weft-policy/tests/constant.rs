@@ -90,18 +90,6 @@ fn args(g: &mut Gen, tool: &str) -> Value {
     }
 }
 
-fn spec(name: &str, effect: Effect, idempotent: bool) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        description: String::new(),
-        args_schema: json!({}),
-        effect,
-        idempotent,
-        cost: None,
-        llm: false,
-    }
-}
-
 fn context(g: &mut Gen) -> ToolContext {
     let step = *g.pick(STEPS);
     ToolContext {
@@ -118,7 +106,7 @@ fn context(g: &mut Gen) -> ToolContext {
 /// might be given one).
 fn call(g: &mut Gen) -> Value {
     let tool = *g.pick(TOOLS);
-    let spec = spec(tool, *g.pick(EFFECTS), g.next().is_multiple_of(2));
+    let spec = ToolSpec::new(tool, *g.pick(EFFECTS), g.next().is_multiple_of(2));
     let ctx = context(g);
     let args = args(g, tool);
     let mut doc = call_input(&ctx, &spec, &args);
