@@ -5,10 +5,15 @@
 //! the real usage. Thread-safe: one ledger is shared by every planner, tool and instance.
 //! With a `period`, the caps are quotas: what was used counts until the period (aligned on
 //! the Unix epoch, as the runtime's tool-call quotas are) ends, then the count starts again.
+//! With [`Budget::shared`], each tenant's calls and tokens are counted in
+//! [`weft_tools::SharedCounts`] (key `planner/<tenant>`), which the assembly point syncs
+//! with the store: every process sharing it counts together, and a restart goes on counting.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use weft_tools::{SharedCounts, Usage};
 
 use crate::error::{Error, Result};
 use crate::ids::Correlation;
@@ -71,14 +76,24 @@ struct State {
 
 /// The index of the period `now` is in (0 without a period).
 fn period_index(period: Option<Duration>) -> u64 {
+    period_bounds(period).0
+}
+
+/// The index of the period `now` is in and when it ends, epoch ms (0 and never without a
+/// period).
+fn period_bounds(period: Option<Duration>) -> (u64, i64) {
     let Some(len) = period.map(|p| p.as_millis().max(1)) else {
-        return 0;
+        return (0, i64::MAX);
     };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis();
-    u64::try_from(now / len).unwrap_or(u64::MAX)
+    let index = now / len;
+    (
+        u64::try_from(index).unwrap_or(u64::MAX),
+        i64::try_from((index + 1) * len).unwrap_or(i64::MAX),
+    )
 }
 
 impl State {
@@ -101,6 +116,8 @@ impl State {
 pub struct Budget {
     limits: BudgetLimits,
     state: Mutex<State>,
+    /// Where tenants' calls and tokens are counted, when shared with other processes.
+    shared: Option<Arc<SharedCounts>>,
 }
 
 /// A granted reservation; settle it with the real usage.
@@ -121,6 +138,11 @@ pub struct Spent {
 }
 
 const TENANT: u8 = 0;
+
+/// The shared counter of `tenant`'s planner calls.
+fn tenant_key(tenant: &str) -> String {
+    format!("planner/{tenant}")
+}
 const PLAN: u8 = 1;
 const INSTANCE: u8 = 2;
 
@@ -138,7 +160,43 @@ impl Budget {
         Budget {
             limits,
             state: Mutex::new(State::default()),
+            shared: None,
         }
+    }
+
+    /// Counts each tenant's calls and tokens in `counts` (see the module docs); the rate
+    /// limit, plans' and instances' caps and reservations stay this ledger's.
+    #[must_use]
+    pub fn shared(mut self, counts: Arc<SharedCounts>) -> Self {
+        self.shared = Some(counts);
+        self
+    }
+
+    /// `u` with the tenant's shared counts in place of the ledger's own.
+    fn with_shared(&self, key: &(u8, String), mut u: Used) -> Used {
+        if let (TENANT, Some(shared)) = (key.0, &self.shared) {
+            let total = shared
+                .lock()
+                .total(&tenant_key(&key.1), period_index(self.limits.period));
+            (u.calls, u.tokens) = (total.llm_calls, total.llm_tokens);
+        }
+        u
+    }
+
+    /// Counts `calls` and `tokens` to `key`: in the shared counts for a tenant when shared.
+    fn count(&self, st: &mut State, key: (u8, String), calls: u64, tokens: u64) {
+        if let (TENANT, Some(shared)) = (key.0, &self.shared) {
+            let (period, ends) = period_bounds(self.limits.period);
+            let add = Usage {
+                llm_calls: calls,
+                llm_tokens: tokens,
+                ..Usage::default()
+            };
+            shared.lock().add(&tenant_key(&key.1), period, ends, add);
+        }
+        let u = st.used.entry(key).or_default();
+        u.calls += calls;
+        u.tokens += tokens;
     }
 
     /// The limits.
@@ -183,7 +241,7 @@ impl Budget {
         }
         let scopes = self.scopes(c);
         for (key, limit) in &scopes {
-            let u = st.used.get(key).copied().unwrap_or_default();
+            let u = self.with_shared(key, st.used.get(key).copied().unwrap_or_default());
             if let Some(max) = limit.max_calls
                 && u.calls + 1 > max
             {
@@ -221,9 +279,8 @@ impl Budget {
         }
         let mut keys = Vec::new();
         for (key, _) in scopes {
-            let u = st.used.entry(key.clone()).or_default();
-            u.calls += 1;
-            u.reserved += tokens;
+            st.used.entry(key.clone()).or_default().reserved += tokens;
+            self.count(&mut st, key.clone(), 1, 0);
             keys.push(key);
         }
         Ok(Reservation {
@@ -236,9 +293,9 @@ impl Budget {
     pub fn settle(&self, r: Reservation, used_tokens: u64) {
         if let Ok(mut st) = self.state.lock() {
             for key in r.keys {
-                let u = st.used.entry(key).or_default();
+                let u = st.used.entry(key.clone()).or_default();
                 u.reserved = u.reserved.saturating_sub(r.reserved);
-                u.tokens += used_tokens;
+                self.count(&mut st, key, 0, used_tokens);
             }
         }
     }
@@ -247,9 +304,10 @@ impl Budget {
         self.state
             .lock()
             .ok()
-            .and_then(|mut st| {
+            .map(|mut st| {
                 st.roll(self.limits.period);
-                st.used.get(&(kind, id.to_string())).copied()
+                let key = (kind, id.to_string());
+                self.with_shared(&key, st.used.get(&key).copied().unwrap_or_default())
             })
             .map(|u| Spent {
                 tokens: u.tokens,

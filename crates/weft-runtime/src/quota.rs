@@ -6,14 +6,15 @@
 //! instance is paused until someone resumes it, when the call is charged again (a quota may
 //! have a new period by then).
 //!
-//! The shared counts are this process's: they start at zero when it starts and when a new
-//! period begins (periods are aligned on the epoch), and several processes count apart.
+//! The quotas are counted in [`SharedCounts`] (keys `tenant/<tenant>` and
+//! `plan/<tenant>/<plan>`), which the assembly point syncs with the store so that every
+//! process sharing it counts together and a restart goes on from the store's totals; without
+//! a store they are this process's alone. A new period (aligned on the epoch) starts at zero.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use weft_core::PlanLimits;
-use weft_tools::Usage;
+use weft_tools::{SharedCounts, Usage};
 
 /// What to do with a call over a budget.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -57,25 +58,14 @@ pub(crate) struct Over {
     pub max: String,
 }
 
-/// One tenant's counts in their periods: its own, and each of its plans'.
-#[derive(Debug, Default)]
-struct Counts {
-    tenant: (u64, Usage),
-    plans: HashMap<Arc<str>, (u64, Usage)>,
+/// The shared counter of `tenant`'s quota.
+fn tenant_key(tenant: &str) -> String {
+    format!("tenant/{tenant}")
 }
 
-/// `used` in `period`, or nothing when it counted an earlier period.
-fn in_period(c: Option<&(u64, Usage)>, period: u64) -> Usage {
-    c.filter(|(p, _)| *p == period)
-        .map_or(Usage::default(), |(_, u)| *u)
-}
-
-/// Adds `add` to `c` in `period` (starting it again when it counted an earlier one).
-fn count(c: &mut (u64, Usage), period: u64, add: Usage) {
-    if c.0 != period {
-        *c = (period, Usage::default());
-    }
-    c.1 = c.1.plus(add);
+/// The shared counter of the quota of `tenant`'s plan `plan`.
+fn plan_key(tenant: &str, plan: &str) -> String {
+    format!("plan/{tenant}/{plan}")
 }
 
 /// The shared counts (see the module docs).
@@ -83,20 +73,30 @@ fn count(c: &mut (u64, Usage), period: u64, add: Usage) {
 pub struct Quotas {
     /// The configuration.
     pub config: QuotaConfig,
-    used: Mutex<HashMap<Arc<str>, Counts>>,
+    counts: Arc<SharedCounts>,
 }
 
 impl Quotas {
-    /// Counts for `config`.
+    /// Counts for `config`, in this process alone until something syncs
+    /// [`Quotas::counts`] with a store.
     pub fn new(config: QuotaConfig) -> Quotas {
         Quotas {
             config,
-            used: Mutex::new(HashMap::new()),
+            counts: Arc::new(SharedCounts::new()),
         }
     }
 
-    fn period(&self, now_ms: i64) -> u64 {
-        u64::try_from(now_ms).unwrap_or(0) / self.config.period_ms.max(1)
+    /// The counters behind the quotas, for the assembly point to share through a store.
+    pub fn counts(&self) -> &Arc<SharedCounts> {
+        &self.counts
+    }
+
+    /// The period `now_ms` is in, and when it ends.
+    fn period(&self, now_ms: i64) -> (u64, i64) {
+        let len = self.config.period_ms.max(1);
+        let period = u64::try_from(now_ms).unwrap_or(0) / len;
+        let ends = period.saturating_add(1).saturating_mul(len);
+        (period, i64::try_from(ends).unwrap_or(i64::MAX))
     }
 
     /// Charges `charge` to `tenant`'s and `plan`'s quotas at `now_ms`, unless that passes one
@@ -112,16 +112,15 @@ impl Quotas {
         if c.plan.is_none() && c.tenant.is_none() {
             return Ok(());
         }
-        let period = self.period(now_ms);
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        let counts = used.get(tenant);
-        let tenant_now = in_period(counts.map(|k| &k.tenant), period);
-        let plan_now = in_period(counts.and_then(|k| k.plans.get(plan)), period);
-        for (scope, limits, now) in [
-            ("tenant", c.tenant.as_ref(), tenant_now),
-            ("plan", c.plan.as_ref(), plan_now),
+        let (period, ends) = self.period(now_ms);
+        let (tk, pk) = (tenant_key(tenant), plan_key(tenant, plan));
+        let mut counts = self.counts.lock();
+        for (scope, limits, key) in [
+            ("tenant", c.tenant.as_ref(), &tk),
+            ("plan", c.plan.as_ref(), &pk),
         ] {
             let Some(limits) = limits else { continue };
+            let now = counts.total(key, period);
             if let Some((field, u, max)) = crate::budget::over(limits, charge, now.plus(charge), 0)
             {
                 return Err(Over {
@@ -132,31 +131,23 @@ impl Quotas {
                 });
             }
         }
-        self.add_locked(&mut used, tenant, plan, charge, period);
+        self.add_locked(&mut counts, &tk, &pk, charge, (period, ends));
         Ok(())
     }
 
     fn add_locked(
         &self,
-        used: &mut HashMap<Arc<str>, Counts>,
-        tenant: &str,
-        plan: &str,
+        counts: &mut weft_tools::shared::Counting<'_>,
+        tenant_key: &str,
+        plan_key: &str,
         add: Usage,
-        period: u64,
+        (period, ends): (u64, i64),
     ) {
-        let counts = match used.get_mut(tenant) {
-            Some(k) => k,
-            None => used.entry(Arc::from(tenant)).or_default(),
-        };
         if self.config.tenant.is_some() {
-            count(&mut counts.tenant, period, add);
+            counts.add(tenant_key, period, ends, add);
         }
         if self.config.plan.is_some() {
-            let p = match counts.plans.get_mut(plan) {
-                Some(p) => p,
-                None => counts.plans.entry(Arc::from(plan)).or_default(),
-            };
-            count(p, period, add);
+            counts.add(plan_key, period, ends, add);
         }
     }
 
@@ -165,20 +156,18 @@ impl Quotas {
         if self.config.plan.is_none() && self.config.tenant.is_none() {
             return;
         }
-        let period = self.period(now_ms);
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        self.add_locked(&mut used, tenant, plan, used_now, period);
+        let (tk, pk) = (tenant_key(tenant), plan_key(tenant, plan));
+        let mut counts = self.counts.lock();
+        self.add_locked(&mut counts, &tk, &pk, used_now, self.period(now_ms));
     }
 
     /// What `tenant` (and with `plan`, that plan) used in the period of `now_ms`.
     pub fn used(&self, tenant: &str, plan: Option<&str>, now_ms: i64) -> Usage {
-        let period = self.period(now_ms);
-        let used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        let counts = used.get(tenant);
-        match plan {
-            None => in_period(counts.map(|k| &k.tenant), period),
-            Some(p) => in_period(counts.and_then(|k| k.plans.get(p)), period),
-        }
+        let key = match plan {
+            None => tenant_key(tenant),
+            Some(p) => plan_key(tenant, p),
+        };
+        self.counts.lock().total(&key, self.period(now_ms).0)
     }
 }
 

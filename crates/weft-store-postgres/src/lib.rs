@@ -494,4 +494,16 @@ impl Store for PgStore {
     async fn owner_of(&self, instance: &str, now_ms: i64) -> Result<Option<Lease>> {
         ops::owner_of(&self.pool, instance, now_ms).await
     }
+    async fn add_counts(
+        &self,
+        rows: Vec<weft_store::CountRow>,
+        now_ms: i64,
+    ) -> Result<Vec<weft_store::Counts>> {
+        weft_store::check_count_rows(&rows)?;
+        ops::add_counts(&self.pool, &rows, now_ms).await
+    }
+
+    async fn live_counts(&self, now_ms: i64) -> Result<Vec<weft_store::CountRow>> {
+        ops::live_counts(&self.pool, now_ms).await
+    }
 }

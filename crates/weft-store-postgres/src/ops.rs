@@ -8,8 +8,8 @@ use serde_json::Value;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use weft_store::{
-    EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus, Lease, Page,
-    PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Timer, ToolRecord,
+    CountRow, Counts, EffectRecorded, Error, Fence, GENESIS, Hash, InstanceRecord, InstanceStatus,
+    Lease, Page, PlanInfo, PlanRecord, PlanStatus, Record, Result, Snapshot, Timer, ToolRecord,
 };
 
 use crate::schema::{is_unique_violation, map_err, map_pool};
@@ -1069,4 +1069,94 @@ pub(crate) async fn lease_owners(pool: &Pool, now: i64) -> Result<Vec<String>> {
     )
     .await?;
     rows.iter().map(|r| get(r, 0)).collect()
+}
+
+// --- shared counters ---------------------------------------------------------------------
+
+/// A count as PostgreSQL stores it (`BIGINT`; larger counts stop at its maximum).
+fn stored(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn counts_of(r: &Row, from: usize) -> Result<Counts> {
+    let n = |i| get::<i64>(r, i).map(|v| u64::try_from(v).unwrap_or(0));
+    Ok(Counts {
+        tool_calls: n(from)?,
+        llm_calls: n(from + 1)?,
+        llm_tokens: n(from + 2)?,
+        cost: get(r, from + 3)?,
+    })
+}
+
+/// Adds `rows` to their counters in one transaction and returns the totals (see
+/// `Store::add_counts`). The counters are locked in key order, so two processes adding to
+/// the same counters never deadlock.
+pub(crate) async fn add_counts(pool: &Pool, rows: &[CountRow], now: i64) -> Result<Vec<Counts>> {
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by(|&a, &b| (&rows[a].key, rows[a].period).cmp(&(&rows[b].key, rows[b].period)));
+    let mut client = pool.get().await.map_err(map_pool)?;
+    let tx = client.transaction().await.map_err(map_err)?;
+    tx.execute("DELETE FROM counters WHERE ends_ms <= $1", &[&now])
+        .await
+        .map_err(map_err)?;
+    let st = tx
+        .prepare_cached(
+            "INSERT INTO counters (key, period, ends_ms, tool_calls, llm_calls, llm_tokens, cost)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (key, period) DO UPDATE SET
+               tool_calls = LEAST(counters.tool_calls::numeric + excluded.tool_calls,
+                                  9223372036854775807)::bigint,
+               llm_calls = LEAST(counters.llm_calls::numeric + excluded.llm_calls,
+                                 9223372036854775807)::bigint,
+               llm_tokens = LEAST(counters.llm_tokens::numeric + excluded.llm_tokens,
+                                  9223372036854775807)::bigint,
+               cost = counters.cost + excluded.cost
+             RETURNING tool_calls, llm_calls, llm_tokens, cost",
+        )
+        .await
+        .map_err(map_err)?;
+    let mut totals = vec![Counts::default(); rows.len()];
+    for i in order {
+        let r = &rows[i];
+        let c = &r.counts;
+        let row = tx
+            .query_one(
+                &st,
+                &[
+                    &r.key,
+                    &stored(r.period),
+                    &r.ends_ms,
+                    &stored(c.tool_calls),
+                    &stored(c.llm_calls),
+                    &stored(c.llm_tokens),
+                    &c.cost,
+                ],
+            )
+            .await
+            .map_err(map_err)?;
+        totals[i] = counts_of(&row, 0)?;
+    }
+    tx.commit().await.map_err(map_err)?;
+    Ok(totals)
+}
+
+/// The counters whose period has not ended by `now`.
+pub(crate) async fn live_counts(pool: &Pool, now: i64) -> Result<Vec<CountRow>> {
+    let rows = query(
+        pool,
+        "SELECT key, period, ends_ms, tool_calls, llm_calls, llm_tokens, cost FROM counters
+         WHERE ends_ms > $1 ORDER BY key, period",
+        &[&now],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(CountRow {
+                key: get(r, 0)?,
+                period: u64::try_from(get::<i64>(r, 1)?).unwrap_or(0),
+                ends_ms: get(r, 2)?,
+                counts: counts_of(r, 3)?,
+            })
+        })
+        .collect()
 }

@@ -6,7 +6,7 @@ use tokio_postgres::error::SqlState;
 use weft_store::Error;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Advisory lock key serialising schema creation (any fixed number; "weft" in ASCII).
 const SCHEMA_LOCK: i64 = 0x7765_6674;
@@ -86,6 +86,15 @@ CREATE TABLE IF NOT EXISTS tools (
 /// set, so `verify` finds a journal cut back behind it; older records get 0.
 const DDL_V5: &str =
     "ALTER TABLE instances ADD COLUMN IF NOT EXISTS status_seq BIGINT NOT NULL DEFAULT 0;";
+
+/// Version 6: the shared counters of the operator's quotas (`Store::add_counts`).
+const DDL_V6: &str = "
+CREATE TABLE IF NOT EXISTS counters (
+  key TEXT COLLATE \"C\" NOT NULL, period BIGINT NOT NULL, ends_ms BIGINT NOT NULL,
+  tool_calls BIGINT NOT NULL, llm_calls BIGINT NOT NULL, llm_tokens BIGINT NOT NULL,
+  cost DOUBLE PRECISION NOT NULL, PRIMARY KEY (key, period));
+CREATE INDEX IF NOT EXISTS counters_by_end ON counters (ends_ms);
+";
 
 /// Decides the store's chaining ([`weft_store::Chaining::resolve`]) under the schema lock
 /// (two processes keying a new store at once agree), recording the key's fingerprint when
@@ -186,6 +195,7 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<(), Error> {
         tx.batch_execute(DDL_V3).await.map_err(map_err)?;
         tx.batch_execute(DDL_V4).await.map_err(map_err)?;
         tx.batch_execute(DDL_V5).await.map_err(map_err)?;
+        tx.batch_execute(DDL_V6).await.map_err(map_err)?;
         tx.execute(
             "INSERT INTO weft_meta VALUES ('schema_version', $1)",
             &[&SCHEMA_VERSION],
@@ -211,7 +221,7 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<(), Error> {
             found: v,
             supported: SCHEMA_VERSION,
         }),
-        Some(v @ 1..=4) => {
+        Some(v @ 1..=5) => {
             if v == 1 {
                 tx.batch_execute(DDL_V2).await.map_err(map_err)?;
             }
@@ -221,7 +231,10 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<(), Error> {
             if v <= 3 {
                 tx.batch_execute(DDL_V4).await.map_err(map_err)?;
             }
-            tx.batch_execute(DDL_V5).await.map_err(map_err)?;
+            if v <= 4 {
+                tx.batch_execute(DDL_V5).await.map_err(map_err)?;
+            }
+            tx.batch_execute(DDL_V6).await.map_err(map_err)?;
             tx.execute(
                 "UPDATE weft_meta SET value = $1 WHERE key = 'schema_version'",
                 &[&SCHEMA_VERSION],

@@ -937,6 +937,22 @@ impl Store for SqliteStore {
             .run(move |c| state::owner_of(c, &instance, now_ms))
             .await
     }
+    async fn add_counts(
+        &self,
+        rows: Vec<weft_store::CountRow>,
+        now_ms: i64,
+    ) -> Result<Vec<weft_store::Counts>> {
+        weft_store::check_count_rows(&rows)?;
+        self.writer
+            .submit(move |c| state::add_counts(c, &rows, now_ms))
+            .await
+    }
+
+    async fn live_counts(&self, now_ms: i64) -> Result<Vec<weft_store::CountRow>> {
+        self.readers
+            .run(move |c| state::live_counts(c, now_ms))
+            .await
+    }
 }
 
 #[cfg(test)]

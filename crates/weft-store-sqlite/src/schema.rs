@@ -8,7 +8,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use weft_store::Error;
 
 /// The schema version this build writes. Bump it with a migration in `migrate`.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 const DDL_V1: &str = "
 CREATE TABLE weft_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
@@ -120,6 +120,15 @@ CREATE TABLE IF NOT EXISTS tools (
 /// so `verify` finds a journal cut back behind it (`weft_store::ChainFault::TailMissing`).
 /// Older records get 0 (nothing to compare against).
 const DDL_V8: &str = "ALTER TABLE instances ADD COLUMN status_seq INTEGER NOT NULL DEFAULT 0;";
+
+/// Version 9: the shared counters of the operator's quotas (`Store::add_counts`).
+const DDL_V9: &str = "
+CREATE TABLE IF NOT EXISTS counters (
+  key TEXT NOT NULL, period INTEGER NOT NULL, ends_ms INTEGER NOT NULL,
+  tool_calls INTEGER NOT NULL, llm_calls INTEGER NOT NULL, llm_tokens INTEGER NOT NULL,
+  cost REAL NOT NULL, PRIMARY KEY (key, period)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS counters_by_end ON counters (ends_ms);
+";
 
 /// What `weft_part` says about a row whose instance is not text.
 const NOT_TEXT: &str = "a journal row's instance is not text";
@@ -347,7 +356,7 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
     match stored {
         None => {
             let ddl = format!(
-                "BEGIN IMMEDIATE; {DDL_V1} {DDL_V2} {} {DDL_V6} {DDL_V7} {DDL_V8} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;",
+                "BEGIN IMMEDIATE; {DDL_V1} {DDL_V2} {} {DDL_V6} {DDL_V7} {DDL_V8} {DDL_V9} INSERT INTO weft_meta VALUES ('schema_version', {SCHEMA_VERSION}); COMMIT;",
                 ddl_v5(0)
             );
             conn.execute_batch(&ddl).map_err(|e| {
@@ -378,9 +387,9 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
                 });
             }
             let steps = match v {
-                1 => format!("{DDL_V2} {} {DDL_V6} {DDL_V7} {v8}", ddl_v5(v)),
-                5 => format!("{DDL_V6} {DDL_V7} {v8}"),
-                _ => format!("{} {DDL_V6} {DDL_V7} {v8}", ddl_v5(v)),
+                1 => format!("{DDL_V2} {} {DDL_V6} {DDL_V7} {v8} {DDL_V9}", ddl_v5(v)),
+                5 => format!("{DDL_V6} {DDL_V7} {v8} {DDL_V9}"),
+                _ => format!("{} {DDL_V6} {DDL_V7} {v8} {DDL_V9}", ddl_v5(v)),
             };
             let ddl = format!(
                 "BEGIN IMMEDIATE; {steps} UPDATE weft_meta SET value = {SCHEMA_VERSION} WHERE key = 'schema_version'; COMMIT;"
@@ -396,11 +405,11 @@ fn migrate(conn: &Connection) -> Result<(), Error> {
                 map_err(e)
             })
         }
-        Some(v @ (6 | 7)) => {
-            let steps = if v == 6 {
-                format!("{DDL_V7} {v8}")
-            } else {
-                v8.to_string()
+        Some(v @ (6..=8)) => {
+            let steps = match v {
+                6 => format!("{DDL_V7} {v8} {DDL_V9}"),
+                7 => format!("{v8} {DDL_V9}"),
+                _ => DDL_V9.to_string(),
             };
             let ddl = format!(
                 "BEGIN IMMEDIATE; {steps} UPDATE weft_meta SET value = {SCHEMA_VERSION} WHERE key = 'schema_version'; COMMIT;"

@@ -4,8 +4,8 @@
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 use weft_store::{
-    EffectRecorded, Error, Fence, InstanceRecord, InstanceStatus, Lease, Page, PlanInfo,
-    PlanRecord, PlanStatus, Result, Timer, ToolRecord,
+    CountRow, Counts, EffectRecorded, Error, Fence, InstanceRecord, InstanceStatus, Lease, Page,
+    PlanInfo, PlanRecord, PlanStatus, Result, Timer, ToolRecord,
 };
 
 use crate::cache;
@@ -735,4 +735,88 @@ pub(crate) fn lease_owners(conn: &Connection, now: i64) -> Result<Vec<String>> {
         .map_err(map_err)?;
     let rows = st.query_map([now], |r| r.get(0)).map_err(map_err)?;
     rows.map(|r| r.map_err(map_err)).collect()
+}
+
+// --- shared counters ---------------------------------------------------------------------
+
+/// A count as SQLite stores it (a signed 64-bit integer; larger counts stop at its maximum).
+fn stored(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A stored count (a negative one is damage).
+fn count_of(row: &Row<'_>, i: usize) -> rusqlite::Result<u64> {
+    let n: i64 = row.get(i)?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+fn counts_of(row: &Row<'_>, from: usize) -> rusqlite::Result<Counts> {
+    Ok(Counts {
+        tool_calls: count_of(row, from)?,
+        llm_calls: count_of(row, from + 1)?,
+        llm_tokens: count_of(row, from + 2)?,
+        cost: row.get(from + 3)?,
+    })
+}
+
+/// Adds `rows` to their counters and returns the totals (see `Store::add_counts`); runs
+/// inside the writer's transaction, so the whole call is atomic.
+pub(crate) fn add_counts(conn: &Connection, rows: &[CountRow], now_ms: i64) -> Result<Vec<Counts>> {
+    conn.prepare_cached("DELETE FROM counters WHERE ends_ms <= ?1")
+        .and_then(|mut s| s.execute([now_ms]))
+        .map_err(map_err)?;
+    let mut totals = Vec::with_capacity(rows.len());
+    for r in rows {
+        let c = &r.counts;
+        let total = conn
+            .prepare_cached(
+                "INSERT INTO counters (key, period, ends_ms, tool_calls, llm_calls, llm_tokens, cost)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (key, period) DO UPDATE SET
+                   tool_calls = min(tool_calls + excluded.tool_calls, 9223372036854775807),
+                   llm_calls = min(llm_calls + excluded.llm_calls, 9223372036854775807),
+                   llm_tokens = min(llm_tokens + excluded.llm_tokens, 9223372036854775807),
+                   cost = cost + excluded.cost
+                 RETURNING tool_calls, llm_calls, llm_tokens, cost",
+            )
+            .and_then(|mut s| {
+                s.query_row(
+                    params![
+                        r.key,
+                        stored(r.period),
+                        r.ends_ms,
+                        stored(c.tool_calls),
+                        stored(c.llm_calls),
+                        stored(c.llm_tokens),
+                        c.cost
+                    ],
+                    |row| counts_of(row, 0),
+                )
+            })
+            .map_err(map_err)?;
+        totals.push(total);
+    }
+    Ok(totals)
+}
+
+/// The counters whose period has not ended by `now_ms`.
+pub(crate) fn live_counts(conn: &Connection, now_ms: i64) -> Result<Vec<CountRow>> {
+    let mut s = conn
+        .prepare_cached(
+            "SELECT key, period, ends_ms, tool_calls, llm_calls, llm_tokens, cost FROM counters
+             WHERE ends_ms > ?1 ORDER BY key, period",
+        )
+        .map_err(map_err)?;
+    let rows = s
+        .query_map([now_ms], |row| {
+            let period: i64 = row.get(1)?;
+            Ok(CountRow {
+                key: row.get(0)?,
+                period: u64::try_from(period).unwrap_or(0),
+                ends_ms: row.get(2)?,
+                counts: counts_of(row, 3)?,
+            })
+        })
+        .map_err(map_err)?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(map_err)
 }

@@ -355,6 +355,36 @@ async fn version_7_store_is_migrated() {
     assert_eq!(schema_version(&path), weft_store_sqlite::SCHEMA_VERSION);
 }
 
+/// A version-8 store (before the shared counters) gets the counters' table on open, and
+/// its journal stays.
+#[tokio::test]
+async fn version_8_store_is_migrated() {
+    let path = five_records("v8").await;
+    drop(SqliteStore::open(&path).await.unwrap());
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "DROP TABLE counters;
+             UPDATE weft_meta SET value = 8 WHERE key = 'schema_version';",
+        )
+        .unwrap();
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.verify("i").await.unwrap().records, 5);
+    let row = weft_store::CountRow {
+        key: "tenant/t".into(),
+        period: 1,
+        ends_ms: 10,
+        counts: weft_store::Counts {
+            tool_calls: 2,
+            ..weft_store::Counts::default()
+        },
+    };
+    let totals = store.add_counts(vec![row.clone(), row], 0).await.unwrap();
+    assert_eq!(totals[1].tool_calls, 4);
+    drop(store);
+    assert_eq!(schema_version(&path), weft_store_sqlite::SCHEMA_VERSION);
+}
+
 /// A store written by the previous schema (version 1: leases without an epoch) is migrated
 /// on open: its leases get epoch 1, its data stays, and fencing works.
 #[tokio::test]

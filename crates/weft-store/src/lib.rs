@@ -53,9 +53,9 @@ pub use error::{Error, Result};
 /// The embedded store's file when no location is configured, relative to the working
 /// directory.
 pub const DEFAULT_SQLITE_PATH: &str = ".weft/weft.db";
-pub use store::{StatusChange, Store};
+pub use store::{MAX_COUNT_KEY, StatusChange, Store, check_count_rows};
 pub use types::{
-    Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, LeaseTerms, NewRecord,
-    Page, PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer, ToolRecord, check_records,
-    now_ms,
+    Appended, CountRow, Counts, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease,
+    LeaseTerms, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer,
+    ToolRecord, check_records, now_ms,
 };

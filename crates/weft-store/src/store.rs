@@ -7,8 +7,9 @@ use serde_json::Value;
 use crate::chain::{Chaining, Hash, PLAIN, Verifier, VerifyReport};
 use crate::error::{Error, Result};
 use crate::types::{
-    Appended, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease, LeaseTerms, NewRecord,
-    Page, PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer, ToolRecord,
+    Appended, CountRow, Counts, EffectRecorded, Fence, InstanceRecord, InstanceStatus, Lease,
+    LeaseTerms, NewRecord, Page, PlanInfo, PlanRecord, PlanStatus, Record, Snapshot, Timer,
+    ToolRecord,
 };
 
 /// `(instance, status, reason, now_ms)`: a status change in a batch.
@@ -492,4 +493,54 @@ pub trait Store: Send + Sync + 'static {
 
     /// The live lease on an instance, if any.
     async fn owner_of(&self, instance: &str, now_ms: i64) -> Result<Option<Lease>>;
+
+    // --- shared counters -----------------------------------------------------------------
+
+    /// Adds each row's counts to its counter (key, period), made at zero when missing, all
+    /// in one transaction, and returns the counters' totals after, in the rows' order (zero
+    /// counts read a counter). Counters whose period ended by `now_ms` are removed first. A
+    /// key is at most [`MAX_COUNT_KEY`] bytes and a cost finite and not negative
+    /// (`invalid_input`, nothing added). The default keeps none (`backend`).
+    async fn add_counts(&self, rows: Vec<CountRow>, now_ms: i64) -> Result<Vec<Counts>> {
+        let _ = (rows, now_ms);
+        Err(Error::backend(format!(
+            "the {} store keeps no shared counters",
+            self.backend()
+        )))
+    }
+
+    /// Every counter whose period has not ended by `now_ms`.
+    async fn live_counts(&self, now_ms: i64) -> Result<Vec<CountRow>> {
+        let _ = now_ms;
+        Err(Error::backend(format!(
+            "the {} store keeps no shared counters",
+            self.backend()
+        )))
+    }
+}
+
+/// The longest key of a shared counter, in bytes.
+pub const MAX_COUNT_KEY: usize = 512;
+
+/// Checks rows for [`Store::add_counts`] (every backend refuses the same rows).
+pub fn check_count_rows(rows: &[CountRow]) -> Result<()> {
+    for r in rows {
+        if r.key.is_empty() || r.key.len() > MAX_COUNT_KEY {
+            return Err(Error::InvalidInput {
+                message: format!(
+                    "a shared counter's key must be 1 to {MAX_COUNT_KEY} bytes, not {}",
+                    r.key.len()
+                ),
+            });
+        }
+        if !r.counts.cost.is_finite() || r.counts.cost < 0.0 {
+            return Err(Error::InvalidInput {
+                message: format!(
+                    "counter {:?}: the cost to add must be finite and not negative, not {}",
+                    r.key, r.counts.cost
+                ),
+            });
+        }
+    }
+    Ok(())
 }

@@ -301,6 +301,34 @@ pub struct Timer {
     pub payload: Value,
 }
 
+/// Amounts one shared counter holds ([`crate::Store::add_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counts {
+    /// Tool calls.
+    pub tool_calls: u64,
+    /// Language-model calls.
+    pub llm_calls: u64,
+    /// Language-model tokens.
+    pub llm_tokens: u64,
+    /// Declared cost.
+    pub cost: f64,
+}
+
+/// One shared counter: the operator's quotas, counted by every process that shares the
+/// store (`weft_tools::shared`). A counter is its key's count in one period (an index since
+/// the epoch) and is forgotten once the period ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CountRow {
+    /// Which quota (`tenant/acme`, `plan/acme/etl`, `planner/acme`).
+    pub key: String,
+    /// The period it counts.
+    pub period: u64,
+    /// When the period ends (epoch ms).
+    pub ends_ms: i64,
+    /// The amounts: what to add, or the counter's total.
+    pub counts: Counts,
+}
+
 /// Outcome of [`crate::Store::record_effect`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum EffectRecorded {

@@ -19,6 +19,7 @@ pub mod decision;
 pub mod http_guard;
 pub mod profile;
 pub mod registry;
+pub mod shared;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,6 +36,7 @@ pub use chain::{Chain, Interceptor, Stage};
 pub use decision::PolicyDecision;
 pub use profile::{Isolation, Needs, Profile};
 pub use registry::{Registry, TenantTools};
+pub use shared::SharedCounts;
 
 /// A boxed future, as returned by tools.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

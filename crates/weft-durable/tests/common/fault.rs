@@ -320,4 +320,15 @@ impl Store for FaultStore {
     async fn owner_of(&self, instance: &str, now_ms: i64) -> Result<Option<Lease>> {
         self.inner.owner_of(instance, now_ms).await
     }
+    async fn add_counts(
+        &self,
+        rows: Vec<weft_store::CountRow>,
+        now_ms: i64,
+    ) -> Result<Vec<weft_store::Counts>> {
+        self.inner.add_counts(rows, now_ms).await
+    }
+
+    async fn live_counts(&self, now_ms: i64) -> Result<Vec<weft_store::CountRow>> {
+        self.inner.live_counts(now_ms).await
+    }
 }

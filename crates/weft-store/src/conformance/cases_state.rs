@@ -1,11 +1,14 @@
 //! Conformance cases for everything beside the journal: plans, instance records, timers,
-//! idempotency records and leases.
+//! idempotency records, leases and shared counters.
 
 use std::sync::Arc;
 
 use serde_json::json;
 
-use crate::{EffectRecorded, InstanceRecord, InstanceStatus, Page, PlanStatus, Store, Timer};
+use crate::{
+    CountRow, Counts, EffectRecorded, InstanceRecord, InstanceStatus, Page, PlanStatus, Store,
+    Timer,
+};
 
 /// An instance record of plan `p` version 1 (for the cases and backends' own tests).
 pub fn instance(id: &str, tenant: &str, status: InstanceStatus) -> InstanceRecord {
@@ -858,4 +861,119 @@ pub async fn status_changes_record_the_chain_head(s: Arc<dyn Store>) {
     let v = s.verify("sq1").await.unwrap();
     assert_eq!((v.to_seq, v.keyed), (3, false));
     assert_eq!(s.verify("sq2").await.unwrap().records, 1);
+}
+
+fn count_row(key: &str, period: u64, ends_ms: i64, tool_calls: u64, cost: f64) -> CountRow {
+    CountRow {
+        key: key.to_string(),
+        period,
+        ends_ms,
+        counts: Counts {
+            tool_calls,
+            llm_calls: 1,
+            llm_tokens: 1_000,
+            cost,
+        },
+    }
+}
+
+/// Counters add per (key, period), return their totals in the rows' order, read with zero
+/// counts, are forgotten once their period ends, and refuse bad rows whole.
+pub async fn shared_counters_add_and_expire(s: Arc<dyn Store>) {
+    let t = s
+        .add_counts(
+            vec![
+                count_row("tenant/a", 5, 1_000, 2, 0.5),
+                count_row("plan/a/p", 5, 1_000, 1, 0.25),
+                count_row("tenant/a", 5, 1_000, 3, 0.0),
+                count_row("tenant/a", 6, 2_000, 7, 0.0),
+            ],
+            100,
+        )
+        .await
+        .unwrap();
+    let calls: Vec<u64> = t.iter().map(|c| c.tool_calls).collect();
+    assert_eq!(calls, [2, 1, 5, 7]);
+    assert_eq!(t[2].llm_calls, 2);
+    assert_eq!(t[2].llm_tokens, 2_000);
+    assert!((t[2].cost - 0.5).abs() < 1e-9);
+    // A zero row reads; the big counts stop at the largest stored one.
+    let zero = CountRow {
+        counts: Counts::default(),
+        ..count_row("tenant/a", 5, 1_000, 0, 0.0)
+    };
+    let read = s.add_counts(vec![zero.clone()], 200).await.unwrap();
+    assert_eq!(read[0].tool_calls, 5);
+    let big = s
+        .add_counts(vec![count_row("big", 1, 5_000, u64::MAX, 0.0); 2], 200)
+        .await
+        .unwrap();
+    assert_eq!(big[1].tool_calls, i64::MAX as u64);
+    let live = s.live_counts(200).await.unwrap();
+    let keys: Vec<(&str, u64)> = live.iter().map(|r| (r.key.as_str(), r.period)).collect();
+    assert_eq!(
+        keys,
+        [
+            ("big", 1),
+            ("plan/a/p", 5),
+            ("tenant/a", 5),
+            ("tenant/a", 6)
+        ]
+    );
+    assert_eq!(live[2].ends_ms, 1_000);
+    assert_eq!(live[2].counts.tool_calls, 5);
+    // Period 5 ended at 1,000: gone (live or added to again, it starts at zero).
+    assert_eq!(s.live_counts(1_000).await.unwrap().len(), 2);
+    let again = s.add_counts(vec![zero], 1_500).await.unwrap();
+    assert_eq!(again[0], Counts::default());
+    // A bad row refuses the whole call.
+    for bad in [
+        count_row("", 7, 9_000, 1, 0.0),
+        count_row(&"k".repeat(crate::MAX_COUNT_KEY + 1), 7, 9_000, 1, 0.0),
+        count_row("k", 7, 9_000, 1, f64::NAN),
+        count_row("k", 7, 9_000, 1, -1.0),
+    ] {
+        let e = s
+            .add_counts(vec![count_row("ok", 7, 9_000, 1, 0.0), bad], 1_500)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), "invalid_input", "{e}");
+    }
+    assert!(
+        s.live_counts(1_500)
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.key != "ok")
+    );
+}
+
+/// Many writers adding to the same counters at once, in opposite key orders, lose nothing
+/// and do not deadlock.
+pub async fn shared_counters_concurrent_adds(s: Arc<dyn Store>) {
+    let mut tasks = Vec::new();
+    for w in 0..8u64 {
+        let s = Arc::clone(&s);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                let mut rows = vec![
+                    count_row("tenant/x", 1, i64::MAX, 1, 0.0),
+                    count_row("plan/x/p", 1, i64::MAX, 2, 0.0),
+                ];
+                if w % 2 == 1 {
+                    rows.reverse();
+                }
+                s.add_counts(rows, 0).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let live = s.live_counts(0).await.unwrap();
+    let calls: Vec<(&str, u64)> = live
+        .iter()
+        .map(|r| (r.key.as_str(), r.counts.tool_calls))
+        .collect();
+    assert_eq!(calls, [("plan/x/p", 400), ("tenant/x", 200)]);
 }

@@ -114,6 +114,8 @@ macro_rules! conformance_tests {
             bulk_release_of_leases,
             load_many_gives_snapshot_and_tail,
             status_changes_record_the_chain_head,
+            shared_counters_add_and_expire,
+            shared_counters_concurrent_adds,
         );
     };
     (@cases $factory:path; $($case:ident),* $(,)?) => {
