@@ -51,6 +51,43 @@ fn output_file_holds_a_plan_that_validates() {
     assert_eq!(code(&weft(&["validate", &file.display().to_string()])), 0);
 }
 
+/// `[budget.planner]` counts `weft plan`'s model calls in the store's counters: the scripted
+/// run makes two, so another run under a quota of three is refused at its second call.
+#[test]
+fn the_planner_quota_counts_one_shot_runs_through_the_store() {
+    let dir = temp_dir("plan-quota");
+    let config = dir.join("weft.toml");
+    std::fs::write(
+        &config,
+        "[budget]\nperiod_secs = 1099511627776\n[budget.planner]\nmax_llm_calls = 3\n",
+    )
+    .unwrap();
+    let db = dir.join("weft.db").display().to_string();
+    let config = config.display().to_string();
+    // Two instructions: the store's plan cache would answer the same one again.
+    let run = |instruction: &str| {
+        weft(&[
+            "--config",
+            &config,
+            "plan",
+            instruction,
+            "--script",
+            &script(),
+            "--store",
+            &db,
+        ])
+    };
+    let first = run("hello");
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let second = run("hello again");
+    assert_eq!(code(&second), 1, "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains("3 of 3 calls"),
+        "{}",
+        stderr(&second)
+    );
+}
+
 #[test]
 fn exhausted_attempts_exit_1_with_the_last_findings() {
     let out = weft(&[

@@ -74,6 +74,13 @@ pub fn check(loaded: &mut Loaded, openers: &Openers) {
             None,
         );
     }
+    if c.budget.sync_ms == 0 {
+        bad(
+            "budget.sync_ms",
+            "`budget.sync_ms` must be at least 1".into(),
+            None,
+        );
+    }
     if c.budget.period_secs == 0 {
         bad(
             "budget.period_secs",

@@ -45,8 +45,10 @@ pub struct Config {
 /// `[budget]`: budgets the operator sets for every plan, counted at the chain's budget stage
 /// with a plan's own `limits` (`weft_runtime::quota`). `instance` limits each instance whose
 /// plan sets no `limits`; `plan` and `tenant` are quotas shared by all instances of one plan
-/// (of one tenant), and of one tenant, within each `period_secs` (aligned on the epoch;
-/// counted by this process since it started). The fields of each are those of a plan's
+/// (of one tenant), and of one tenant, within each `period_secs` (aligned on the epoch).
+/// A durable node counts them in the store, shared with every process on it and across
+/// restarts: each process adds what it counted every `sync_ms` (two processes together can
+/// pass a quota by what the other charged since its last sync). The fields of each are those of a plan's
 /// `limits` (`max_tool_calls`, `max_llm_calls`, `max_llm_tokens`, `max_cost`, and for
 /// `instance` also `max_wall_ms`). No budget set: only plans' own limits count.
 ///
@@ -72,6 +74,9 @@ pub struct BudgetConfig {
     pub planner: Option<PlannerBudget>,
     /// The quotas' period, in seconds.
     pub period_secs: u64,
+    /// How often a durable node adds what it counted to the store's quota counters and
+    /// reads the other processes' counts, in milliseconds.
+    pub sync_ms: u64,
     /// A call over any budget, a plan's own limits included: `fail` (the step fails with
     /// `budget_exceeded`) or `pause` (the instance is paused; once resumed the call is
     /// charged again).
@@ -113,6 +118,7 @@ impl Default for BudgetConfig {
             tenant: None,
             planner: None,
             period_secs: 86_400,
+            sync_ms: 200,
             on_exceeded: OnExceeded::Fail,
         }
     }

@@ -18,6 +18,7 @@
 
 mod check;
 pub mod config;
+mod counts;
 mod error;
 mod governance;
 pub mod llm;

@@ -2,7 +2,8 @@
 //! (file, `WEFT_LLM_*` or flags), or none, in which case `llm.complete` still exists (so plans
 //! using it register and run up to that step) but fails with a message saying what to set.
 //! Planners reach it through [`Planner`]: `[budget.planner]`'s ledger (one per node, shared
-//! by every planner call of every tenant) checks each call before it is sent, and its
+//! by every planner call of every tenant, its tenants' counts synced with the store like the
+//! other quotas: `counts.rs`) checks each call before it is sent, and its
 //! refusals go onto the bus as `dev.weft.planner.throttled` / `dev.weft.planner.rejected`.
 
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use weft_llm::{
     TelemetryEvent, TelemetryKind, TelemetrySink, TracingTelemetry,
 };
 use weft_runtime::bus::{Bus, CloudEvent};
+use weft_tools::SharedCounts;
 
 use crate::Error;
 use crate::config::{BudgetConfig, LlmConfig};
@@ -90,15 +92,19 @@ impl std::fmt::Debug for Planner {
 }
 
 impl Planner {
-    /// `provider` behind `budget.planner`'s ledger (none set: no ledger), publishing on `bus`.
+    /// `provider` behind `budget.planner`'s ledger (none set: no ledger), publishing on `bus`;
+    /// the ledger counts each tenant's calls and tokens in `counts`.
     pub fn new(
         provider: Option<Arc<dyn ChatProvider>>,
         budget: &BudgetConfig,
         bus: Arc<dyn Bus>,
+        counts: Arc<SharedCounts>,
     ) -> Planner {
         Planner {
             provider,
-            budget: budget.planner_limits().map(|l| Arc::new(Budget::new(l))),
+            budget: budget
+                .planner_limits()
+                .map(|l| Arc::new(Budget::new(l).shared(counts))),
             telemetry: Arc::new(BusTelemetry {
                 bus,
                 seq: AtomicU64::new(0),
@@ -114,6 +120,60 @@ impl Planner {
             Some(b) => llm.with_budget(Arc::clone(b)),
             None => llm,
         })
+    }
+}
+
+/// `[budget.planner]`'s ledger for a planner run outside a node (`weft plan`): with a store,
+/// it starts from the store's counters and [`PlannerQuota::sync`] adds the run's calls to
+/// them, so one-shot runs count against the tenant's quota with the servers.
+#[derive(Debug)]
+pub struct PlannerQuota {
+    budget: Arc<Budget>,
+    synced: Option<Arc<crate::counts::Synced>>,
+}
+
+impl PlannerQuota {
+    /// The ledger `budget` sets (`None` when `[budget.planner]` sets nothing), counted with
+    /// `store`'s counters when given.
+    pub async fn open(
+        budget: &BudgetConfig,
+        store: Option<Arc<dyn weft_store::Store>>,
+    ) -> Result<Option<PlannerQuota>, Error> {
+        let Some(limits) = budget.planner_limits() else {
+            return Ok(None);
+        };
+        let counts = Arc::new(SharedCounts::new());
+        let synced = match store {
+            Some(store) => Some(
+                crate::counts::Synced::start(
+                    Arc::clone(&counts),
+                    store,
+                    std::time::Duration::from_millis(budget.sync_ms.max(1)),
+                )
+                .await?,
+            ),
+            None => None,
+        };
+        Ok(Some(PlannerQuota {
+            budget: Arc::new(Budget::new(limits).shared(counts)),
+            synced,
+        }))
+    }
+
+    /// The ledger, for [`Llm::with_budget`].
+    pub fn budget(&self) -> Arc<Budget> {
+        Arc::clone(&self.budget)
+    }
+
+    /// Adds what the run counted to the store's counters (nothing to do without a store).
+    pub async fn sync(&self) -> Result<(), Error> {
+        match &self.synced {
+            Some(s) => s
+                .sync()
+                .await
+                .map_err(|e| Error::Durable(weft_durable::DurableError::from(e))),
+            None => Ok(()),
+        }
     }
 }
 

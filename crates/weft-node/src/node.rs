@@ -253,6 +253,7 @@ impl Builder {
         &self,
         registry: &Arc<Registry>,
         bus: Arc<dyn weft_runtime::Bus>,
+        counts: &Arc<weft_tools::SharedCounts>,
     ) -> EngineOptions {
         let defaults = EngineOptions::default();
         EngineOptions {
@@ -264,11 +265,12 @@ impl Builder {
             cron: Some(Arc::new(weft_builtins::timer::next_occurrence)),
             trace: self.trace,
             repairer: self.repairer.clone(),
-            quotas: self
-                .config
-                .budget
-                .quotas()
-                .map(|q| Arc::new(weft_runtime::quota::Quotas::new(q))),
+            quotas: self.config.budget.quotas().map(|q| {
+                Arc::new(weft_runtime::quota::Quotas::with_counts(
+                    q,
+                    Arc::clone(counts),
+                ))
+            }),
             ..defaults
         }
     }
@@ -294,8 +296,14 @@ impl Builder {
         let bus = self
             .openers
             .open_bus(&self.config.bus.url, self.config.bus.capacity)?;
-        let planner = crate::llm::Planner::new(llm.clone(), &self.config.budget, Arc::clone(&bus));
-        let opts = self.engine_options(&registry, bus);
+        let counts = Arc::new(weft_tools::SharedCounts::new());
+        let planner = crate::llm::Planner::new(
+            llm.clone(),
+            &self.config.budget,
+            Arc::clone(&bus),
+            Arc::clone(&counts),
+        );
+        let opts = self.engine_options(&registry, bus, &counts);
         let outside = Arc::new(opts.chain.apply_outside_instances(&registry));
         Ok(Parts {
             llm,
@@ -303,6 +311,7 @@ impl Builder {
             registry,
             outside,
             opts,
+            counts,
         })
     }
 
@@ -325,6 +334,7 @@ impl Builder {
             chain: this.chain,
             toolbox: None,
             policies: this.policies,
+            counts: None,
         })
     }
 
@@ -358,6 +368,17 @@ impl Builder {
             .await
             .map_err(|e| Error::Durable(weft_durable::DurableError::from(e)))?;
         p.opts.tenant_tools = Some(Arc::clone(&toolbox) as Arc<dyn weft_tools::TenantTools>);
+        let b = &self.config.budget;
+        let counts = if b
+            .quotas()
+            .is_some_and(|q| q.plan.is_some() || q.tenant.is_some())
+            || b.planner_limits().is_some()
+        {
+            let every = std::time::Duration::from_millis(b.sync_ms.max(1));
+            Some(crate::counts::Synced::start(p.counts, Arc::clone(&store), every).await?)
+        } else {
+            None
+        };
         let durable = Durable::open(store, p.opts, self.durable_settings()).await?;
         let watcher = self.policy_watcher();
         let chain = self.chain.with(Stage::Durability, durable.gate_link());
@@ -373,6 +394,7 @@ impl Builder {
             chain,
             toolbox: Some(toolbox),
             policies: self.policies,
+            counts,
         })
     }
 }
@@ -384,6 +406,8 @@ struct Parts {
     registry: Arc<Registry>,
     outside: Arc<Registry>,
     opts: EngineOptions,
+    /// The quotas' counters (the engine's and the planner ledger's).
+    counts: Arc<weft_tools::SharedCounts>,
 }
 
 /// A running weft. Cheap to clone.
@@ -406,6 +430,9 @@ pub struct Node {
     /// lives.
     #[allow(dead_code)]
     watcher: Option<Arc<weft_policy::Watcher>>,
+    /// The quotas' counters, synced with the store while any clone of the node lives
+    /// (durable nodes with quotas).
+    counts: Option<Arc<crate::counts::Synced>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -492,6 +519,19 @@ impl Node {
     /// `dev.weft.planner.throttled` / `dev.weft.planner.rejected` events.
     pub fn planner_llm(&self) -> Option<weft_llm::Llm> {
         self.planner.llm()
+    }
+
+    /// Adds what the quotas counted since the last sync to the store's counters now (a
+    /// task does it every `[budget] sync_ms`; call this before stopping, so nothing counted
+    /// is lost). Nothing to do for a node without a store or quotas.
+    pub async fn sync_counts(&self) -> Result<(), Error> {
+        match &self.counts {
+            Some(c) => c
+                .sync()
+                .await
+                .map_err(|e| Error::Durable(weft_durable::DurableError::from(e))),
+            None => Ok(()),
+        }
     }
 
     /// The checks `tenant`'s plans pass before they are accepted (approval coverage, the

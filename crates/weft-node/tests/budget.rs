@@ -1,6 +1,10 @@
 //! `[budget]` in the configuration: the node counts every call of every plan at the chain's
 //! budget stage, against the limits of each instance and the tenant's quota, and a plan's own
-//! `limits` still apply.
+//! `limits` still apply; durable nodes count the quotas in the store, together and across
+//! restarts.
+
+// Test support: a failing step must panic the test.
+#![allow(clippy::unwrap_used)]
 
 use serde_json::json;
 use weft_core::{PlanLimits, Status};
@@ -71,4 +75,111 @@ async fn without_budgets_the_chain_has_no_budget_link() {
         "{:?}",
         node.chain()
     );
+}
+
+/// A fresh directory for one test's store.
+fn store_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("weft-node-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A durable node on `dir`'s store under a tenant quota of five calls, as `owner`.
+async fn quota_node(dir: &std::path::Path, owner: &str) -> weft_node::Node {
+    let mut c = Config::default();
+    c.store.url = dir.join("weft.db").display().to_string();
+    c.store.owner = Some(owner.to_string());
+    c.budget.tenant = Some(PlanLimits {
+        max_tool_calls: Some(5),
+        ..PlanLimits::default()
+    });
+    // One period for the whole test (a day's would end at midnight), and no sync but the
+    // test's own.
+    c.budget.period_secs = 1 << 40;
+    c.budget.sync_ms = 3_600_000;
+    let node = Builder::new(c).open().await.expect("node");
+    node.durable()
+        .unwrap()
+        .register("local", two_echoes("p"))
+        .await
+        .unwrap();
+    node
+}
+
+async fn run_p(node: &weft_node::Node) -> Status {
+    let d = node.durable().unwrap();
+    let h = d.start("local", "p", json!({})).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(20), d.wait(&h))
+        .await
+        .expect("the instance settles")
+        .unwrap()
+        .status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_quota_is_counted_through_the_store_by_every_process_and_after_a_restart() {
+    let dir = store_dir("shared-quota");
+    let a = quota_node(&dir, "a").await;
+    assert_eq!(run_p(&a).await, Status::Completed);
+    a.sync_counts().await.unwrap();
+    // A second process starts from the store's two calls.
+    let b = quota_node(&dir, "b").await;
+    assert_eq!(run_p(&b).await, Status::Completed);
+    b.sync_counts().await.unwrap();
+    a.sync_counts().await.unwrap();
+    // Four calls between them: the first process's next instance makes the fifth and is
+    // refused the sixth.
+    match run_p(&a).await {
+        Status::Failed { reason } => {
+            assert!(reason.contains("quota of tenant `local`"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    a.sync_counts().await.unwrap();
+    drop((a, b));
+    // Opened again on the store, a node goes on from its five calls.
+    let c = quota_node(&dir, "c").await;
+    match run_p(&c).await {
+        Status::Failed { reason } => assert!(reason.contains("to 6 against"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_planner_quota_of_a_one_shot_run_is_counted_in_the_store() {
+    let dir = store_dir("planner-quota");
+    let store: std::sync::Arc<dyn weft_store::Store> = std::sync::Arc::new(
+        weft_store_sqlite::SqliteStore::open(&dir.join("weft.db"))
+            .await
+            .unwrap(),
+    );
+    let mut c = Config::default();
+    c.budget.period_secs = 1 << 40;
+    c.budget.planner = Some(weft_node::config::PlannerBudget {
+        max_llm_calls: Some(2),
+        ..Default::default()
+    });
+    let local = weft_llm::Correlation::new("local");
+    let open = || weft_node::llm::PlannerQuota::open(&c.budget, Some(store.clone()));
+    let first = open().await.unwrap().expect("a ledger");
+    let r = first.budget().reserve(&local, 100).unwrap();
+    first.budget().settle(r, 7);
+    first.sync().await.unwrap();
+    // The next run starts from the store's count: one call and 7 tokens.
+    let next = open().await.unwrap().expect("a ledger");
+    let spent = next.budget().spent_by_tenant("local");
+    assert_eq!((spent.calls, spent.tokens), (1, 7));
+    let r = next.budget().reserve(&local, 100).unwrap();
+    next.budget().settle(r, 3);
+    let e = next.budget().reserve(&local, 100).unwrap_err().to_string();
+    assert!(e.contains("2 of 2 calls"), "{e}");
+    // Another tenant counts apart.
+    assert!(
+        next.budget()
+            .reserve(&weft_llm::Correlation::new("other"), 1)
+            .is_ok()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

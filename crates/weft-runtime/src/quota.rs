@@ -80,10 +80,13 @@ impl Quotas {
     /// Counts for `config`, in this process alone until something syncs
     /// [`Quotas::counts`] with a store.
     pub fn new(config: QuotaConfig) -> Quotas {
-        Quotas {
-            config,
-            counts: Arc::new(SharedCounts::new()),
-        }
+        Quotas::with_counts(config, Arc::new(SharedCounts::new()))
+    }
+
+    /// Counts for `config` in `counts` (which the assembly point may share with other
+    /// counters and sync with a store).
+    pub fn with_counts(config: QuotaConfig, counts: Arc<SharedCounts>) -> Quotas {
+        Quotas { config, counts }
     }
 
     /// The counters behind the quotas, for the assembly point to share through a store.

@@ -73,16 +73,17 @@ impl Counting<'_> {
     /// Counts `add` to `key` in `period`, which ends at `ends_ms` (a later period starts
     /// the counter again).
     pub fn add(&mut self, key: &str, period: u64, ends_ms: i64, add: Usage) {
+        let fresh = Entry {
+            period,
+            ends_ms,
+            ..Entry::default()
+        };
         let e = match self.entries.get_mut(key) {
             Some(e) => e,
-            None => self.entries.entry(Arc::from(key)).or_default(),
+            None => self.entries.entry(Arc::from(key)).or_insert(fresh),
         };
         if e.period != period {
-            *e = Entry {
-                period,
-                ends_ms,
-                ..Entry::default()
-            };
+            *e = fresh;
         }
         e.pending = e.pending.plus(add);
     }
@@ -196,6 +197,13 @@ mod tests {
         // Another period starts at zero; an ended one is forgotten.
         assert_eq!(s.lock().total("t", 8), Usage::default());
         assert!(s.take(1_000).is_empty());
+    }
+
+    #[test]
+    fn the_first_period_since_the_epoch_is_a_period_like_any() {
+        let s = SharedCounts::new();
+        s.lock().add("t", 0, 1_000, calls(1));
+        assert_eq!(s.take(10)[0].add, calls(1));
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //!
 //! With `--store LOC` the exchanges are kept in the store's transcripts and the accepted plan
 //! in its plan cache: the same instruction, tools and model are answered from the store.
+//! `[budget.planner]` counts the run's model calls against the local tenant's quota: in the
+//! store's counters with `--store` (shared with the servers on it), else for this run alone.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -76,8 +78,22 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
         .build()
         .context("cannot start the async runtime")?;
     let mut sink = None;
-    if args.store.is_some() {
-        let store = rt.block_on(ctx.open_store())?;
+    let store = match &args.store {
+        Some(_) => Some(rt.block_on(ctx.open_store())?),
+        None => None,
+    };
+    // `[budget.planner]`: this run's calls count against the tenant's quota (with the
+    // store's counters when there is a store).
+    let quota = rt
+        .block_on(weft_node::llm::PlannerQuota::open(
+            &ctx.config.config.budget,
+            store.clone(),
+        ))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(q) = &quota {
+        llm = llm.with_budget(q.budget());
+    }
+    if let Some(store) = store {
         let t = weft_llm::StoreTranscript::new(std::sync::Arc::clone(&store), rt.handle());
         llm = llm.with_transcripts(std::sync::Arc::new(t.clone()));
         sink = Some(t);
@@ -89,6 +105,11 @@ pub fn run(args: &Args, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Result<Status
     let _progress = crate::llm::retry_lines();
     let result = rt.block_on(async {
         let r = weft_llm::plan(&llm, &args.instruction, &tools, &opts).await;
+        if let Some(q) = &quota
+            && let Err(e) = q.sync().await
+        {
+            eprintln!("warning: the planner quota's count not stored: {e}");
+        }
         if let Some(t) = &sink
             && let Err(e) = t.flush().await
         {

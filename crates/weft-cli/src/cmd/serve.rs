@@ -150,9 +150,14 @@ pub fn run(_args: &Args, ctx: &Ctx, _out: &mut dyn Write) -> anyhow::Result<Stat
             }
             None => None,
         };
+        let node = state.node().clone();
         let served = weft_server::serve(state, weft_server::shutdown_signal()).await;
         if let Some(bus) = planner {
             bus.stop().await;
+        }
+        // What the quotas counted since their last sync, so a restart goes on from it.
+        if let Err(e) = node.sync_counts().await {
+            eprintln!("weft: cannot add the last quota counts to the store: {e}");
         }
         served?;
         eprintln!("weft: stopped");

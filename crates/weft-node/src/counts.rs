@@ -1,0 +1,150 @@
+//! The operator's quotas across processes and restarts: a durable node's quota counters
+//! (`[budget] plan`, `tenant`, `planner`, all in one [`SharedCounts`]) start from the totals
+//! the store holds, and a task adds what this process counted to the store's counters every
+//! `[budget] sync_ms`, reading the other processes' counts back (`Store::add_counts`). The
+//! counting itself stays in memory, on the engine's hot path; see `weft_tools::shared` for
+//! what is exact and what may pass a quota.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weft_store::{CountRow, Counts, Store};
+use weft_tools::SharedCounts;
+use weft_tools::shared::Delta;
+
+use crate::Error;
+
+fn row(d: &Delta) -> CountRow {
+    CountRow {
+        key: d.key.to_string(),
+        period: d.period,
+        ends_ms: d.ends_ms,
+        counts: Counts {
+            tool_calls: d.add.tool_calls,
+            llm_calls: d.add.llm_calls,
+            llm_tokens: d.add.llm_tokens,
+            cost: d.add.cost,
+        },
+    }
+}
+
+fn usage(c: &Counts) -> weft_tools::Usage {
+    weft_tools::Usage {
+        tool_calls: c.tool_calls,
+        llm_calls: c.llm_calls,
+        llm_tokens: c.llm_tokens,
+        cost: c.cost,
+    }
+}
+
+/// Counters synced with a store, and the task that syncs them (stopped when the last clone
+/// of the node that owns it goes).
+pub(crate) struct Synced {
+    counts: Arc<SharedCounts>,
+    store: Arc<dyn Store>,
+    /// One sync at a time: the task's and [`Synced::sync`]'s.
+    turn: tokio::sync::Mutex<()>,
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Synced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Synced")
+            .field("store", &self.store.backend())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Synced {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            t.abort();
+        }
+    }
+}
+
+impl Synced {
+    /// Starts `counts` from `store`'s live counters and syncs them every `every`. A store
+    /// that keeps no counters is an error.
+    pub(crate) async fn start(
+        counts: Arc<SharedCounts>,
+        store: Arc<dyn Store>,
+        every: Duration,
+    ) -> Result<Arc<Synced>, Error> {
+        let live = store
+            .live_counts(weft_store::now_ms())
+            .await
+            .map_err(|e| Error::Durable(weft_durable::DurableError::from(e)))?;
+        counts.seed(live.iter().map(|r| {
+            (
+                Arc::from(r.key.as_str()),
+                r.period,
+                r.ends_ms,
+                usage(&r.counts),
+            )
+        }));
+        let synced = Arc::new(Synced {
+            counts,
+            store,
+            turn: tokio::sync::Mutex::new(()),
+            task: std::sync::Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&synced);
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut failing = false;
+            loop {
+                tick.tick().await;
+                let Some(s) = weak.upgrade() else { return };
+                match s.sync().await {
+                    Ok(()) if failing => {
+                        failing = false;
+                        tracing::info!("the quota counters are synced with the store again");
+                    }
+                    Ok(()) => {}
+                    Err(e) if !failing => {
+                        failing = true;
+                        tracing::warn!(
+                            error = %e,
+                            "cannot sync the quota counters with the store; this process \
+                             counts alone until it can (what it counts is sent then)"
+                        );
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+        *synced.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        Ok(synced)
+    }
+
+    /// Adds what was counted since the last sync to the store and reads the totals back.
+    pub(crate) async fn sync(&self) -> Result<(), weft_store::Error> {
+        let _turn = self.turn.lock().await;
+        let now = weft_store::now_ms();
+        let deltas = self.counts.take(now);
+        if deltas.is_empty() {
+            return Ok(());
+        }
+        match self
+            .store
+            .add_counts(deltas.iter().map(row).collect(), now)
+            .await
+        {
+            Ok(totals) => {
+                let settled: Vec<_> = deltas
+                    .iter()
+                    .zip(&totals)
+                    .map(|(d, t)| (Arc::clone(&d.key), d.period, usage(t)))
+                    .collect();
+                self.counts.settle(&settled);
+                Ok(())
+            }
+            Err(e) => {
+                self.counts.failed();
+                Err(e)
+            }
+        }
+    }
+}
