@@ -88,6 +88,12 @@ impl Cell {
                 .is_some_and(|q| q.config.counts_every_call())
     }
 
+    /// The quota counters this instance charges: its tenant's and the plan it started as.
+    fn quota_keys(&self) -> &crate::quota::QuotaKeys {
+        self.quota_keys
+            .get_or_init(|| crate::quota::QuotaKeys::new(&self.tenant, &self.plan_name))
+    }
+
     /// Whether this instance's calls are counted at all.
     pub(crate) fn counted(&self) -> bool {
         self.counts(&self.plan())
@@ -123,7 +129,7 @@ impl Cell {
                 .engine
                 .quotas
                 .as_ref()
-                .and_then(|q| q.charge(&self.tenant, &plan.name, charge, now).err()),
+                .and_then(|q| q.charge(self.quota_keys(), charge, now).err()),
         };
         if let Some(o) = refused {
             let before = b.used;
@@ -224,7 +230,7 @@ impl Cell {
         }
         let now = self.engine.clock.now_ms();
         if let Some(q) = &self.engine.quotas {
-            q.add(&self.tenant, &self.plan().name, used, now);
+            q.add(self.quota_keys(), used, now);
         }
         self.journal_charge(ctx, used, now);
     }

@@ -127,6 +127,8 @@ pub(crate) struct Cell {
     pub asked_approval: std::sync::atomic::AtomicBool,
     /// The count against the plan's `limits` (`budget.rs`).
     pub budget: Mutex<crate::budget::Budget>,
+    /// The operator's quota counters it charges (made at its first charge).
+    pub quota_keys: std::sync::OnceLock<crate::quota::QuotaKeys>,
     /// Told when the instance is resumed or stopped: calls waiting over a budget
     /// (`quota.rs`, `OnExceeded::Pause`) then try again or give up.
     pub resumed: tokio::sync::Notify,
@@ -176,6 +178,7 @@ impl Cell {
             approvals: Mutex::new(std::collections::BTreeMap::new()),
             asked_approval: std::sync::atomic::AtomicBool::new(false),
             budget: Mutex::new(crate::budget::Budget::default()),
+            quota_keys: std::sync::OnceLock::new(),
             resumed: tokio::sync::Notify::new(),
             stopped: std::sync::atomic::AtomicBool::new(false),
         })

@@ -68,6 +68,24 @@ fn plan_key(tenant: &str, plan: &str) -> String {
     format!("plan/{tenant}/{plan}")
 }
 
+/// The counters one instance charges: its tenant's and its plan's (made once per instance,
+/// so a charge formats no key).
+#[derive(Debug, Clone)]
+pub struct QuotaKeys {
+    tenant: String,
+    plan: String,
+}
+
+impl QuotaKeys {
+    /// The keys of `tenant`'s quota and of its plan `plan`'s.
+    pub fn new(tenant: &str, plan: &str) -> QuotaKeys {
+        QuotaKeys {
+            tenant: tenant_key(tenant),
+            plan: plan_key(tenant, plan),
+        }
+    }
+}
+
 /// The shared counts (see the module docs).
 #[derive(Debug)]
 pub struct Quotas {
@@ -102,21 +120,15 @@ impl Quotas {
         (period, i64::try_from(ends).unwrap_or(i64::MAX))
     }
 
-    /// Charges `charge` to `tenant`'s and `plan`'s quotas at `now_ms`, unless that passes one
-    /// (then nothing is charged).
-    pub(crate) fn charge(
-        &self,
-        tenant: &str,
-        plan: &str,
-        charge: Usage,
-        now_ms: i64,
-    ) -> Result<(), Over> {
+    /// Charges `charge` to the quotas of `keys` at `now_ms`, unless that passes one (then
+    /// nothing is charged).
+    pub(crate) fn charge(&self, keys: &QuotaKeys, charge: Usage, now_ms: i64) -> Result<(), Over> {
         let c = &self.config;
         if c.plan.is_none() && c.tenant.is_none() {
             return Ok(());
         }
         let (period, ends) = self.period(now_ms);
-        let (tk, pk) = (tenant_key(tenant), plan_key(tenant, plan));
+        let (tk, pk) = (&keys.tenant, &keys.plan);
         let mut counts = self.counts.lock();
         for (scope, limits, key) in [
             ("tenant", c.tenant.as_ref(), &tk),
@@ -134,7 +146,7 @@ impl Quotas {
                 });
             }
         }
-        self.add_locked(&mut counts, &tk, &pk, charge, (period, ends));
+        self.add_locked(&mut counts, tk, pk, charge, (period, ends));
         Ok(())
     }
 
@@ -155,13 +167,18 @@ impl Quotas {
     }
 
     /// Adds what a call used once it ran (model tokens) to the quotas; refuses nothing.
-    pub(crate) fn add(&self, tenant: &str, plan: &str, used_now: Usage, now_ms: i64) {
+    pub(crate) fn add(&self, keys: &QuotaKeys, used_now: Usage, now_ms: i64) {
         if self.config.plan.is_none() && self.config.tenant.is_none() {
             return;
         }
-        let (tk, pk) = (tenant_key(tenant), plan_key(tenant, plan));
         let mut counts = self.counts.lock();
-        self.add_locked(&mut counts, &tk, &pk, used_now, self.period(now_ms));
+        self.add_locked(
+            &mut counts,
+            &keys.tenant,
+            &keys.plan,
+            used_now,
+            self.period(now_ms),
+        );
     }
 
     /// What `tenant` (and with `plan`, that plan) used in the period of `now_ms`.
@@ -200,20 +217,20 @@ mod tests {
             period_ms: 1_000,
             ..QuotaConfig::default()
         });
-        assert_eq!(q.charge("t", "a", one(), 10), Ok(()));
-        assert_eq!(q.charge("t", "a", one(), 20), Ok(()));
-        let over = q.charge("t", "a", one(), 30).unwrap_err();
+        assert_eq!(q.charge(&QuotaKeys::new("t", "a"), one(), 10), Ok(()));
+        assert_eq!(q.charge(&QuotaKeys::new("t", "a"), one(), 20), Ok(()));
+        let over = q.charge(&QuotaKeys::new("t", "a"), one(), 30).unwrap_err();
         assert_eq!(
             (over.scope, over.field, over.used.as_str()),
             ("plan", "max_tool_calls", "3")
         );
         // Refused calls are not counted: another plan of the tenant still has one call.
-        assert_eq!(q.charge("t", "b", one(), 40), Ok(()));
-        let over = q.charge("t", "b", one(), 50).unwrap_err();
+        assert_eq!(q.charge(&QuotaKeys::new("t", "b"), one(), 40), Ok(()));
+        let over = q.charge(&QuotaKeys::new("t", "b"), one(), 50).unwrap_err();
         assert_eq!((over.scope, over.max.as_str()), ("tenant", "3"));
         // Other tenants count apart; a new period starts from zero.
-        assert_eq!(q.charge("u", "a", one(), 60), Ok(()));
-        assert_eq!(q.charge("t", "a", one(), 1_000), Ok(()));
+        assert_eq!(q.charge(&QuotaKeys::new("u", "a"), one(), 60), Ok(()));
+        assert_eq!(q.charge(&QuotaKeys::new("t", "a"), one(), 1_000), Ok(()));
         assert_eq!(q.used("t", None, 1_000).tool_calls, 1);
         assert_eq!(q.used("t", Some("a"), 999).tool_calls, 0);
     }
