@@ -17,7 +17,8 @@
 //!   the server;
 //! - **weft**: a one-step instance whose step calls the tool declared as `[[tools.declared]]`
 //!   declares it (`mcp`: discovered from a `[[tools.mcp]]` entry, on a server instance of the
-//!   node's own), on a node `weft-node` assembles (registry, tool-call chain, engine dispatch,
+//!   node's own; `WEFT_BENCH_TOOLS_MCP_ONE_SERVER=1` has every `mcp_http` way call one server
+//!   instance), on a node `weft-node` assembles (registry, tool-call chain, engine dispatch,
 //!   the declared-tool wrapper: timeout, output rules), from `start` until `wait` returns the
 //!   checked result — in memory, and on the durable SQLite journal as a second figure (which
 //!   includes the fsync'd commits the durability contract requires).
@@ -58,8 +59,12 @@ use crate::engine::{line, round};
 /// The workload names this module runs.
 pub const DEFAULT: &[&str] = &["tools"];
 
+/// Set: every `mcp_http` way calls one server instance.
+const ONE_SERVER_VAR: &str = "WEFT_BENCH_TOOLS_MCP_ONE_SERVER";
+
 /// The tenant of every call: one of this process's own (`bench<pid>`), so that no other
 /// process's workers share its NATS subjects.
+
 fn tenant() -> &'static str {
     static T: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     T.get_or_init(|| format!("bench{}", std::process::id()))
@@ -662,7 +667,10 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
         }
     };
     // Each way has a server instance of its own: over stdio each connection starts one; over
-    // HTTP four servers run (direct, tool, the in-memory node, the durable node).
+    // HTTP four servers run (direct, tool, the in-memory node, the durable node), or with
+    // `WEFT_BENCH_TOOLS_MCP_ONE_SERVER` set every way calls the first (the ways then differ
+    // by the client side alone, not by which server process answers).
+    let one_server = std::env::var_os(ONE_SERVER_VAR).is_some_and(|v| !v.is_empty());
     let mut mcp_http = Vec::new();
     let (mut mem_mcp, mut dur_mcp) = (Vec::new(), Vec::new());
     let mut mcp_ways = Vec::new();
@@ -670,7 +678,7 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
         for _ in 0..4 {
             mcp_http.push(mcp_http_server(python, script).await?);
         }
-        let url = |k: usize| mcp_http[k].1.as_str();
+        let url = |k: usize| mcp_http[if one_server { 0 } else { k }].1.as_str();
         for (kind, name, urls) in [
             ("mcp", "mcp", None),
             (
