@@ -394,3 +394,32 @@ fn transcript_reads_an_instances_model_exchanges() {
         common::stderr(&out)
     );
 }
+
+/// `[budget]`'s tenant quota is counted in the store by one-shot `weft run`s: the first run's
+/// eleven calls count against the second, which is refused its fifth.
+#[test]
+fn a_tenant_quota_counts_every_run_on_the_store() {
+    let dir = temp_dir("durable-quota");
+    std::fs::write(
+        dir.join("weft.toml"),
+        "[budget]\nperiod_secs = 1099511627776\ntenant = { max_tool_calls = 15 }\n",
+    )
+    .expect("weft.toml");
+    let doc = json(&run_fanout_stored(&dir));
+    assert_eq!(doc["outcome"], "completed", "{doc}");
+    let out = weft_in(
+        &dir,
+        &[
+            "run",
+            &example("fanout.json"),
+            "--input",
+            r#"{"dataset":"sales"}"#,
+            "--store",
+            ".weft/weft.db",
+            "--json",
+        ],
+    );
+    let doc = json(&out);
+    assert_eq!(doc["outcome"], "failed", "{doc}");
+    assert!(doc.to_string().contains("quota of tenant `local`"), "{doc}");
+}

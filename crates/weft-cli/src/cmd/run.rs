@@ -354,6 +354,10 @@ async fn execute(
             ctx.config.config.store.url
         );
     }
+    // What `[budget]`'s quotas counted, into the store's counters before the process ends.
+    if let Err(e) = node.sync_counts().await {
+        eprintln!("warning: the quota counts were not stored: {e}");
+    }
     Ok(Ran {
         outcome,
         cut,
