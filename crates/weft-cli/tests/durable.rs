@@ -14,7 +14,14 @@ fn example(name: &str) -> String {
 
 /// `weft run examples/fanout.json --store .weft/weft.db --json` in `dir`, which must succeed.
 fn run_fanout_stored(dir: &std::path::Path) -> std::process::Output {
-    let out = weft_in(
+    let out = run_fanout(dir);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    out
+}
+
+/// `weft run examples/fanout.json --store .weft/weft.db --json` in `dir`.
+fn run_fanout(dir: &std::path::Path) -> std::process::Output {
+    weft_in(
         dir,
         &[
             "run",
@@ -25,9 +32,7 @@ fn run_fanout_stored(dir: &std::path::Path) -> std::process::Output {
             ".weft/weft.db",
             "--json",
         ],
-    );
-    assert_eq!(code(&out), 0, "{}", stdout(&out));
-    out
+    )
 }
 
 #[test]
@@ -407,19 +412,7 @@ fn a_tenant_quota_counts_every_run_on_the_store() {
     .expect("weft.toml");
     let doc = json(&run_fanout_stored(&dir));
     assert_eq!(doc["outcome"], "completed", "{doc}");
-    let out = weft_in(
-        &dir,
-        &[
-            "run",
-            &example("fanout.json"),
-            "--input",
-            r#"{"dataset":"sales"}"#,
-            "--store",
-            ".weft/weft.db",
-            "--json",
-        ],
-    );
-    let doc = json(&out);
+    let doc = json(&run_fanout(&dir));
     assert_eq!(doc["outcome"], "failed", "{doc}");
     assert!(doc.to_string().contains("quota of tenant `local`"), "{doc}");
 }

@@ -120,7 +120,13 @@ impl Synced {
     }
 
     /// Adds what was counted since the last sync to the store and reads the totals back.
-    pub(crate) async fn sync(&self) -> Result<(), weft_store::Error> {
+    pub(crate) async fn sync(&self) -> Result<(), Error> {
+        self.sync_store()
+            .await
+            .map_err(|e| Error::Durable(weft_durable::DurableError::from(e)))
+    }
+
+    async fn sync_store(&self) -> Result<(), weft_store::Error> {
         let _turn = self.turn.lock().await;
         let now = weft_store::now_ms();
         let deltas = self.counts.take(now);

@@ -168,10 +168,7 @@ impl PlannerQuota {
     /// Adds what the run counted to the store's counters (nothing to do without a store).
     pub async fn sync(&self) -> Result<(), Error> {
         match &self.synced {
-            Some(s) => s
-                .sync()
-                .await
-                .map_err(|e| Error::Durable(weft_durable::DurableError::from(e))),
+            Some(s) => s.sync().await,
             None => Ok(()),
         }
     }

@@ -526,10 +526,7 @@ impl Node {
     /// is lost). Nothing to do for a node without a store or quotas.
     pub async fn sync_counts(&self) -> Result<(), Error> {
         match &self.counts {
-            Some(c) => c
-                .sync()
-                .await
-                .map_err(|e| Error::Durable(weft_durable::DurableError::from(e))),
+            Some(c) => c.sync().await,
             None => Ok(()),
         }
     }
