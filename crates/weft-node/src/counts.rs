@@ -133,6 +133,17 @@ impl Synced {
         if deltas.is_empty() {
             return Ok(());
         }
+        if deltas.iter().all(|d| d.add.is_zero()) {
+            // Nothing to add: read the others' counts without a write transaction (an idle
+            // node does not write every `sync_ms`).
+            let live = self.store.live_counts(now).await?;
+            let settled: Vec<_> = live
+                .iter()
+                .map(|r| (Arc::from(r.key.as_str()), r.period, usage(&r.counts)))
+                .collect();
+            self.counts.settle(&settled);
+            return Ok(());
+        }
         match self
             .store
             .add_counts(deltas.iter().map(row).collect(), now)
