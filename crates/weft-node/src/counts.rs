@@ -13,6 +13,101 @@ use weft_tools::SharedCounts;
 use weft_tools::shared::Delta;
 
 use crate::Error;
+use crate::config::BudgetConfig;
+
+/// One quota: its limits and what was used of it in the current period.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct QuotaUse {
+    /// The limits (`max_tool_calls`, `max_llm_calls`, `max_llm_tokens`, `max_cost`; the
+    /// planner's also `calls_per_minute`, counted per process).
+    pub limits: serde_json::Value,
+    /// What was used (`tool_calls`, `llm_calls`, `cost`, `llm_tokens`).
+    pub used: weft_tools::Usage,
+}
+
+/// A tenant's quotas in the current period (`GET /v1/quotas`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct QuotaReport {
+    /// The period's length.
+    pub period_secs: u64,
+    /// When the current period ends (epoch ms), and its counts start again at zero.
+    pub period_ends_ms: i64,
+    /// Whether the counts are every process's on the store (`true`) or this process's.
+    pub shared: bool,
+    /// `[budget] tenant`, when set.
+    pub tenant: Option<QuotaUse>,
+    /// `[budget] plan`, when set: each plan of the tenant counted in this period, by name.
+    pub plans: std::collections::BTreeMap<String, QuotaUse>,
+    /// `[budget.planner]`, when set.
+    pub planner: Option<QuotaUse>,
+}
+
+impl QuotaReport {
+    /// The current period's index and end, for `budget`'s `period_secs`.
+    pub(crate) fn period(budget: &BudgetConfig, now_ms: i64) -> (u64, i64) {
+        let len = budget.period_secs.max(1).saturating_mul(1000);
+        let index = u64::try_from(now_ms).unwrap_or(0) / len;
+        let ends = index.saturating_add(1).saturating_mul(len);
+        (index, i64::try_from(ends).unwrap_or(i64::MAX))
+    }
+
+    /// `tenant`'s report from the counters `totals` (key, period, total).
+    pub(crate) fn new(
+        budget: &BudgetConfig,
+        tenant: &str,
+        now_ms: i64,
+        shared: bool,
+        totals: &[(String, u64, weft_tools::Usage)],
+    ) -> QuotaReport {
+        let (period, ends) = QuotaReport::period(budget, now_ms);
+        let used = |key: &str| {
+            totals
+                .iter()
+                .find(|(k, p, _)| k == key && *p == period)
+                .map_or(weft_tools::Usage::default(), |(_, _, u)| *u)
+        };
+        let quota = budget.quotas();
+        let tenant_use = quota
+            .as_ref()
+            .and_then(|q| q.tenant.as_ref())
+            .map(|l| QuotaUse {
+                limits: to_json(l),
+                used: used(&format!("tenant/{tenant}")),
+            });
+        let mut plans = std::collections::BTreeMap::new();
+        if let Some(limits) = quota.as_ref().and_then(|q| q.plan.as_ref()) {
+            let prefix = format!("plan/{tenant}/");
+            for (key, p, u) in totals {
+                if let (Some(name), true) = (key.strip_prefix(&prefix), *p == period) {
+                    plans.insert(
+                        name.to_string(),
+                        QuotaUse {
+                            limits: to_json(limits),
+                            used: *u,
+                        },
+                    );
+                }
+            }
+        }
+        let planner = budget.planner.as_ref().map(|p| QuotaUse {
+            limits: to_json(p),
+            used: used(&format!("planner/{tenant}")),
+        });
+        QuotaReport {
+            period_secs: budget.period_secs,
+            period_ends_ms: ends,
+            shared,
+            tenant: tenant_use,
+            plans,
+            planner,
+        }
+    }
+}
+
+/// A limits value as JSON.
+fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or_default()
+}
 
 fn row(d: &Delta) -> CountRow {
     CountRow {
@@ -28,7 +123,7 @@ fn row(d: &Delta) -> CountRow {
     }
 }
 
-fn usage(c: &Counts) -> weft_tools::Usage {
+pub(crate) fn usage(c: &Counts) -> weft_tools::Usage {
     weft_tools::Usage {
         tool_calls: c.tool_calls,
         llm_calls: c.llm_calls,

@@ -31,6 +31,7 @@ pub mod tokens;
 
 pub use check::check;
 pub use config::Config;
+pub use counts::{QuotaReport, QuotaUse};
 pub use error::Error;
 pub use governance::governance;
 pub use load::{Entry, FlagValue, Inputs, Loaded, Source, load};

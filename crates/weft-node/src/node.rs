@@ -334,7 +334,8 @@ impl Builder {
             chain: this.chain,
             toolbox: None,
             policies: this.policies,
-            counts: None,
+            synced: None,
+            counts: p.counts,
         })
     }
 
@@ -369,13 +370,16 @@ impl Builder {
             .map_err(|e| Error::Durable(weft_durable::DurableError::from(e)))?;
         p.opts.tenant_tools = Some(Arc::clone(&toolbox) as Arc<dyn weft_tools::TenantTools>);
         let b = &self.config.budget;
-        let counts = if b
+        let synced = if b
             .quotas()
             .is_some_and(|q| q.plan.is_some() || q.tenant.is_some())
             || b.planner_limits().is_some()
         {
             let every = std::time::Duration::from_millis(b.sync_ms.max(1));
-            Some(crate::counts::Synced::start(p.counts, Arc::clone(&store), every).await?)
+            Some(
+                crate::counts::Synced::start(Arc::clone(&p.counts), Arc::clone(&store), every)
+                    .await?,
+            )
         } else {
             None
         };
@@ -394,7 +398,8 @@ impl Builder {
             chain,
             toolbox: Some(toolbox),
             policies: self.policies,
-            counts,
+            synced,
+            counts: p.counts,
         })
     }
 }
@@ -432,7 +437,9 @@ pub struct Node {
     watcher: Option<Arc<weft_policy::Watcher>>,
     /// The quotas' counters, synced with the store while any clone of the node lives
     /// (durable nodes with quotas).
-    counts: Option<Arc<crate::counts::Synced>>,
+    synced: Option<Arc<crate::counts::Synced>>,
+    /// The quotas' counters (this process's view).
+    counts: Arc<weft_tools::SharedCounts>,
 }
 
 impl std::fmt::Debug for Node {
@@ -521,11 +528,45 @@ impl Node {
         self.planner.llm()
     }
 
+    /// `tenant`'s quotas in the current period: limits and what every process on the store
+    /// used (synced first), or this process alone without a store.
+    pub async fn quotas(&self, tenant: &str) -> Result<crate::QuotaReport, Error> {
+        let b = &self.config.budget;
+        let now = weft_store::now_ms();
+        let totals: Vec<(String, u64, weft_tools::Usage)> = match (&self.synced, self.store()) {
+            (Some(s), Some(store)) => {
+                s.sync().await?;
+                let live = store
+                    .live_counts(now)
+                    .await
+                    .map_err(|e| Error::Durable(weft_durable::DurableError::from(e)))?;
+                live.into_iter()
+                    .map(|r| (r.key, r.period, crate::counts::usage(&r.counts)))
+                    .collect()
+            }
+            _ => {
+                let period = crate::QuotaReport::period(b, now).0;
+                self.counts
+                    .totals("", period)
+                    .into_iter()
+                    .map(|(k, u)| (k.to_string(), period, u))
+                    .collect()
+            }
+        };
+        Ok(crate::QuotaReport::new(
+            b,
+            tenant,
+            now,
+            self.synced.is_some(),
+            &totals,
+        ))
+    }
+
     /// Adds what the quotas counted since the last sync to the store's counters now (a
     /// task does it every `[budget] sync_ms`; call this before stopping, so nothing counted
     /// is lost). Nothing to do for a node without a store or quotas.
     pub async fn sync_counts(&self) -> Result<(), Error> {
-        match &self.counts {
+        match &self.synced {
             Some(c) => c.sync().await,
             None => Ok(()),
         }

@@ -13,7 +13,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::{approvals, auth, events, instances, llm, ops, plans, request_id, tools, transcripts};
+use crate::{
+    approvals, auth, events, instances, llm, ops, plans, quotas, request_id, tools, transcripts,
+};
 
 /// The HTTP application over `state` (STYLE §11: tested in-process with `oneshot`).
 pub fn app(state: AppState) -> Router {
@@ -44,6 +46,7 @@ pub fn app(state: AppState) -> Router {
             "/v1/instances/{id}/approvals/{step}",
             post(approvals::decide),
         )
+        .route("/v1/quotas", get(quotas::get))
         .route("/v1/tools", get(tools::list))
         .route(
             "/v1/tools/{name}",
@@ -138,7 +141,7 @@ impl utoipa::Modify for Security {
         instances::journal, instances::inspect, instances::stop, instances::resume,
         instances::checkpoint, approvals::list, approvals::decide, transcripts::list,
         events::ingest, events::stream,
-        tools::list, tools::get, tools::put, tools::delete,
+        tools::list, tools::get, tools::put, tools::delete, quotas::get,
     ),
     components(schemas(crate::error::Problem)),
     modifiers(&Security),
@@ -148,6 +151,7 @@ impl utoipa::Modify for Security {
         (name = "events", description = "CloudEvents in, lifecycle events out (SSE)"),
         (name = "tools", description = "The tools plans call: the node's, and each tenant's own"),
         (name = "llm", description = "Routes that use a language model"),
+        (name = "quotas", description = "The operator's quotas of the calling tenant"),
         (name = "ops", description = "Health, readiness, metrics, this document"),
         (name = "ui", description = "The web UI"),
     )

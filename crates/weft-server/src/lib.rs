@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod names;
 mod ops;
 mod plans;
+mod quotas;
 mod replay;
 pub mod request_id;
 mod state;

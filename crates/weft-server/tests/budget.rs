@@ -4,6 +4,7 @@
 //! against the limits, and `/metrics` counts the use and the refusal. The operator's
 //! `[budget]` with `on_exceeded = "pause"`: the instance is paused over a budget, resumed
 //! over the API it pauses again while still over, and a restart keeps it paused.
+//! `GET /v1/quotas` shows a tenant's quotas and what was used of them, and no other tenant's.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,7 +12,7 @@ mod common;
 
 use axum::body::Body;
 use axum::http::StatusCode;
-use common::{TOK_A, cloud_event, on_node, req, sqlite, ticker, two_tenants};
+use common::{TOK_A, TOK_B, cloud_event, on_node, req, sqlite, ticker, two_tenants};
 use serde_json::json;
 
 const A: Option<&str> = Some(TOK_A);
@@ -136,4 +137,58 @@ async fn a_call_over_the_operators_budget_pauses_its_instance_across_resume_and_
         (StatusCode::OK, Some("stopped")),
         "{v}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quotas_route_shows_what_the_tenant_used_of_each_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = weft_node::Config::default();
+    let calls = |n| weft_core::PlanLimits {
+        max_tool_calls: Some(n),
+        ..Default::default()
+    };
+    node.budget.tenant = Some(calls(100));
+    node.budget.plan = Some(calls(50));
+    node.budget.planner = Some(weft_node::config::PlannerBudget {
+        max_llm_calls: Some(9),
+        ..Default::default()
+    });
+    let store: std::sync::Arc<dyn weft_store::Store> =
+        weft_store_sqlite::open(dir.path().join("weft.db").to_str().unwrap())
+            .await
+            .unwrap();
+    let s = on_node(node, store, two_tenants()).await;
+    let two = json!({"plan_name": "two", "graph_type": "acyclic",
+        "events": {"start": {}, "a": {}, "done": {"kind": "output"}},
+        "steps": {
+            "one": {"on": ["start"], "action": "echo", "emits": ["a"]},
+            "two": {"on": ["a"], "action": "echo", "emits": ["done"]}}});
+    let (st, v) = s
+        .post("/v1/instances", A, &json!({"plan_inline": two}))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    s.wait_status(v["id"].as_str().unwrap(), A, "completed")
+        .await;
+
+    let (st, q) = s.get("/v1/quotas", A).await;
+    assert_eq!(st, StatusCode::OK, "{q}");
+    assert_eq!(q["shared"], true, "{q}");
+    assert_eq!(q["tenant"]["limits"]["max_tool_calls"], 100, "{q}");
+    assert_eq!(q["tenant"]["used"]["tool_calls"], 2, "{q}");
+    assert_eq!(q["plans"]["two"]["used"]["tool_calls"], 2, "{q}");
+    assert_eq!(q["plans"]["two"]["limits"]["max_tool_calls"], 50, "{q}");
+    assert_eq!(q["planner"]["limits"]["max_llm_calls"], 9, "{q}");
+    assert_eq!(q["planner"]["used"]["llm_calls"], 0, "{q}");
+    assert!(
+        q["period_ends_ms"].as_i64().unwrap() > weft_store::now_ms(),
+        "{q}"
+    );
+    // Another tenant sees its own counts only.
+    let (st, b) = s.get("/v1/quotas", Some(TOK_B)).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    assert_eq!(b["tenant"]["used"]["tool_calls"], 0, "{b}");
+    assert_eq!(b["plans"], json!({}), "{b}");
+    // And without a token, nothing.
+    let (st, _) = s.get("/v1/quotas", None).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
 }

@@ -148,6 +148,18 @@ impl SharedCounts {
         }
     }
 
+    /// Every counter whose key starts with `prefix`, counting `period` (key, total).
+    pub fn totals(&self, prefix: &str, period: u64) -> Vec<(Arc<str>, Usage)> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<_> = entries
+            .iter()
+            .filter(|(k, e)| k.starts_with(prefix) && e.period == period)
+            .map(|(k, e)| (Arc::clone(k), e.total()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
     /// Starts from totals the store holds (key, period, ends_ms, total), at startup: a
     /// counter this process already counted keeps its own count.
     pub fn seed(&self, totals: impl IntoIterator<Item = (Arc<str>, u64, i64, Usage)>) {
