@@ -64,7 +64,6 @@ const ONE_SERVER_VAR: &str = "WEFT_BENCH_TOOLS_MCP_ONE_SERVER";
 
 /// The tenant of every call: one of this process's own (`bench<pid>`), so that no other
 /// process's workers share its NATS subjects.
-
 fn tenant() -> &'static str {
     static T: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     T.get_or_init(|| format!("bench{}", std::process::id()))
