@@ -192,3 +192,67 @@ async fn the_quotas_route_shows_what_the_tenant_used_of_each_quota() {
     let (st, _) = s.get("/v1/quotas", None).await;
     assert_eq!(st, StatusCode::UNAUTHORIZED);
 }
+
+/// Two servers on one PostgreSQL schema count a tenant quota together: the second opens
+/// after the first added its two calls to the store, so its own second call is the fourth of
+/// three and is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(weft_postgres),
+    ignore = "needs PostgreSQL: set WEFT_TEST_POSTGRES_URL (bash .ci/run starts it)"
+)]
+async fn two_servers_on_postgres_share_a_tenant_quota() {
+    let url = std::env::var("WEFT_TEST_POSTGRES_URL").unwrap();
+    let schema = format!(
+        "weft_server_quota_{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_000_000
+    );
+    let mut node = weft_node::Config::default();
+    node.budget.tenant = Some(weft_core::PlanLimits {
+        max_tool_calls: Some(3),
+        ..Default::default()
+    });
+    node.budget.period_secs = 1 << 40;
+    let open = || async {
+        let store: std::sync::Arc<dyn weft_store::Store> = std::sync::Arc::new(
+            weft_store_postgres::PgStore::open_in_schema(&url, Some(&schema))
+                .await
+                .unwrap(),
+        );
+        on_node(node.clone(), store, two_tenants()).await
+    };
+    let two = json!({"plan_inline": {"plan_name": "two", "graph_type": "acyclic",
+        "events": {"start": {}, "a": {}, "done": {"kind": "output"}},
+        "steps": {
+            "one": {"on": ["start"], "action": "echo", "emits": ["a"]},
+            "two": {"on": ["a"], "action": "echo", "emits": ["done"]}}}});
+    let first = open().await;
+    let (st, v) = first.post("/v1/instances", A, &two).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    first
+        .wait_status(v["id"].as_str().unwrap(), A, "completed")
+        .await;
+    // Reading the quotas adds this server's count to the store.
+    let (_, q) = first.get("/v1/quotas", A).await;
+    assert_eq!(q["tenant"]["used"]["tool_calls"], 2, "{q}");
+
+    let second = open().await;
+    let (st, v) = second.post("/v1/instances", A, &two).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let failed = second
+        .wait_status(v["id"].as_str().unwrap(), A, "failed")
+        .await;
+    assert!(
+        failed.to_string().contains("quota of tenant `tenant-a`"),
+        "{failed}"
+    );
+    // The refused call is not counted; each server reads the other's count.
+    let (_, q) = second.get("/v1/quotas", A).await;
+    assert_eq!(q["tenant"]["used"]["tool_calls"], 3, "{q}");
+    let (_, q) = first.get("/v1/quotas", A).await;
+    assert_eq!(q["tenant"]["used"]["tool_calls"], 3, "{q}");
+}
