@@ -17,6 +17,15 @@ use serde_json::json;
 
 const A: Option<&str> = Some(TOK_A);
 
+/// Plan `two`: two `echo` calls, one after the other.
+fn two_echoes() -> serde_json::Value {
+    json!({"plan_name": "two", "graph_type": "acyclic",
+        "events": {"start": {}, "a": {}, "done": {"kind": "output"}},
+        "steps": {
+            "one": {"on": ["start"], "action": "echo", "emits": ["a"]},
+            "two": {"on": ["a"], "action": "echo", "emits": ["done"]}}})
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_refuse_a_plan_before_it_runs_and_stop_an_instance_while_it_runs() {
     let s = sqlite(two_tenants()).await;
@@ -97,11 +106,7 @@ async fn a_call_over_the_operators_budget_pauses_its_instance_across_resume_and_
         on_node(node.clone(), store, two_tenants()).await
     };
     let s = open().await;
-    let two = json!({"plan_name": "two", "graph_type": "acyclic",
-        "events": {"start": {}, "a": {}, "done": {"kind": "output"}},
-        "steps": {
-            "one": {"on": ["start"], "action": "echo", "emits": ["a"]},
-            "two": {"on": ["a"], "action": "echo", "emits": ["done"]}}});
+    let two = two_echoes();
     let (st, v) = s
         .post("/v1/instances", A, &json!({"plan_inline": two}))
         .await;
@@ -158,11 +163,7 @@ async fn the_quotas_route_shows_what_the_tenant_used_of_each_quota() {
             .await
             .unwrap();
     let s = on_node(node, store, two_tenants()).await;
-    let two = json!({"plan_name": "two", "graph_type": "acyclic",
-        "events": {"start": {}, "a": {}, "done": {"kind": "output"}},
-        "steps": {
-            "one": {"on": ["start"], "action": "echo", "emits": ["a"]},
-            "two": {"on": ["a"], "action": "echo", "emits": ["done"]}}});
+    let two = two_echoes();
     let (st, v) = s
         .post("/v1/instances", A, &json!({"plan_inline": two}))
         .await;
@@ -225,11 +226,7 @@ async fn two_servers_on_postgres_share_a_tenant_quota() {
         );
         on_node(node.clone(), store, two_tenants()).await
     };
-    let two = json!({"plan_inline": {"plan_name": "two", "graph_type": "acyclic",
-        "events": {"start": {}, "a": {}, "done": {"kind": "output"}},
-        "steps": {
-            "one": {"on": ["start"], "action": "echo", "emits": ["a"]},
-            "two": {"on": ["a"], "action": "echo", "emits": ["done"]}}}});
+    let two = json!({"plan_inline": two_echoes()});
     let first = open().await;
     let (st, v) = first.post("/v1/instances", A, &two).await;
     assert_eq!(st, StatusCode::CREATED, "{v}");
