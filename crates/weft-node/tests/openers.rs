@@ -337,6 +337,19 @@ impl Store for Toy {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.owner_of(instance, now_ms).await
     }
+    async fn add_counts(
+        &self,
+        rows: Vec<weft_store::CountRow>,
+        now_ms: i64,
+    ) -> Result<Vec<weft_store::Counts>> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.add_counts(rows, now_ms).await
+    }
+
+    async fn live_counts(&self, now_ms: i64) -> Result<Vec<weft_store::CountRow>> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.live_counts(now_ms).await
+    }
 }
 
 fn toy_dir(name: &str) -> std::path::PathBuf {

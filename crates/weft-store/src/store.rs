@@ -500,23 +500,11 @@ pub trait Store: Send + Sync + 'static {
     /// in one transaction, and returns the counters' totals after, in the rows' order (zero
     /// counts read a counter). Counters whose period ended by `now_ms` are removed first. A
     /// key is at most [`MAX_COUNT_KEY`] bytes and a cost finite and not negative
-    /// (`invalid_input`, nothing added). The default keeps none (`backend`).
-    async fn add_counts(&self, rows: Vec<CountRow>, now_ms: i64) -> Result<Vec<Counts>> {
-        let _ = (rows, now_ms);
-        Err(Error::backend(format!(
-            "the {} store keeps no shared counters",
-            self.backend()
-        )))
-    }
+    /// (`invalid_input`, nothing added; [`check_count_rows`]).
+    async fn add_counts(&self, rows: Vec<CountRow>, now_ms: i64) -> Result<Vec<Counts>>;
 
     /// Every counter whose period has not ended by `now_ms`.
-    async fn live_counts(&self, now_ms: i64) -> Result<Vec<CountRow>> {
-        let _ = now_ms;
-        Err(Error::backend(format!(
-            "the {} store keeps no shared counters",
-            self.backend()
-        )))
-    }
+    async fn live_counts(&self, now_ms: i64) -> Result<Vec<CountRow>>;
 }
 
 /// The longest key of a shared counter, in bytes.
