@@ -251,7 +251,14 @@ impl SqliteStore {
             // recovery's reads find everything in the indexed table.
             let rows = journal_log::log_rows(&conn)?;
             if rows.iter().any(|n| *n > 0) {
-                let tx = conn.unchecked_transaction().map_err(schema::map_err)?;
+                // Immediate: the write lock is taken (waiting out the busy timeout) before
+                // the merge reads, so a process still writing to the file delays the open
+                // instead of failing it with `database is locked`.
+                let tx = rusqlite::Transaction::new_unchecked(
+                    &conn,
+                    rusqlite::TransactionBehavior::Immediate,
+                )
+                .map_err(schema::map_err)?;
                 for (part, n) in rows.iter().enumerate() {
                     if *n > 0 {
                         journal_log::merge_log(&tx, part, true)?;
