@@ -86,9 +86,8 @@ fn store_dir(name: &str) -> std::path::PathBuf {
 }
 
 /// A durable node on `store` under a tenant quota of five calls, as `owner`. (The nodes of a
-/// test share one opened store: two processes opening one SQLite file at once can find it
-/// locked, which is the SQLite store's matter, not the quotas'; the PostgreSQL test of
-/// weft-server runs two servers on one database.)
+/// test share one opened store: the test is about the counters; weft-server's PostgreSQL
+/// test runs two servers on one database.)
 async fn quota_node(store: &std::sync::Arc<dyn weft_store::Store>, owner: &str) -> weft_node::Node {
     let mut c = Config::default();
     c.store.owner = Some(owner.to_string());
