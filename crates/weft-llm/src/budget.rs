@@ -82,18 +82,10 @@ fn period_index(period: Option<Duration>) -> u64 {
 /// The index of the period `now` is in and when it ends, epoch ms (0 and never without a
 /// period).
 fn period_bounds(period: Option<Duration>) -> (u64, i64) {
-    let Some(len) = period.map(|p| p.as_millis().max(1)) else {
+    let Some(len) = period.map(|p| u64::try_from(p.as_millis()).unwrap_or(u64::MAX)) else {
         return (0, i64::MAX);
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis();
-    let index = now / len;
-    (
-        u64::try_from(index).unwrap_or(u64::MAX),
-        i64::try_from((index + 1) * len).unwrap_or(i64::MAX),
-    )
+    weft_tools::shared::period_of(len, crate::ids::now_ms())
 }
 
 impl State {
@@ -139,10 +131,6 @@ pub struct Spent {
 
 const TENANT: u8 = 0;
 
-/// The shared counter of `tenant`'s planner calls.
-fn tenant_key(tenant: &str) -> String {
-    format!("planner/{tenant}")
-}
 const PLAN: u8 = 1;
 const INSTANCE: u8 = 2;
 
@@ -175,15 +163,17 @@ impl Budget {
     /// `u` with the tenant's shared counts in place of the ledger's own.
     fn with_shared(&self, key: &(u8, String), mut u: Used) -> Used {
         if let (TENANT, Some(shared)) = (key.0, &self.shared) {
-            let total = shared
-                .lock()
-                .total(&tenant_key(&key.1), period_index(self.limits.period));
+            let total = shared.lock().total(
+                &weft_tools::shared::planner_key(&key.1),
+                period_index(self.limits.period),
+            );
             (u.calls, u.tokens) = (total.llm_calls, total.llm_tokens);
         }
         u
     }
 
-    /// Counts `calls` and `tokens` to `key`: in the shared counts for a tenant when shared.
+    /// Counts `calls` and `tokens` to `key`: in the shared counts instead for a tenant when
+    /// shared.
     fn count(&self, st: &mut State, key: (u8, String), calls: u64, tokens: u64) {
         if let (TENANT, Some(shared)) = (key.0, &self.shared) {
             let (period, ends) = period_bounds(self.limits.period);
@@ -192,7 +182,11 @@ impl Budget {
                 llm_tokens: tokens,
                 ..Usage::default()
             };
-            shared.lock().add(&tenant_key(&key.1), period, ends, add);
+            shared
+                .lock()
+                .add(&weft_tools::shared::planner_key(&key.1), period, ends, add);
+            // The ledger's own entry keeps the tenant's reservations only.
+            return;
         }
         let u = st.used.entry(key).or_default();
         u.calls += calls;

@@ -45,10 +45,7 @@ pub struct QuotaReport {
 impl QuotaReport {
     /// The current period's index and end, for `budget`'s `period_secs`.
     pub(crate) fn period(budget: &BudgetConfig, now_ms: i64) -> (u64, i64) {
-        let len = budget.period_secs.max(1).saturating_mul(1000);
-        let index = u64::try_from(now_ms).unwrap_or(0) / len;
-        let ends = index.saturating_add(1).saturating_mul(len);
-        (index, i64::try_from(ends).unwrap_or(i64::MAX))
+        weft_tools::shared::period_of(budget.period_secs.saturating_mul(1000), now_ms)
     }
 
     /// `tenant`'s report from the counters `totals` (key, period, total).
@@ -72,11 +69,11 @@ impl QuotaReport {
             .and_then(|q| q.tenant.as_ref())
             .map(|l| QuotaUse {
                 limits: to_json(l),
-                used: used(&format!("tenant/{tenant}")),
+                used: used(&weft_tools::shared::tenant_key(tenant)),
             });
         let mut plans = std::collections::BTreeMap::new();
         if let Some(limits) = quota.as_ref().and_then(|q| q.plan.as_ref()) {
-            let prefix = format!("plan/{tenant}/");
+            let prefix = weft_tools::shared::plan_key(tenant, "");
             for (key, p, u) in totals {
                 if let (Some(name), true) = (key.strip_prefix(&prefix), *p == period) {
                     plans.insert(
@@ -91,7 +88,7 @@ impl QuotaReport {
         }
         let planner = budget.planner.as_ref().map(|p| QuotaUse {
             limits: to_json(p),
-            used: used(&format!("planner/{tenant}")),
+            used: used(&weft_tools::shared::planner_key(tenant)),
         });
         QuotaReport {
             period_secs: budget.period_secs,

@@ -547,7 +547,7 @@ impl Node {
             _ => {
                 let period = crate::QuotaReport::period(b, now).0;
                 self.counts
-                    .totals("", period)
+                    .totals(period)
                     .into_iter()
                     .map(|(k, u)| (k.to_string(), period, u))
                     .collect()

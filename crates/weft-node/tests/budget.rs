@@ -19,6 +19,14 @@ fn two_echoes(name: &str) -> serde_json::Value {
     }})
 }
 
+/// Asserts that `status` is a failure whose reason says `why`.
+fn failed_with(status: &Status, why: &str) {
+    match status {
+        Status::Failed { reason } => assert!(reason.contains(why), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn a_configured_tenant_quota_counts_every_plans_calls() {
     let mut c = Config::default();
@@ -51,12 +59,7 @@ async fn a_configured_tenant_quota_counts_every_plans_calls() {
         .start_with("local", &own, json!({}), Default::default())
         .wait()
         .await;
-    match &o.status {
-        Status::Failed { reason } => {
-            assert!(reason.contains("quota of tenant `local`"), "{reason}");
-        }
-        other => panic!("{other:?}"),
-    }
+    failed_with(&o.status, "quota of tenant `local`");
     // Another tenant has a quota of its own.
     let o = engine
         .start_with("other", &bare, json!({}), Default::default())
@@ -139,20 +142,12 @@ async fn a_tenant_quota_is_counted_through_the_store_by_every_process_and_after_
     a.sync_counts().await.unwrap();
     // Four calls between them: the first process's next instance makes the fifth and is
     // refused the sixth.
-    match run_p(&a).await {
-        Status::Failed { reason } => {
-            assert!(reason.contains("quota of tenant `local`"), "{reason}")
-        }
-        other => panic!("{other:?}"),
-    }
+    failed_with(&run_p(&a).await, "quota of tenant `local`");
     a.sync_counts().await.unwrap();
     drop((a, b));
     // A node opened afterwards goes on from the store's five calls.
     let c = quota_node(&store, "c").await;
-    match run_p(&c).await {
-        Status::Failed { reason } => assert!(reason.contains("to 6 against"), "{reason}"),
-        other => panic!("{other:?}"),
-    }
+    failed_with(&run_p(&c).await, "to 6 against");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 
 use weft_core::PlanLimits;
+use weft_tools::shared::{plan_key, tenant_key};
 use weft_tools::{SharedCounts, Usage};
 
 /// What to do with a call over a budget.
@@ -56,16 +57,6 @@ pub(crate) struct Over {
     pub field: &'static str,
     pub used: String,
     pub max: String,
-}
-
-/// The shared counter of `tenant`'s quota.
-fn tenant_key(tenant: &str) -> String {
-    format!("tenant/{tenant}")
-}
-
-/// The shared counter of the quota of `tenant`'s plan `plan`.
-fn plan_key(tenant: &str, plan: &str) -> String {
-    format!("plan/{tenant}/{plan}")
 }
 
 /// The counters one instance charges: its tenant's and its plan's (made once per instance,
@@ -114,10 +105,7 @@ impl Quotas {
 
     /// The period `now_ms` is in, and when it ends.
     fn period(&self, now_ms: i64) -> (u64, i64) {
-        let len = self.config.period_ms.max(1);
-        let period = u64::try_from(now_ms).unwrap_or(0) / len;
-        let ends = period.saturating_add(1).saturating_mul(len);
-        (period, i64::try_from(ends).unwrap_or(i64::MAX))
+        weft_tools::shared::period_of(self.config.period_ms, now_ms)
     }
 
     /// Charges `charge` to the quotas of `keys` at `now_ms`, unless that passes one (then

@@ -17,6 +17,30 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::Usage;
 
+/// The counter of `tenant`'s quota (`[budget] tenant`).
+pub fn tenant_key(tenant: &str) -> String {
+    format!("tenant/{tenant}")
+}
+
+/// The counter of the quota of `tenant`'s plan `plan` (`[budget] plan`).
+pub fn plan_key(tenant: &str, plan: &str) -> String {
+    format!("plan/{tenant}/{plan}")
+}
+
+/// The counter of `tenant`'s planner calls (`[budget.planner]`).
+pub fn planner_key(tenant: &str) -> String {
+    format!("planner/{tenant}")
+}
+
+/// The period of `len_ms` (aligned on the epoch) that `now_ms` is in: its index and when it
+/// ends (epoch ms).
+pub fn period_of(len_ms: u64, now_ms: i64) -> (u64, i64) {
+    let len = len_ms.max(1);
+    let index = u64::try_from(now_ms).unwrap_or(0) / len;
+    let ends = index.saturating_add(1).saturating_mul(len);
+    (index, i64::try_from(ends).unwrap_or(i64::MAX))
+}
+
 /// One counter's state.
 #[derive(Debug, Default, Clone, Copy)]
 struct Entry {
@@ -148,12 +172,12 @@ impl SharedCounts {
         }
     }
 
-    /// Every counter whose key starts with `prefix`, counting `period` (key, total).
-    pub fn totals(&self, prefix: &str, period: u64) -> Vec<(Arc<str>, Usage)> {
+    /// Every counter counting `period` (key, total), by key.
+    pub fn totals(&self, period: u64) -> Vec<(Arc<str>, Usage)> {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let mut v: Vec<_> = entries
             .iter()
-            .filter(|(k, e)| k.starts_with(prefix) && e.period == period)
+            .filter(|(_, e)| e.period == period)
             .map(|(k, e)| (Arc::clone(k), e.total()))
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
