@@ -6,6 +6,8 @@
 //! clone, input conversion, evaluation, result conversion; rows marked "old" are what the
 //! library did before a80488b, which prepares the engine once) and times a prototype built on
 //! regorus directly, which gives the same decisions, and the cost of each rule alone.
+//! `Policy::decide` uses weft's compiled rules (`src/compiled.rs`) for a bundle they cover;
+//! the rows marked "interpreter" are the same bundle on regorus's interpreter alone.
 //!
 //! Run: `cargo run --release -p weft-policy --example policy_latency`.
 
@@ -41,7 +43,10 @@ fn main() {
     );
     header();
     measure("Instant::now overhead (empty)", || {});
-    println!("-- Policy::decide (the library as built) --");
+    println!(
+        "-- Policy::decide (the library as built; realistic evaluated by {:?}) --",
+        realistic.evaluator()
+    );
     measure("realistic, allowed (deny + require_approval)", || {
         black_box(realistic.decide(black_box(&inputs.allowed)));
     });
@@ -53,6 +58,17 @@ fn main() {
     });
     measure("allow-all bundle (`deny := set()`)", || {
         black_box(allow_all.decide(black_box(&inputs.allowed)));
+    });
+    println!("-- the same, regorus's interpreter alone (Policy::interpreted) --");
+    let interpreted = realistic.interpreted();
+    measure("realistic, allowed, interpreter", || {
+        black_box(interpreted.decide(black_box(&inputs.allowed)));
+    });
+    measure("realistic, denied, interpreter", || {
+        black_box(interpreted.decide(black_box(&inputs.denied)));
+    });
+    measure("realistic, needs approval, interpreter", || {
+        black_box(interpreted.decide(black_box(&inputs.approval)));
     });
     let bare = policy("package weft\n");
     measure("`package weft` alone (no deny rule)", || {
@@ -292,6 +308,17 @@ fn show_decisions(realistic: &Policy, allow_all: &Policy, inputs: &Inputs) {
         "  allow-all:           {:?}",
         allow_all.decide(&inputs.denied)
     );
+    println!("-- the same, regorus's interpreter alone (Policy::interpreted) --");
+    let interpreted = realistic.interpreted();
+    measure("realistic, allowed, interpreter", || {
+        black_box(interpreted.decide(black_box(&inputs.allowed)));
+    });
+    measure("realistic, denied, interpreter", || {
+        black_box(interpreted.decide(black_box(&inputs.denied)));
+    });
+    measure("realistic, needs approval, interpreter", || {
+        black_box(interpreted.decide(black_box(&inputs.approval)));
+    });
     let bare = policy("package weft\n");
     println!(
         "  `package weft` alone (no deny rule): {:?}",
