@@ -6,59 +6,11 @@
 // API token when the server has tokens (the test enters it in the UI's token prompt).
 // Screenshots go to $WEFT_UI_ARTIFACTS (default target/ui-artifacts/). Exit 0 when every check
 // passes; prints "N passed, M failed".
-import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readFileSync, existsSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
 import { bigPlan } from "./big-plans.mjs";
-
-const here = dirname(fileURLToPath(import.meta.url));
-const root = resolve(here, "..");
-
-function parseArgs(argv) {
-  const out = { url: null, weft: process.env.WEFT_BIN || null, store: process.env.WEFT_STORE || null, token: process.env.WEFT_UI_TOKEN || null };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (a === "--weft") out.weft = argv[++i];
-    else if (a === "--store") out.store = argv[++i];
-    else if (a === "--token") out.token = argv[++i];
-    else if (!out.url) out.url = a;
-    else throw new Error(`unexpected argument ${a}`);
-  }
-  if (!out.url) throw new Error("usage: node ui-tests/e2e.mjs URL [--weft BIN] [--store STORE] [--token TOKEN]");
-  out.url = out.url.replace(/\/$/, "");
-  return out;
-}
-
-const args = parseArgs(process.argv.slice(2));
-const artifacts = resolve(process.env.WEFT_UI_ARTIFACTS || join(root, "target", "ui-artifacts"));
-mkdirSync(artifacts, { recursive: true });
-
-const LAUNCH = {
-  executablePath: process.env.WEFT_CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-};
+import { args, apiCall, example, assert, assertEq, shot, open, check, launch, finish } from "./harness.mjs";
 
 // --- helpers ---------------------------------------------------------------------------------
-async function apiCall(path, opts = {}) {
-  const headers = { Accept: "application/json" };
-  if (args.token) headers.Authorization = `Bearer ${args.token}`;
-  if (opts.body !== undefined) headers["Content-Type"] = "application/json";
-  const res = await fetch(args.url + path, {
-    method: opts.method || (opts.body !== undefined ? "POST" : "GET"),
-    headers,
-    body: opts.body !== undefined ? JSON.stringify(opts.body) : undefined,
-  });
-  const text = await res.text();
-  const data = text ? JSON.parse(text) : null;
-  if (!res.ok) throw new Error(`${opts.method || "GET"} ${path}: HTTP ${res.status} ${text.slice(0, 800)}`);
-  return data;
-}
-
-const example = (p) => JSON.parse(readFileSync(join(root, "examples", p), "utf8"));
-
 function weftInspect(instance, at) {
   if (!args.weft || !args.store) throw new Error("--weft and --store are needed to compare with `weft inspect`");
   const out = execFileSync(args.weft, ["inspect", instance, "--at", String(at), "--json", "--store", args.store], {
@@ -85,16 +37,6 @@ function sortKeys(o) {
   return Object.fromEntries(Object.entries(o).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }
 
-function assert(cond, msg) {
-  if (!cond) throw new Error(`assertion failed: ${msg}`);
-}
-
-function assertEq(a, b, msg) {
-  const ja = JSON.stringify(a);
-  const jb = JSON.stringify(b);
-  if (ja !== jb) throw new Error(`${msg}: expected ${jb}, got ${ja}`);
-}
-
 /** The marking the UI shows: data-tokens of every place, non-zero only. */
 async function shownMarking(page) {
   const m = await page.$$eval("[data-testid^='place-']", (els) =>
@@ -106,12 +48,6 @@ async function shownMarking(page) {
 
 const place = (id) => `[data-testid="place-${id}"]`;
 const step = (id) => `[data-testid="step-${id}"]`;
-
-async function shot(page, name) {
-  const file = join(artifacts, `${name}.png`);
-  await page.screenshot({ path: file, fullPage: true });
-  console.log(`  screenshot ${file}`);
-}
 
 /** A lifecycle event's type without `dev.weft.`: the short and reverse-DNS forms compare equal. */
 const shortType = (t) => String(t ?? "").replace(/^dev\.weft\./, "");
@@ -157,41 +93,8 @@ async function inNetView(page, selector) {
 }
 
 /** Opens the UI at `hash`, answering the token prompt when the server has tokens. */
-async function open(page, hash) {
-  await page.goto(`${args.url}/${hash}`);
-  const stored = await page.evaluate(() => sessionStorage.getItem("weft.token"));
-  if (args.token && !stored) {
-    const dlg = page.locator("#token-dialog");
-    try {
-      await dlg.waitFor({ state: "visible", timeout: 3000 });
-      await page.fill('[data-testid="token-input"]', args.token);
-      await page.click('[data-testid="token-submit"]');
-    } catch {
-      /* already authenticated in this tab (sessionStorage) */
-    }
-  }
-}
-
 // --- the tests -------------------------------------------------------------------------------
-const results = [];
-async function check(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    results.push([name, true]);
-    console.log(`ok - ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    results.push([name, false]);
-    console.log(`not ok - ${name}\n  ${String(e && e.stack || e).replace(/\n/g, "\n  ")}`);
-  }
-}
-
-const browser = await chromium.launch(LAUNCH);
-const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-const page = await context.newPage();
-const consoleErrors = [];
-page.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
-page.on("pageerror", (e) => consoleErrors.push(String(e)));
+const { browser, page, consoleErrors } = await launch();
 
 let fanoutInstance = null;
 
@@ -680,14 +583,20 @@ await check("lifecycle events on the stream: their types compare in either form"
   assert(short.includes("plan.step.finished"), "plan.step.finished arrives");
 });
 
+await check("quotas page: a server without [budget] quotas says none are configured", async () => {
+  const q = await apiCall("/v1/quotas");
+  assertEq([q.tenant, q.plans, q.plan_limits, q.planner], [null, {}, null, null], "this server has no quotas");
+  await open(page, "#/quotas");
+  await page.locator('[data-testid="quotas-none"]').waitFor({ timeout: 10000 });
+  assert((await page.locator('[data-testid="quotas-none"]').innerText()).includes("No quotas are configured"), "the message");
+  assertEq(await page.locator('[data-testid^="quota-item-"]').count(), 0, "no counts");
+  await shot(page, "19-quotas-none");
+});
+
 await check("no script errors in the page", async () => {
   // Expected answers the UI handles: 401 (token prompt) and 503 (generate without an LLM).
   const real = consoleErrors.filter((e) => !/status of (401|503)\b/.test(e));
   assertEq(real, [], "console errors");
 });
 
-await browser.close();
-const passed = results.filter((r) => r[1]).length;
-const failed = results.length - passed;
-console.log(`ui-e2e: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+await finish(browser, "ui-e2e");

@@ -38,6 +38,9 @@ pub struct QuotaReport {
     pub tenant: Option<QuotaUse>,
     /// `[budget] plan`, when set: each plan of the tenant counted in this period, by name.
     pub plans: std::collections::BTreeMap<String, QuotaUse>,
+    /// `[budget] plan`'s limits, when set: what each plan may use, counted yet or not (so a
+    /// quota no plan has used is told apart from no quota).
+    pub plan_limits: Option<serde_json::Value>,
     /// `[budget.planner]`, when set.
     pub planner: Option<QuotaUse>,
 }
@@ -72,7 +75,8 @@ impl QuotaReport {
                 used: used(&weft_tools::shared::tenant_key(tenant)),
             });
         let mut plans = std::collections::BTreeMap::new();
-        if let Some(limits) = quota.as_ref().and_then(|q| q.plan.as_ref()) {
+        let plan_limits = quota.as_ref().and_then(|q| q.plan.as_ref());
+        if let Some(limits) = plan_limits {
             let prefix = weft_tools::shared::plan_key(tenant, "");
             for (key, p, u) in totals {
                 if let (Some(name), true) = (key.strip_prefix(&prefix), *p == period) {
@@ -96,6 +100,7 @@ impl QuotaReport {
             shared,
             tenant: tenant_use,
             plans,
+            plan_limits: plan_limits.map(to_json),
             planner,
         }
     }

@@ -1,7 +1,7 @@
 //! `GET /v1/quotas`: the calling tenant's quotas in the current period — `[budget]`'s
-//! `tenant` and `plan` quotas and `[budget.planner]` — with what was used of each. On a
-//! durable node the counts are every process's on the store (this process's are added to the
-//! store first); see `weft_node::QuotaReport`.
+//! `tenant` and `plan` quotas and `[budget.planner]` — with what was used of each (the web
+//! UI's Quotas page shows it). On a durable node the counts are every process's on the store
+//! (this process's are added to the store first); see `weft_node::QuotaReport`.
 
 use axum::Json;
 use axum::extract::State;
@@ -28,6 +28,10 @@ pub(crate) struct Quotas {
     /// `[budget] plan`: `{limits, used}` for each plan counted in this period, by name.
     #[schema(value_type = Object)]
     pub plans: Value,
+    /// `[budget] plan`'s limits, which every plan gets (counted yet or not), or null when
+    /// unset.
+    #[schema(value_type = Option<Object>)]
+    pub plan_limits: Value,
     /// `[budget.planner]`: `{limits, used}`, or null when unset.
     #[schema(value_type = Option<Object>)]
     pub planner: Value,
@@ -51,6 +55,7 @@ pub(crate) async fn get(
         shared: r.shared,
         tenant: to_json(&r.tenant),
         plans: to_json(&r.plans),
+        plan_limits: to_json(&r.plan_limits),
         planner: to_json(&r.planner),
     }))
 }

@@ -4,7 +4,8 @@
 //! against the limits, and `/metrics` counts the use and the refusal. The operator's
 //! `[budget]` with `on_exceeded = "pause"`: the instance is paused over a budget, resumed
 //! over the API it pauses again while still over, and a restart keeps it paused.
-//! `GET /v1/quotas` shows a tenant's quotas and what was used of them, and no other tenant's.
+//! `GET /v1/quotas` shows a tenant's quotas and what was used of them, and no other tenant's;
+//! without quotas it answers with none.
 
 #![allow(clippy::unwrap_used)]
 
@@ -178,6 +179,7 @@ async fn the_quotas_route_shows_what_the_tenant_used_of_each_quota() {
     assert_eq!(q["tenant"]["used"]["tool_calls"], 2, "{q}");
     assert_eq!(q["plans"]["two"]["used"]["tool_calls"], 2, "{q}");
     assert_eq!(q["plans"]["two"]["limits"]["max_tool_calls"], 50, "{q}");
+    assert_eq!(q["plan_limits"]["max_tool_calls"], 50, "{q}");
     assert_eq!(q["planner"]["limits"]["max_llm_calls"], 9, "{q}");
     assert_eq!(q["planner"]["used"]["llm_calls"], 0, "{q}");
     assert!(
@@ -189,9 +191,24 @@ async fn the_quotas_route_shows_what_the_tenant_used_of_each_quota() {
     assert_eq!(st, StatusCode::OK, "{b}");
     assert_eq!(b["tenant"]["used"]["tool_calls"], 0, "{b}");
     assert_eq!(b["plans"], json!({}), "{b}");
+    // No plan of its counted yet, but the per-plan quota is there to be used.
+    assert_eq!(b["plan_limits"]["max_tool_calls"], 50, "{b}");
     // And without a token, nothing.
     let (st, _) = s.get("/v1/quotas", None).await;
     assert_eq!(st, StatusCode::UNAUTHORIZED);
+}
+
+/// Without `[budget]` quotas the route answers, with nothing in it: what the UI shows as "no
+/// quotas configured".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quotas_route_without_quotas_is_empty() {
+    let s = sqlite(two_tenants()).await;
+    let (st, q) = s.get("/v1/quotas", A).await;
+    assert_eq!(st, StatusCode::OK, "{q}");
+    assert_eq!(q["tenant"], json!(null), "{q}");
+    assert_eq!(q["plans"], json!({}), "{q}");
+    assert_eq!(q["plan_limits"], json!(null), "{q}");
+    assert_eq!(q["planner"], json!(null), "{q}");
 }
 
 /// Two servers on one PostgreSQL schema count a tenant quota together: the second opens

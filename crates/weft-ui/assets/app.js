@@ -1,10 +1,11 @@
-// Entry module: a hash router (#/plans, #/plans/NAME, #/instances, #/instances/ID, #/generate)
-// that renders one view into <main>. A view returns a cleanup function (closes streams and
-// timers) that runs before the next view renders.
+// Entry module: a hash router (#/plans, #/plans/NAME, #/instances, #/instances/ID, #/quotas,
+// #/generate) that renders one view into <main>. A view returns a cleanup function (closes
+// streams and timers) that runs before the next view renders.
 import { h, clear, problemBox } from "./util.js";
 import { plansView, planView } from "./plans.js";
 import { instancesView, instanceView } from "./instances.js";
 import { generateView } from "./generate.js";
+import { quotasView } from "./quotas.js";
 
 let cleanup = null;
 
@@ -39,6 +40,7 @@ async function route() {
     else if (parts[0] === "instances") cleanup = await instancesView(main, params);
     else if (parts[0] === "plans" && parts[1]) cleanup = await planView(main, parts[1], params);
     else if (parts[0] === "generate") cleanup = await generateView(main, params);
+    else if (parts[0] === "quotas") cleanup = await quotasView(main, params);
     else cleanup = await plansView(main, params);
   } catch (err) {
     clear(main);

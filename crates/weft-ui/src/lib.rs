@@ -38,6 +38,7 @@ table! {
     "plans.js" => JS,
     "instances.js" => JS,
     "generate.js" => JS,
+    "quotas.js" => JS,
     "favicon.svg" => SVG,
 }
 
