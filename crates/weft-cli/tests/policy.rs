@@ -63,6 +63,27 @@ fn eval_shows_the_decision_and_why() {
         (v["decision"].as_str(), v["rule"].as_str()),
         (Some("allow"), Some("data.weft.deny"))
     );
+    assert_eq!(v["evaluator"], "compiled");
+    // The interpreter alone, the reference, decides alike.
+    let out = weft_in(
+        &dir,
+        &[
+            "policy",
+            "eval",
+            "--input",
+            "out.json",
+            "policies",
+            "--json",
+            "--interpreter",
+        ],
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(
+        (v["decision"].as_str(), v["evaluator"].as_str()),
+        (Some("deny"), Some("interpreter"))
+    );
+    assert_eq!(v["reasons"][0], "eve@evil.test is outside example.com");
 
     // No file named: the bundle of `[policy]` in weft.toml.
     std::fs::write(

@@ -41,6 +41,11 @@ use regorus::unstable::{
 /// Steps (statements and iterations) one decision may take before the interpreter decides.
 pub const WORK_LIMIT: u32 = 100_000;
 
+/// Most statements in a compiled body, and deepest expression: evaluation recurses on both,
+/// so a bundle past them is left to the interpreter rather than risk the stack.
+const MAX_STATEMENTS: usize = 256;
+const MAX_DEPTH: usize = 64;
+
 /// Why a rule is evaluated by the interpreter instead.
 #[derive(Debug)]
 pub(crate) enum Fallback {
@@ -273,6 +278,8 @@ struct Compiler {
     index: HashMap<String, usize>,
     rules: Vec<Option<CRule>>,
     constants: HashMap<String, Value>,
+    /// How deep the expression being compiled is nested.
+    depth: usize,
 }
 
 /// The locals of one rule body while it compiles, in the order they are bound.
@@ -380,6 +387,12 @@ impl Compiler {
     /// A body's statements, in the written order (which regorus's scheduler keeps for the
     /// bodies of the subset: every variable is bound before a statement uses it).
     fn query(&mut self, q: &Ref<Query>, scope: &mut Scope, k: Consts) -> Result<Vec<Lit>, String> {
+        if q.stmts.len() > MAX_STATEMENTS {
+            return Err(at(
+                &q.span,
+                "a body of more statements than the compiled rules take",
+            ));
+        }
         let mut lits = Vec::with_capacity(q.stmts.len());
         for stmt in &q.stmts {
             if !stmt.with_mods.is_empty() {
@@ -426,6 +439,19 @@ impl Compiler {
     }
 
     fn expr(&mut self, e: &Ref<Expr>, scope: &mut Scope, k: Consts) -> Result<Node, String> {
+        if self.depth >= MAX_DEPTH {
+            return Err(at(
+                e.span(),
+                "an expression nested deeper than the compiled rules take",
+            ));
+        }
+        self.depth += 1;
+        let node = self.expr_at(e, scope, k);
+        self.depth -= 1;
+        node
+    }
+
+    fn expr_at(&mut self, e: &Ref<Expr>, scope: &mut Scope, k: Consts) -> Result<Node, String> {
         Ok(match e.as_ref() {
             Expr::String { value, .. }
             | Expr::RawString { value, .. }

@@ -268,6 +268,17 @@ fn compile(b: &Bundles) -> Result<Compiled, PolicyError> {
             tenants.insert(tenant, Policy::load(&paths)?);
         }
     }
+    for (who, policy) in deployment
+        .iter()
+        .map(|p| ("deployment", p))
+        .chain(tenants.iter().map(|(t, p)| (t.as_str(), p)))
+    {
+        // Worth knowing: the interpreter costs a call about ten times the compiled rules.
+        if let crate::Evaluator::Interpreter(why) = policy.evaluator() {
+            tracing::info!(target: "weft::policy", bundle = who, reason = %why,
+                "policy bundle decided by regorus's interpreter, not compiled");
+        }
+    }
     Ok(Compiled {
         deployment,
         tenants,

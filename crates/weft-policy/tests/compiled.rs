@@ -252,6 +252,17 @@ fn bundles_outside_the_subset_are_interpreted_and_say_why() {
             "deny contains \"x\" if input.args.tags[_] == \"ok\"",
             "this variable",
         ),
+        (
+            &format!("deny contains \"x\" if input{} == 1", ".a".repeat(80)),
+            "nested deeper",
+        ),
+        (
+            &format!(
+                "deny contains \"x\" if {{\n{}}}",
+                "\tinput.attempt > 1\n".repeat(300)
+            ),
+            "more statements",
+        ),
     ] {
         let p = policy(&format!("package weft\n\n{text}\n"));
         match p.evaluator() {

@@ -1,13 +1,14 @@
 //! `weft policy`: the Rego bundle that decides every tool call (`[policy] bundles`, or files
 //! given on the command line), tried without running anything. `eval` shows the decision
-//! for one input document and why; `test` runs the bundle's Rego tests.
+//! for one input document and why (and what evaluated it: weft's compiled rules, or
+//! regorus's interpreter and why); `test` runs the bundle's Rego tests.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 use serde_json::{Value, json};
-use weft_policy::{DENY_RULE, Decision, Policy};
+use weft_policy::{DENY_RULE, Decision, Evaluator, Policy};
 
 use super::{Ctx, Status};
 use crate::output;
@@ -27,6 +28,10 @@ pub enum PolicyCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Decide with regorus's interpreter alone, not weft's compiled rules (they decide
+        /// alike; this is the reference to compare with).
+        #[arg(long)]
+        interpreter: bool,
     },
     /// Run the bundle's Rego tests: every rule named `test_*` must be true (use `with input
     /// as …` in them). Exit 1 when one fails.
@@ -59,8 +64,17 @@ pub fn run(cmd: &PolicyCommand, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Resul
             input,
             bundles,
             json,
+            interpreter,
         } => {
-            let policy = bundle(bundles, ctx)?;
+            let mut policy = bundle(bundles, ctx)?;
+            if *interpreter {
+                policy = policy.interpreted();
+            }
+            let (evaluator, why) = match policy.evaluator() {
+                Evaluator::Constant => ("constant", None),
+                Evaluator::Compiled => ("compiled", None),
+                Evaluator::Interpreter(why) => ("interpreter", Some(why)),
+            };
             let text = if input.as_os_str() == "-" {
                 std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?
             } else {
@@ -80,7 +94,7 @@ pub fn run(cmd: &PolicyCommand, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Resul
             };
             if *json {
                 let mut doc = json!({"decision": name, "reasons": reasons, "rule": DENY_RULE,
-                        "bundle": policy.files()});
+                        "bundle": policy.files(), "evaluator": evaluator, "interpreted_because": why});
                 if let Some(t) = timeout_ms {
                     doc["approval_timeout_ms"] = json!(t);
                 }
@@ -92,6 +106,9 @@ pub fn run(cmd: &PolicyCommand, ctx: &Ctx, out: &mut dyn Write) -> anyhow::Resul
                 }
                 for r in &reasons {
                     writeln!(out, "  - {r}")?;
+                }
+                if let Some(why) = why.filter(|_| !*interpreter) {
+                    eprintln!("note: regorus's interpreter decides for this bundle ({why})");
                 }
             }
             // Exit 0 only when the call would run as it is.
