@@ -16,14 +16,16 @@
 //! that is not one of the two shapes is a fatal `worker_bad_reply`; a worker's error keeps
 //! its code, message and retryability.
 //!
-//! Connections: one client per URL for the whole process, made on the first call (building
-//! a tool is synchronous and does no I/O) and shared by every worker tool; async-nats
-//! reconnects it. The clients' connection tasks run on one small runtime of their own
-//! (thread `weft-nats`), so a client outlives the runtime of the call that opened it (tests
-//! and CLI commands each have their own runtime); callers only send to it.
+//! Connections: one client per URL and tokio runtime, made on the runtime's first call
+//! (building a tool is synchronous and does no I/O) and shared by every worker tool called
+//! there; async-nats reconnects it. Its connection task runs on the caller's runtime, so a
+//! request and its reply are handed between the caller's own threads (a client on a thread
+//! of its own cost every call two more hand-overs: 40–70 µs at p50, docs/performance.md).
+//! A runtime's id is never reused, so a client of a runtime that ended is never used again;
+//! the map keeps the last [`MAX_CLIENTS`] runtimes'. A call made outside any runtime uses a
+//! small runtime of weft's own (thread `weft-nats`).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -296,8 +298,8 @@ fn parse_reply(subject: &str, bytes: &[u8]) -> Result<Value, ToolError> {
     })
 }
 
-/// The runtime the NATS connections run on: one thread, started on first use, for the
-/// life of the process.
+/// The runtime NATS connections made outside any runtime run on: one thread, started on
+/// first use, for the life of the process.
 fn nats_runtime() -> Result<&'static tokio::runtime::Handle, ToolError> {
     static RUNTIME: OnceLock<Result<tokio::runtime::Handle, String>> = OnceLock::new();
     RUNTIME
@@ -325,20 +327,45 @@ fn nats_runtime() -> Result<&'static tokio::runtime::Handle, ToolError> {
 
 type Cell = Arc<tokio::sync::OnceCell<async_nats::Client>>;
 
-/// The process's client for `url`, connecting on first use. A failed connection is not
-/// kept: the next call tries again.
+/// Most (URL, runtime) clients kept; the oldest runtime's go first (a process has one or two
+/// runtimes; tests and CLI commands start one after another).
+const MAX_CLIENTS: usize = 64;
+
+/// Clients by URL and runtime, in the order they were made.
+type Clients = Vec<((Arc<str>, Option<tokio::runtime::Id>), Cell)>;
+
+/// The client for `url` on the caller's runtime, connecting on first use. A failed
+/// connection is not kept: the next call tries again.
 async fn client(url: &Arc<str>, shown: &str) -> Result<async_nats::Client, ToolError> {
-    static CLIENTS: OnceLock<Mutex<HashMap<Arc<str>, Cell>>> = OnceLock::new();
+    static CLIENTS: OnceLock<Mutex<Clients>> = OnceLock::new();
+    let current = tokio::runtime::Handle::try_current().ok();
+    let key = (
+        Arc::clone(url),
+        current.as_ref().map(tokio::runtime::Handle::id),
+    );
     let cell: Cell = {
-        let mut map = CLIENTS
+        let mut clients = CLIENTS
             .get_or_init(Mutex::default)
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Arc::clone(map.entry(Arc::clone(url)).or_default())
+        match clients.iter().find(|(k, _)| *k == key) {
+            Some((_, cell)) => Arc::clone(cell),
+            None => {
+                if clients.len() >= MAX_CLIENTS {
+                    clients.remove(0);
+                }
+                let cell = Cell::default();
+                clients.push((key, Arc::clone(&cell)));
+                cell
+            }
+        }
     };
     let c = cell
         .get_or_try_init(|| async {
-            let rt = nats_runtime()?;
+            let rt = match &current {
+                Some(rt) => rt,
+                None => nats_runtime()?,
+            };
             let url = Arc::clone(url);
             let connect = rt.spawn(async move {
                 async_nats::ConnectOptions::new()

@@ -506,3 +506,35 @@ async fn malformed_replies_and_silence_map_to_their_codes() {
     assert!(e.message.contains("300 ms"), "{e}");
     assert!(started.elapsed() >= Duration::from_millis(300));
 }
+
+/// Each runtime calls through a client of its own, so a call works after the runtime that
+/// made the first call has ended (a client bound to a runtime that ended could not send),
+/// and a reply reaches the runtime that asked.
+#[test]
+#[cfg_attr(
+    not(weft_nats),
+    ignore = "needs NATS: set WEFT_TEST_NATS_URL=nats://127.0.0.1:4222 (bash .ci/run starts it)"
+)]
+fn a_call_works_after_the_runtime_of_the_first_has_ended() {
+    let tenant = tenant("rt");
+    let url = nats_url();
+    let subject = weft_sources::default_subject(&tenant, "fixed");
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    // The responder lives on a runtime of its own for the whole test.
+    let responder_rt = runtime();
+    let _responder =
+        responder_rt.block_on(raw_responder(subject, Some(br#"{"result": {"ok": 1}}"#)));
+    let t = worker_tool("fixed", &url, json!({}));
+    for round in 0..3 {
+        let rt = runtime();
+        let v = rt.block_on(call(&t, &tenant, &format!("k{round}"), json!({})));
+        assert_eq!(v.unwrap(), json!({"ok": 1}), "round {round}");
+        drop(rt);
+    }
+}

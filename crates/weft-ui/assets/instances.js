@@ -5,6 +5,7 @@
 import { api, enc, streamUrl } from "./api.js";
 import { h, clear, badge, fmtTime, fmtDuration, json, problemBox, toast, eventTypeForms } from "./util.js";
 import { drawNet } from "./net.js";
+import { fmtAmount } from "./quotas.js";
 
 const STATUSES = ["running", "waiting", "paused", "completed", "stuck", "failed", "stopped"];
 const TERMINAL = new Set(["completed", "failed", "stopped"]);
@@ -232,7 +233,8 @@ export async function instanceView(main, id) {
       const part = (used, max, what) => `${used}${max != null ? ` of ${max}` : ""} ${what}`;
       const parts = [part(usage.tool_calls, lim.max_tool_calls, "tool calls"), part(usage.llm_calls, lim.max_llm_calls, "LLM calls")];
       if (lim.max_llm_tokens != null || usage.llm_tokens) parts.push(part(usage.llm_tokens || 0, lim.max_llm_tokens, "tokens"));
-      if (lim.max_cost != null || usage.cost) parts.push(part(usage.cost, lim.max_cost, "cost"));
+      if (lim.max_cost != null || usage.cost)
+        parts.push(part(fmtAmount(usage.cost, "cost"), lim.max_cost != null ? fmtAmount(lim.max_cost, "cost") : null, "cost"));
       statePanel.append(h("h3", {}, "Budget"), h("p", { "data-testid": "usage" }, parts.join(" · ")));
     }
     const awaits = mode === "live" ? inst.awaits : null;
