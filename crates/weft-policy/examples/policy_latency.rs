@@ -47,29 +47,12 @@ fn main() {
         "-- Policy::decide (the library as built; realistic evaluated by {:?}) --",
         realistic.evaluator()
     );
-    measure("realistic, allowed (deny + require_approval)", || {
-        black_box(realistic.decide(black_box(&inputs.allowed)));
-    });
-    measure("realistic, denied (4 reasons)", || {
-        black_box(realistic.decide(black_box(&inputs.denied)));
-    });
-    measure("realistic, needs approval (3 rules)", || {
-        black_box(realistic.decide(black_box(&inputs.approval)));
-    });
+    measure_realistic(&realistic, &inputs, "");
     measure("allow-all bundle (`deny := set()`)", || {
         black_box(allow_all.decide(black_box(&inputs.allowed)));
     });
     println!("-- the same, regorus's interpreter alone (Policy::interpreted) --");
-    let interpreted = realistic.interpreted();
-    measure("realistic, allowed, interpreter", || {
-        black_box(interpreted.decide(black_box(&inputs.allowed)));
-    });
-    measure("realistic, denied, interpreter", || {
-        black_box(interpreted.decide(black_box(&inputs.denied)));
-    });
-    measure("realistic, needs approval, interpreter", || {
-        black_box(interpreted.decide(black_box(&inputs.approval)));
-    });
+    measure_realistic(&realistic.interpreted(), &inputs, ", interpreter");
     let bare = policy("package weft\n");
     measure("`package weft` alone (no deny rule)", || {
         black_box(bare.decide(black_box(&inputs.allowed)));
@@ -144,6 +127,19 @@ fn main() {
 
     if std::env::args().nth(1).is_none() {
         per_rule(&inputs);
+    }
+}
+
+/// `Policy::decide` of the realistic bundle on its allowed, denied and approval inputs.
+fn measure_realistic(policy: &Policy, inputs: &Inputs, suffix: &str) {
+    for (what, input) in [
+        ("allowed (deny + require_approval)", &inputs.allowed),
+        ("denied (4 reasons)", &inputs.denied),
+        ("needs approval (3 rules)", &inputs.approval),
+    ] {
+        measure(&format!("realistic, {what}{suffix}"), || {
+            black_box(policy.decide(black_box(input)));
+        });
     }
 }
 
@@ -308,17 +304,6 @@ fn show_decisions(realistic: &Policy, allow_all: &Policy, inputs: &Inputs) {
         "  allow-all:           {:?}",
         allow_all.decide(&inputs.denied)
     );
-    println!("-- the same, regorus's interpreter alone (Policy::interpreted) --");
-    let interpreted = realistic.interpreted();
-    measure("realistic, allowed, interpreter", || {
-        black_box(interpreted.decide(black_box(&inputs.allowed)));
-    });
-    measure("realistic, denied, interpreter", || {
-        black_box(interpreted.decide(black_box(&inputs.denied)));
-    });
-    measure("realistic, needs approval, interpreter", || {
-        black_box(interpreted.decide(black_box(&inputs.approval)));
-    });
     let bare = policy("package weft\n");
     println!(
         "  `package weft` alone (no deny rule): {:?}",

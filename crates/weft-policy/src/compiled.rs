@@ -518,24 +518,14 @@ impl Compiler {
             Expr::ArithExpr {
                 span, op, lhs, rhs, ..
             } => {
-                let (l, r) = (self.expr(lhs, scope, k)?, self.expr(rhs, scope, k)?);
-                let ast = Ast {
-                    span: span.clone(),
-                    lhs: lhs.clone(),
-                    rhs: rhs.clone(),
-                };
-                Node::Arith(op.clone(), Box::new(ast), Box::new(l), Box::new(r))
+                let (ast, l, r) = self.operands(span, lhs, rhs, scope, k)?;
+                Node::Arith(op.clone(), ast, l, r)
             }
             Expr::BinExpr {
                 span, op, lhs, rhs, ..
             } => {
-                let (l, r) = (self.expr(lhs, scope, k)?, self.expr(rhs, scope, k)?);
-                let ast = Ast {
-                    span: span.clone(),
-                    lhs: lhs.clone(),
-                    rhs: rhs.clone(),
-                };
-                Node::Sets(op.clone(), Box::new(ast), Box::new(l), Box::new(r))
+                let (ast, l, r) = self.operands(span, lhs, rhs, scope, k)?;
+                Node::Sets(op.clone(), ast, l, r)
             }
             Expr::Membership {
                 key,
@@ -562,6 +552,25 @@ impl Compiler {
             Expr::UnaryExpr { span, .. } => return Err(at(span, "a unary minus")),
             other => return Err(at(other.span(), "this expression")),
         })
+    }
+
+    /// An operator's two operands, with the AST regorus's operation takes for its errors.
+    #[allow(clippy::type_complexity)]
+    fn operands(
+        &mut self,
+        span: &Span,
+        lhs: &Ref<Expr>,
+        rhs: &Ref<Expr>,
+        scope: &mut Scope,
+        k: Consts,
+    ) -> Result<(Box<Ast>, Box<Node>, Box<Node>), String> {
+        let (l, r) = (self.expr(lhs, scope, k)?, self.expr(rhs, scope, k)?);
+        let ast = Ast {
+            span: span.clone(),
+            lhs: lhs.clone(),
+            rhs: rhs.clone(),
+        };
+        Ok((Box::new(ast), Box::new(l), Box::new(r)))
     }
 
     fn exprs(

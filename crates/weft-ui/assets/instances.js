@@ -3,7 +3,7 @@
 // token payloads, the time-travel slider over the journal, the timeline of step firings with
 // the journal records behind each, and the actions (send event, stop, resume, checkpoint).
 import { api, enc, streamUrl } from "./api.js";
-import { h, clear, badge, fmtTime, fmtDuration, json, problemBox, toast, eventTypeForms } from "./util.js";
+import { h, clear, badge, coalesced, fmtTime, fmtDuration, json, problemBox, toast, eventTypeForms } from "./util.js";
 import { drawNet } from "./net.js";
 import { fmtAmount } from "./quotas.js";
 
@@ -343,30 +343,21 @@ export async function instanceView(main, id) {
   };
 
   // Refetch on every stream message; concurrent triggers coalesce into one more fetch.
-  let busy = false;
-  let again = false;
+  const refetch = coalesced(async () => {
+    const [i, t] = await Promise.all([
+      api(`/v1/instances/${enc(id)}`),
+      api(`/v1/instances/${enc(id)}/trace`).catch(() => trace),
+    ]);
+    if (closed) return;
+    inst = i;
+    trace = t || { steps: [] };
+    renderAll();
+  }, () => closed);
   const refresh = async () => {
-    if (busy) {
-      again = true;
-      return;
-    }
-    busy = true;
     try {
-      do {
-        again = false;
-        const [i, t] = await Promise.all([
-          api(`/v1/instances/${enc(id)}`),
-          api(`/v1/instances/${enc(id)}/trace`).catch(() => trace),
-        ]);
-        if (closed) return;
-        inst = i;
-        trace = t || { steps: [] };
-        renderAll();
-      } while (again && !closed);
+      await refetch();
     } catch (e) {
       if (!closed) toast(`refresh failed: ${e.message}`, "error");
-    } finally {
-      busy = false;
     }
     if (TERMINAL.has(inst.status) && !closed) stopStream();
   };

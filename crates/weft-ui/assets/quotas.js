@@ -4,7 +4,7 @@
 // events that spend a quota (SSE) and every 10 s (other processes' counts reach the store with
 // no event here). The formatting helpers are pure, for js-tests/quotas.test.mjs.
 import { api, streamUrl } from "./api.js";
-import { h, clear, fmtTime, problemBox, eventTypeForms } from "./util.js";
+import { h, clear, coalesced, fmtTime, problemBox, eventTypeForms } from "./util.js";
 
 /** What a quota counts: the key in `used`, the limit's key in `limits`, a label. */
 export const ITEMS = [
@@ -99,36 +99,22 @@ export async function quotasView(main) {
 
   let closed = false;
   let shown = null; // the last answer rendered
-  let busy = false;
-  let again = false;
-  const refresh = async () => {
-    if (busy) {
-      again = true;
-      return;
-    }
-    busy = true;
+  const refresh = coalesced(async () => {
     try {
-      do {
-        again = false;
-        try {
-          const q = await api("/v1/quotas");
-          if (closed) return;
-          shown = q;
-          openStream(); // again, if a refused token had closed it
-          clear(status);
-          renderQuotas(body, q, Date.now());
-          updated.textContent = `updated ${fmtTime(Date.now())}`;
-        } catch (e) {
-          if (closed) return;
-          // Keep the last counts on screen; say that they could not be refreshed.
-          clear(status).append(quotaProblem(e, shown !== null));
-          if (shown === null) clear(body);
-        }
-      } while (again && !closed);
-    } finally {
-      busy = false;
+      const q = await api("/v1/quotas");
+      if (closed) return;
+      shown = q;
+      openStream(); // again, if a refused token had closed it
+      clear(status);
+      renderQuotas(body, q, Date.now());
+      updated.textContent = `updated ${fmtTime(Date.now())}`;
+    } catch (e) {
+      if (closed) return;
+      // Keep the last counts on screen; say that they could not be refreshed.
+      clear(status).append(quotaProblem(e, shown !== null));
+      if (shown === null) clear(body);
     }
-  };
+  }, () => closed);
   refreshBtn.addEventListener("click", refresh);
 
   // Live: the tenant's stream, only the events that spend; a burst is one refetch.

@@ -120,3 +120,25 @@ export function findingsList(findings, attrs = {}) {
     ),
   );
 }
+
+/** `once` run one at a time: a call while it runs makes it run once more afterwards (a burst
+ * of calls is one more run), until `stopped()`. Errors reach the caller of that run. */
+export function coalesced(once, stopped) {
+  let busy = false;
+  let again = false;
+  return async () => {
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    try {
+      do {
+        again = false;
+        await once();
+      } while (again && !stopped());
+    } finally {
+      busy = false;
+    }
+  };
+}

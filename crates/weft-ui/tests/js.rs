@@ -1,4 +1,4 @@
-//! Runs the layout module's JavaScript unit tests (`js-tests/*.test.mjs`) with `node --test`, so
+//! Runs the UI modules' JavaScript unit tests (`js-tests/*.test.mjs`) with `node --test`, so
 //! `cargo test` covers them. Ignored unless `WEFT_TEST_BROWSER` was set at build time
 //! (`cfg(weft_browser)`, see `build.rs`: Node.js and the browser tier are installed, as
 //! `.ci/run` does); run without `node` on PATH it fails.
@@ -11,7 +11,7 @@ use std::process::Command;
     not(weft_browser),
     ignore = "needs Node.js >= 20: install it and set WEFT_TEST_BROWSER=1 (bash .ci/run does)"
 )]
-fn layout_module_node_tests() {
+fn ui_module_node_tests() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let node_ok = Command::new("node")
         .arg("--version")
@@ -19,7 +19,7 @@ fn layout_module_node_tests() {
         .is_ok_and(|o| o.status.success());
     assert!(
         node_ok,
-        "`node` is not on PATH: the weft-ui layout tests need Node.js >= 20 (or unset \
+        "`node` is not on PATH: the weft-ui module tests need Node.js >= 20 (or unset \
          WEFT_TEST_BROWSER to have them ignored)"
     );
     let out = Command::new("node")
