@@ -22,7 +22,7 @@
 //! request and its reply are handed between the caller's own threads (a client on a thread
 //! of its own cost every call two more hand-overs: 40–70 µs at p50, docs/performance.md).
 //! A runtime's id is never reused, so a client of a runtime that ended is never used again;
-//! the map keeps the last [`MAX_CLIENTS`] runtimes'. A call made outside any runtime uses a
+//! the map keeps the last `MAX_CLIENTS` runtimes'. A call made outside any runtime uses a
 //! small runtime of weft's own (thread `weft-nats`).
 
 use std::borrow::Cow;
