@@ -66,7 +66,6 @@ pub(crate) struct Compiled {
     pub(crate) handed_over: std::sync::atomic::AtomicU64,
 }
 
-#[derive(Clone)]
 enum Entry {
     Const(Value),
     Rule(usize),
@@ -238,19 +237,11 @@ fn rule_name(rule: &Ref<Rule>) -> Option<String> {
 /// The rules that read the input, directly or through another rule (a name that is also a
 /// local somewhere counts: an over-approximation that only makes a rule evaluated per call).
 fn reads_input(sources: &BTreeMap<String, Vec<Ref<Rule>>>) -> BTreeSet<String> {
-    let mut names: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut names: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for (name, rules) in sources {
         let used = names.entry(name.as_str()).or_default();
         for rule in rules {
-            let text = rule.span().text();
-            let mut word = String::new();
-            for ch in text.chars().chain(std::iter::once(' ')) {
-                if ch.is_ascii_alphanumeric() || ch == '_' {
-                    word.push(ch);
-                } else if !word.is_empty() {
-                    used.insert(std::mem::take(&mut word));
-                }
-            }
+            used.extend(crate::words(rule.span().text()));
         }
     }
     let mut reading: BTreeSet<String> = names
@@ -261,7 +252,7 @@ fn reads_input(sources: &BTreeMap<String, Vec<Ref<Rule>>>) -> BTreeSet<String> {
     loop {
         let more: Vec<String> = names
             .iter()
-            .filter(|(n, used)| !reading.contains(**n) && used.iter().any(|u| reading.contains(u)))
+            .filter(|(n, used)| !reading.contains(**n) && used.iter().any(|u| reading.contains(*u)))
             .map(|(n, _)| n.to_string())
             .collect();
         if more.is_empty() {

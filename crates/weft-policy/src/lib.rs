@@ -178,11 +178,14 @@ pub enum Evaluator {
 /// Whether a Rego text mentions the word `input` anywhere (comments and strings included,
 /// so a bundle can only be judged to read its input when it does not).
 fn mentions_input(text: &str) -> bool {
-    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    text.match_indices("input").any(|(at, _)| {
-        !text[..at].chars().next_back().is_some_and(word)
-            && !text[at + "input".len()..].chars().next().is_some_and(word)
-    })
+    words(text).any(|w| w == "input")
+}
+
+/// The words of a Rego text (runs of ASCII letters, digits and `_`), comments and strings
+/// included.
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
 }
 
 /// Whether a Rego file of `package weft` defines the rule `rule` (a rule head at the start
