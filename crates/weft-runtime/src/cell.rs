@@ -10,6 +10,21 @@
 //! There is no task per instance: the loop runs in whichever caller delivers an input
 //! (start, ingest, a timer) and, only while actions are pending, in one tokio task that polls
 //! them. Idle instances are plain data (passivated) until the routing index wakes them.
+//!
+//! When that task starts depends on the runtime, as measured (docs/performance.md, tool
+//! sources, 2026-11-27, `worker` calls over NATS to two Python workers):
+//! - on a runtime of several worker threads, when the first pending action first wakes (the
+//!   reply, its timeout): the action is polled with the cell's [`Cell::kick`] waker, which
+//!   starts the task on the thread that woke it. A task spawned at dispatch would take that
+//!   thread's next-to-run slot from the connection task the call just woke, and another
+//!   thread is woken to steal one of them; started on the wake, weft adds 33–47 µs to a call
+//!   at p50 instead of 66–75, with 12,021–15,826 calls/s instead of 10,256–12,340;
+//! - on one thread (a current-thread runtime included), at dispatch: there the spawned task
+//!   runs before the connection task, which then sends the requests of many starts in one
+//!   write instead of one each (2,704 against 23,814 `writev` calls in a run), and a worker
+//!   pool answers twice the calls (11,742–15,238 against 5,592–6,043 calls/s).
+//!
+//! Gated calls start the task at once.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -66,7 +81,6 @@ pub(crate) struct Active {
     /// the step's literal args).
     pub gated: VecDeque<(u64, FiringId, Option<Value>)>,
     pub waker: Option<Waker>,
-    pub task: bool,
 }
 
 /// The state only the loop touches.
@@ -135,6 +149,26 @@ pub(crate) struct Cell {
     /// Set when the instance is stopped, for those waiters (which may run under the loop's
     /// lock, so they cannot read the status).
     pub stopped: std::sync::atomic::AtomicBool,
+    /// The instance's task exists (spawned and not yet finished). Cleared by the task under
+    /// the loop's lock as it finishes; set by whoever spawns it ([`Cell::spawn_task`]).
+    task_live: std::sync::atomic::AtomicBool,
+    /// The waker pending actions are first polled with ([`Cell::kick`]), made once.
+    kick: std::sync::OnceLock<Waker>,
+}
+
+/// Wakes an instance whose task may not exist yet: starts it ([`Cell::spawn_task`]).
+struct Kick(Weak<Cell>);
+
+impl std::task::Wake for Kick {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(cell) = self.0.upgrade() {
+            cell.spawn_task();
+        }
+    }
 }
 
 impl Cell {
@@ -181,7 +215,40 @@ impl Cell {
             quota_keys: std::sync::OnceLock::new(),
             resumed: tokio::sync::Notify::new(),
             stopped: std::sync::atomic::AtomicBool::new(false),
+            task_live: std::sync::atomic::AtomicBool::new(false),
+            kick: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Whether the instance's task exists. Stable while the loop's lock is held, except
+    /// that a [`Cell::kick`] may start it.
+    pub(crate) fn task_live(&self) -> bool {
+        self.task_live.load(Ordering::Acquire)
+    }
+
+    /// The waker a pending action is first polled with while the instance has no task: its
+    /// wake starts the task, on the thread that wakes it. It never takes the loop's lock (a
+    /// future may wake it while being polled under that lock).
+    pub(crate) fn kick(&self) -> &Waker {
+        self.kick
+            .get_or_init(|| Waker::from(Arc::new(Kick(self.me.clone()))))
+    }
+
+    /// Starts the instance's task unless it exists.
+    pub(crate) fn spawn_task(self: &Arc<Self>) {
+        if self.task_live.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match self.engine.runtime() {
+            Some(h) => {
+                let cell = Arc::clone(self);
+                h.spawn(async move { std::future::poll_fn(|cx| cell.poll_task(cx)).await });
+            }
+            None => {
+                self.task_live.store(false, Ordering::Release);
+                tracing::error!(weft.instance = %self.name, message = "Actions are pending but no tokio runtime is available");
+            }
+        }
     }
 
     /// The plan the instance runs now (outside the loop; the loop reads `Core::plan`).
@@ -640,20 +707,11 @@ impl Cell {
             // calls wait for it: write it now rather than when the task first polls.
             j.idle(&self.tenant, &self.name);
         }
-        if let Some(a) = core.active.as_mut()
-            && (!a.pending.is_empty() || !a.gated.is_empty())
-            && !a.task
-        {
-            match self.engine.runtime() {
-                Some(h) => {
-                    a.task = true;
-                    let cell = Arc::clone(self);
-                    h.spawn(async move { std::future::poll_fn(|cx| cell.poll_task(cx)).await });
-                }
-                None => {
-                    tracing::error!(weft.instance = %self.name, message = "Actions are pending but no tokio runtime is available");
-                }
-            }
+        // Pending actions start the task as they are kept (`push_pending`: at once, or on
+        // their first wake); gated calls need it now, to be called once the journal is
+        // durable.
+        if core.active.as_ref().is_some_and(|a| !a.gated.is_empty()) {
+            self.spawn_task();
         }
     }
 
@@ -664,6 +722,7 @@ impl Cell {
         let mut budget = 64u32;
         loop {
             let Some(a) = g.active.as_mut() else {
+                self.task_live.store(false, Ordering::Release);
                 self.release(g);
                 return Poll::Ready(());
             };
@@ -677,6 +736,7 @@ impl Cell {
                 continue;
             }
             let Some(a) = g.active.as_mut() else {
+                self.task_live.store(false, Ordering::Release);
                 self.release(g);
                 return Poll::Ready(());
             };
@@ -700,6 +760,7 @@ impl Cell {
                 }
                 Poll::Ready(None) if a.gated.is_empty() => {
                     g.active = None;
+                    self.task_live.store(false, Ordering::Release);
                     self.release(g);
                     return Poll::Ready(());
                 }

@@ -1,9 +1,10 @@
 //! Carrying out the commands of firings: calling tools and applying their outcomes.
 //!
-//! A tool's future is polled once, inline, with a no-op waker. Pure and in-memory tools are
-//! ready at once and their outcome is applied in the same loop iteration, with no channel hop
-//! and no task. Only futures that are still pending are kept (in the instance's
-//! `FuturesUnordered`, or spawned on tokio for `write` tools so they run in parallel).
+//! A tool's future is polled once, inline, with the cell's waker ([`Cell::kick`]). Pure and
+//! in-memory tools are ready at once and their outcome is applied in the same loop iteration,
+//! with no channel hop and no task. Only futures that are still pending are kept (in the
+//! instance's `FuturesUnordered`, or spawned on tokio for `write` tools so they run in
+//! parallel); while the instance has no task, their first wake starts it.
 //! Panics are caught and become `tool_panic` errors; unknown tools, args that fail the
 //! tool's schema and args that cannot be rendered are fatal errors; `timeout_ms` bounds
 //! every attempt. An immediate tool that waits for the journal (`Tool::waits_for_journal`,
@@ -17,7 +18,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use futures::FutureExt;
-use futures::future::Either;
 use serde_json::Value;
 use weft_core::instance::{Completion, idempotency_key};
 use weft_core::token::FiringId;
@@ -41,25 +41,60 @@ pub(crate) fn panic_error(p: Box<dyn Any + Send>) -> ActionError {
     ActionError::new("tool_panic", format!("the tool panicked: {msg}"))
 }
 
-/// Bounds a pending tool future: catches panics and applies the per-attempt timeout.
-async fn guarded(
+/// A pending tool future, bounded: panics are caught and `timeout_ms` bounds the attempt
+/// (its timer starts at the first poll of the guard).
+struct Guarded {
     fut: BoxFuture<'static, Result<Value, ToolError>>,
     timeout_ms: Option<u64>,
     clock: Arc<dyn Clock>,
-) -> Result<Value, ActionError> {
-    let run = AssertUnwindSafe(fut).catch_unwind().map(|r| match r {
-        Ok(r) => r.map_err(ActionError::from),
-        Err(p) => Err(panic_error(p)),
-    });
-    match timeout_ms {
-        None => run.await,
-        Some(ms) => {
-            let sleep = clock.sleep(ms);
-            match futures::future::select(Box::pin(run), sleep).await {
-                Either::Left((r, _)) => r,
-                Either::Right(_) => Err(timeout_error(ms)),
+    sleep: Option<BoxFuture<'static, ()>>,
+    /// The waker the tool future was last polled with, just before it was guarded (the
+    /// dispatch's inline poll): a first poll with the same waker starts only the timer,
+    /// as polling the tool again would just repeat that poll.
+    polled_with: Option<Waker>,
+}
+
+impl Guarded {
+    fn new(
+        fut: BoxFuture<'static, Result<Value, ToolError>>,
+        timeout_ms: Option<u64>,
+        clock: Arc<dyn Clock>,
+        polled_with: Option<Waker>,
+    ) -> Self {
+        Guarded {
+            fut,
+            timeout_ms,
+            clock,
+            sleep: None,
+            polled_with,
+        }
+    }
+}
+
+impl Future for Guarded {
+    type Output = Result<Value, ActionError>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let repeat = this
+            .polled_with
+            .take()
+            .is_some_and(|w| w.will_wake(cx.waker()));
+        if !repeat {
+            match catch_unwind(AssertUnwindSafe(|| this.fut.as_mut().poll(cx))) {
+                Ok(Poll::Ready(r)) => return Poll::Ready(r.map_err(ActionError::from)),
+                Ok(Poll::Pending) => {}
+                Err(p) => return Poll::Ready(Err(panic_error(p))),
             }
         }
+        if let Some(ms) = this.timeout_ms {
+            let clock = &this.clock;
+            let sleep = this.sleep.get_or_insert_with(|| clock.sleep(ms));
+            if sleep.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(timeout_error(ms)));
+            }
+        }
+        Poll::Pending
     }
 }
 
@@ -611,19 +646,27 @@ impl Cell {
                 return;
             }
         };
-        let mut cx = Context::from_waker(Waker::noop());
+        // Polled with the cell's waker: when the instance has no task, the tool's first
+        // wake starts it (`push_pending`).
+        let kick = self.kick();
+        let mut cx = Context::from_waker(kick);
         let r = match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx))) {
             Ok(Poll::Ready(r)) => r.map_err(ActionError::from),
             Ok(Poll::Pending) => {
                 drop(entered);
-                let g = guarded(fut, timeout_ms, Arc::clone(&self.engine.clock));
+                let g = Guarded::new(
+                    fut,
+                    timeout_ms,
+                    Arc::clone(&self.engine.clock),
+                    Some(kick.clone()),
+                );
                 if span.is_disabled() {
-                    self.push_pending(core, firing, g, spawn);
+                    self.push_pending(core, firing, g, spawn, ready);
                 } else {
                     let s = span.clone();
                     let g = tracing::Instrument::instrument(g, span)
                         .inspect(move |r| step_outcome(&s, r));
-                    self.push_pending(core, firing, g, spawn);
+                    self.push_pending(core, firing, g, spawn, ready);
                 }
                 return;
             }
@@ -633,24 +676,38 @@ impl Cell {
         ready.push_back(Ready::Outcome(firing, r.map(Arc::new)));
     }
 
+    /// Keeps a pending action for the instance's task, starting the task if it has none; on
+    /// a runtime of several threads ([`Shared::lazy_tasks`]), the action is instead polled
+    /// once with [`Cell::kick`] (the guards and timers around it too), so its first wake
+    /// starts the task, and one that finishes on that poll is applied in the loop.
     fn push_pending(
         self: &Arc<Self>,
         core: &mut Core,
         firing: FiringId,
         fut: impl Future<Output = Result<Value, ActionError>> + Send + 'static,
         spawn: bool,
+        ready: &mut VecDeque<Ready>,
     ) {
         let handle = if spawn { self.engine.runtime() } else { None };
-        let fut: PendingFut = match handle {
+        let mut fut: PendingFut = match handle {
             Some(h) => Box::pin(AbortOnDrop(h.spawn(fut)).map(move |r| (firing, r.map(Arc::new)))),
             None => Box::pin(fut.map(move |r| (firing, r.map(Arc::new)))),
         };
         let active = core
             .active
             .get_or_insert_with(|| Box::new(Active::default()));
-        active.pending.push(fut);
-        if let Some(w) = &active.waker {
-            w.wake_by_ref();
+        if self.task_live() || !self.engine.lazy_tasks() {
+            active.pending.push(fut);
+            if let Some(w) = &active.waker {
+                w.wake_by_ref();
+            }
+            self.spawn_task();
+            return;
+        }
+        let mut cx = Context::from_waker(self.kick());
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready((firing, r)) => ready.push_back(Ready::Outcome(firing, r)),
+            Poll::Pending => active.pending.push(fut),
         }
     }
 
@@ -793,14 +850,18 @@ impl Cell {
             let r = match catch_unwind(AssertUnwindSafe(|| span.in_scope(|| tool.call(ctx, args))))
             {
                 Ok(f) => {
-                    tracing::Instrument::instrument(guarded(f, timeout, clock), span.clone()).await
+                    tracing::Instrument::instrument(
+                        Guarded::new(f, timeout, clock, None),
+                        span.clone(),
+                    )
+                    .await
                 }
                 Err(p) => Err(panic_error(p)),
             };
             step_outcome(&span, &r);
             r
         };
-        self.push_pending(core, firing, fut, srt.spawn);
+        self.push_pending(core, firing, fut, srt.spawn, ready);
     }
 
     fn trace_start(&self, core: &mut Core, f: &Fired) {

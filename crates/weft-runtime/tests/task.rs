@@ -1,0 +1,233 @@
+//! When an instance's task starts: on a runtime of several threads, pending actions are
+//! first polled with the cell's waker, so the task that polls them is started by their first
+//! wake (a reply, a timer, a spawned write finishing), on the thread that wakes it; on one
+//! thread, at dispatch. Whatever wakes them — another thread, the action itself during its
+//! first poll, a finished spawned task — the call completes either way, and the task ends
+//! with the last pending action.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::Duration;
+
+use common::{Harness, harness_with, registry, spec};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use weft_core::{Effect, Status};
+use weft_tools::{BoxFuture, Tool, ToolContext, ToolError};
+
+/// A tool whose calls wait for the test to answer them (through the senders it keeps).
+struct Answered {
+    spec: weft_core::ToolSpec,
+    waiting: Arc<Mutex<Vec<oneshot::Sender<Value>>>>,
+}
+
+impl Tool for Answered {
+    fn spec(&self) -> &weft_core::ToolSpec {
+        &self.spec
+    }
+    fn call(&self, _: ToolContext, _: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let (tx, rx) = oneshot::channel();
+        self.waiting.lock().expect("lock").push(tx);
+        Box::pin(async move { rx.await.map_err(|_| ToolError::fatal("gone", "no answer")) })
+    }
+}
+
+/// A tool that wakes itself during its first poll and answers on the second.
+struct WakesItself(weft_core::ToolSpec);
+
+impl Tool for WakesItself {
+    fn spec(&self) -> &weft_core::ToolSpec {
+        &self.0
+    }
+    fn call(&self, _: ToolContext, _: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let mut polls = 0;
+        Box::pin(std::future::poll_fn(move |cx| {
+            polls += 1;
+            if polls < 3 {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            } else {
+                Poll::Ready(Ok(json!({"polls": polls})))
+            }
+        }))
+    }
+}
+
+type Waiting = Arc<Mutex<Vec<oneshot::Sender<Value>>>>;
+
+/// The harness with `t.answered` (pure) and `t.write` (write: spawned) answered by the test,
+/// and `t.self`, which wakes itself.
+fn harness() -> (Harness, Waiting) {
+    let waiting: Waiting = Arc::default();
+    let mut reg = registry();
+    reg.register(Arc::new(Answered {
+        spec: spec("t.answered", Effect::Pure),
+        waiting: Arc::clone(&waiting),
+    }));
+    reg.register(Arc::new(Answered {
+        spec: spec("t.write", Effect::Write),
+        waiting: Arc::clone(&waiting),
+    }));
+    reg.register(Arc::new(WakesItself(spec("t.self", Effect::Pure))));
+    (harness_with(|o| o.registry = Arc::new(reg)), waiting)
+}
+
+fn one_step(h: &Harness, action: &str) -> String {
+    h.plan(
+        json!({"plan_name": format!("one-{action}"), "graph_type": "acyclic",
+        "events": {"start": {}, "done": {"kind": "output"}},
+        "steps": {"call": {"on": ["start"], "action": action, "args": {}, "emits": ["done"]}}}),
+    )
+}
+
+fn alive() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
+/// Lets the runtime run what is ready until no task is alive (or gives up after a while).
+async fn until_no_task() -> usize {
+    for _ in 0..200 {
+        if alive() == 0 {
+            return 0;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    alive()
+}
+
+fn answer(waiting: &Waiting, v: Value) {
+    let tx = waiting.lock().expect("lock").pop().expect("a call waits");
+    tx.send(v).expect("the call listens");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_several_threads_a_pending_call_starts_no_task_until_it_wakes() {
+    let (h, waiting) = harness();
+    let p = one_step(&h, "t.answered");
+    let i = h.engine.start("t", &p, json!({})).expect("starts");
+    for _ in 0..5 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(i.state().in_flight.len(), 1, "the call is in flight");
+    assert_eq!(alive(), 0, "no task polls a call nothing has woken");
+    answer(&waiting, json!({"x": 1}));
+    let o = i.wait().await;
+    assert_eq!(o.status, Status::Completed);
+    assert_eq!(common::out(&o, "done"), vec![json!({"x": 1})]);
+    assert_eq!(until_no_task().await, 0, "the task ends with the last call");
+    h.check_replay(&i);
+}
+
+#[tokio::test]
+async fn calls_answered_from_another_thread_complete() {
+    answered_elsewhere().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_answered_from_another_thread_complete_on_several_threads() {
+    answered_elsewhere().await;
+}
+
+async fn answered_elsewhere() {
+    let (h, waiting) = harness();
+    let p = one_step(&h, "t.answered");
+    let w = one_step(&h, "t.write");
+    for round in 0..200 {
+        let plan = if round % 2 == 0 { &p } else { &w };
+        let i = h.engine.start("t", plan, json!({})).expect("starts");
+        let tx = waiting.lock().expect("lock").pop().expect("a call waits");
+        // Answered from a thread outside the runtime, sometimes before the caller waits.
+        let t = std::thread::spawn(move || {
+            if round % 3 == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            tx.send(json!(round)).expect("the call listens");
+        });
+        let o = tokio::time::timeout(Duration::from_secs(10), i.wait())
+            .await
+            .expect("the call completes");
+        t.join().expect("joins");
+        assert_eq!(o.status, Status::Completed);
+        assert_eq!(common::out(&o, "done"), vec![json!(round)]);
+    }
+}
+
+#[tokio::test]
+async fn on_one_thread_a_pending_call_has_its_task_at_once() {
+    let (h, waiting) = harness();
+    let p = one_step(&h, "t.answered");
+    let i = h.engine.start("t", &p, json!({})).expect("starts");
+    assert_eq!(alive(), 1, "the task is spawned at dispatch");
+    answer(&waiting, json!({"x": 2}));
+    let o = i.wait().await;
+    assert_eq!(o.status, Status::Completed);
+    assert_eq!(common::out(&o, "done"), vec![json!({"x": 2})]);
+    assert_eq!(until_no_task().await, 0, "the task ends with the last call");
+}
+
+#[tokio::test]
+async fn a_call_that_wakes_itself_while_polled_completes() {
+    wakes_itself().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_wakes_itself_while_polled_completes_on_several_threads() {
+    wakes_itself().await;
+}
+
+async fn wakes_itself() {
+    let (h, _) = harness();
+    let p = one_step(&h, "t.self");
+    let i = h.engine.start("t", &p, json!({})).expect("starts");
+    let o = tokio::time::timeout(Duration::from_secs(10), i.wait())
+        .await
+        .expect("the call completes");
+    assert_eq!(o.status, Status::Completed);
+    assert_eq!(common::out(&o, "done"), vec![json!({"polls": 3})]);
+    h.check_replay(&i);
+}
+
+#[tokio::test]
+async fn calls_dispatched_while_the_task_runs_are_polled_by_it() {
+    chain().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_dispatched_while_the_task_runs_are_polled_by_it_on_several_threads() {
+    chain().await;
+}
+
+async fn chain() {
+    let (h, waiting) = harness();
+    // Two steps in sequence, then two in parallel: each later call is dispatched by the
+    // task applying the earlier one's outcome.
+    let p = h.plan(json!({"plan_name": "chain", "graph_type": "acyclic",
+        "events": {"start": {}, "a": {}, "b": {}, "c": {"kind": "output"}, "d": {"kind": "output"}},
+        "steps": {
+            "one": {"on": ["start"], "action": "t.answered", "args": {}, "emits": ["a"]},
+            "two": {"on": ["a"], "action": "t.write", "args": {}, "emits": ["b"]},
+            "three": {"on": ["b"], "action": "t.answered", "args": {}, "emits": ["c"]},
+            "four": {"on": ["b"], "action": "t.self", "args": {}, "emits": ["d"]}}}));
+    let i = h.engine.start("t", &p, json!({})).expect("starts");
+    for n in 0..3 {
+        for _ in 0..100 {
+            if !waiting.lock().expect("lock").is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        answer(&waiting, json!(n));
+    }
+    let o = tokio::time::timeout(Duration::from_secs(10), i.wait())
+        .await
+        .expect("completes");
+    assert_eq!(o.status, Status::Completed);
+    assert_eq!(common::out(&o, "c"), vec![json!(2)]);
+    assert_eq!(common::out(&o, "d"), vec![json!({"polls": 3})]);
+    assert_eq!(until_no_task().await, 0);
+    h.check_replay(&i);
+}
