@@ -226,9 +226,9 @@ impl Cell {
         self.task_live.load(Ordering::Acquire)
     }
 
-    /// The waker a pending action is first polled with while the instance has no task: its
-    /// wake starts the task, on the thread that wakes it. It never takes the loop's lock (a
-    /// future may wake it while being polled under that lock).
+    /// The waker a tool's future is first polled with at dispatch: while the instance has
+    /// no task, its wake starts the task, on the thread that wakes it. It never takes the
+    /// loop's lock (a future may wake it while being polled under that lock).
     pub(crate) fn kick(&self) -> &Waker {
         self.kick
             .get_or_init(|| Waker::from(Arc::new(Kick(self.me.clone()))))

@@ -677,9 +677,9 @@ impl Cell {
     }
 
     /// Keeps a pending action for the instance's task, starting the task if it has none; on
-    /// a runtime of several threads ([`Shared::lazy_tasks`]), the action is instead polled
-    /// once with [`Cell::kick`] (the guards and timers around it too), so its first wake
-    /// starts the task, and one that finishes on that poll is applied in the loop.
+    /// a runtime of several threads ([`crate::engine::lazy_tasks`]), the action is instead
+    /// polled once with [`Cell::kick`] (the guards and timers around it too), so its first
+    /// wake starts the task, and one that finishes on that poll is applied in the loop.
     fn push_pending(
         self: &Arc<Self>,
         core: &mut Core,
@@ -688,15 +688,16 @@ impl Cell {
         spawn: bool,
         ready: &mut VecDeque<Ready>,
     ) {
-        let handle = if spawn { self.engine.runtime() } else { None };
-        let mut fut: PendingFut = match handle {
+        let rt = self.engine.runtime();
+        let lazy = crate::engine::lazy_tasks(rt.as_ref());
+        let mut fut: PendingFut = match rt.filter(|_| spawn) {
             Some(h) => Box::pin(AbortOnDrop(h.spawn(fut)).map(move |r| (firing, r.map(Arc::new)))),
             None => Box::pin(fut.map(move |r| (firing, r.map(Arc::new)))),
         };
         let active = core
             .active
             .get_or_insert_with(|| Box::new(Active::default()));
-        if self.task_live() || !self.engine.lazy_tasks() {
+        if self.task_live() || !lazy {
             active.pending.push(fut);
             if let Some(w) = &active.waker {
                 w.wake_by_ref();

@@ -195,13 +195,6 @@ impl Shared {
             .or_else(|| self.runtime.clone())
     }
 
-    /// Whether an instance's task starts on its first pending action's first wake rather
-    /// than at dispatch: on a runtime of several worker threads (module docs of `cell.rs`).
-    pub(crate) fn lazy_tasks(&self) -> bool {
-        self.runtime()
-            .is_some_and(|h| h.metrics().num_workers() > 1)
-    }
-
     fn shard(&self, id: u64) -> &Mutex<CellMap> {
         &self.table[(id as usize) % SHARDS]
     }
@@ -867,4 +860,11 @@ impl InstanceHandle {
             reason: "stopped by request".to_string(),
         });
     }
+}
+
+/// Whether an instance's task starts on its first pending action's first wake rather than at
+/// dispatch: on a runtime (`rt`, the engine's) of several worker threads (module docs of
+/// `cell.rs`).
+pub(crate) fn lazy_tasks(rt: Option<&tokio::runtime::Handle>) -> bool {
+    rt.is_some_and(|h| h.metrics().num_workers() > 1)
 }
