@@ -8,6 +8,9 @@
 //!   process that echoes them; `command`: tokio starts `/bin/cat` (no shell), writes the args to
 //!   its stdin and parses its stdout; `worker`: async-nats sends the same CloudEvent to two
 //!   Python workers (`fixtures/tools_worker.py`, `python/weft-worker`) and parses the reply;
+//!   `worker_rust`: the same against a worker written in Rust in this process (an async-nats
+//!   queue subscriber on a thread and runtime of its own that answers at once), a peer
+//!   without Python's tail, so that the p99 difference is weft's rather than the worker's;
 //!   `mcp` (stdio) and `mcp_http` (streamable HTTP): an `rmcp` client (the official Rust SDK,
 //!   with the transports and features of weft's `mcp` source) calls `add` with `{"a": n, "b":
 //!   0}` on its own instance of the MCP test server (`python/mcp-test-server/server.py`, the
@@ -171,6 +174,68 @@ fn start_worker(python: &str, script: &Path, url: &str, tenant: &str) -> Result<
     Ok(w)
 }
 
+/// A worker written in Rust for the `worker_rust` kind: an async-nats queue subscriber on a
+/// thread and current-thread runtime of its own (as a separate process would be) that
+/// answers each call with `{"result": args}` at once. A peer without Python's tail, so that
+/// the p99 difference shows weft's share rather than the worker's. Stops when the returned
+/// sender is dropped.
+async fn start_rust_worker(
+    url: &str,
+    subject: &str,
+) -> Result<tokio::sync::oneshot::Sender<()>, String> {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready, is_ready) = tokio::sync::oneshot::channel::<Result<(), String>>();
+    let (url, subject) = (url.to_string(), subject.to_string());
+    std::thread::Builder::new()
+        .name("bench-rust-worker".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return drop(ready.send(Err(e.to_string()))),
+            };
+            rt.block_on(async move {
+                let subscribed = async {
+                    let c = async_nats::connect(&*url)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let sub = c
+                        .queue_subscribe(subject, "weft".into())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    c.flush().await.map_err(|e| e.to_string())?;
+                    Ok::<_, String>((c, sub))
+                };
+                let (c, mut sub) = match subscribed.await {
+                    Ok(x) => x,
+                    Err(e) => return drop(ready.send(Err(e))),
+                };
+                let _ = ready.send(Ok(()));
+                loop {
+                    let m = tokio::select! {
+                        _ = &mut stopped => break,
+                        m = sub.next() => match m { Some(m) => m, None => break },
+                    };
+                    let Some(reply) = m.reply else { continue };
+                    let args = serde_json::from_slice::<Value>(&m.payload)
+                        .map(|mut v| v["data"]["args"].take())
+                        .unwrap_or(Value::Null);
+                    let body = serde_json::to_vec(&json!({ "result": args })).unwrap_or_default();
+                    let _ = c.publish(reply, body.into()).await;
+                }
+            });
+        })
+        .map_err(|e| e.to_string())?;
+    match tokio::time::timeout(Duration::from_secs(10), is_ready).await {
+        Ok(Ok(Ok(()))) => Ok(stop),
+        Ok(Ok(Err(e))) => Err(format!("the Rust worker could not subscribe: {e}")),
+        Ok(Err(_)) => Err("the Rust worker's thread ended before subscribing".into()),
+        Err(_) => Err("the Rust worker did not subscribe within 10 s".into()),
+    }
+}
+
 /// The MCP test server (`python/mcp-test-server/server.py`) and the venv python that runs it
 /// (`WEFT_TEST_MCP_PYTHON`), or why the `mcp` kinds are skipped.
 fn mcp_env() -> Result<(String, PathBuf), String> {
@@ -332,10 +397,10 @@ fn defs(http: &str, nats: Option<&str>) -> Result<Vec<weft_sources::ToolDef>, St
             "source": command_source()}),
     ];
     if let Some(url) = nats {
-        v.push(
-            json!({"name": "bench.echo", "effect": "pure", "idempotent": true,
-            "source": {"kind": "worker", "url": url}}),
-        );
+        for name in ["bench.echo", "bench.echo_rs"] {
+            v.push(json!({"name": name, "effect": "pure", "idempotent": true,
+                "source": {"kind": "worker", "url": url}}));
+        }
     }
     v.into_iter()
         .map(|d| serde_json::from_value(d).map_err(|e| e.to_string()))
@@ -655,8 +720,12 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
         ("http", "t.http"),
         ("command", "t.command"),
     ];
-    if worker.is_some() {
+    let mut rust_worker = None;
+    if let Some((url, _, _)) = &worker {
         kinds.push(("worker", "bench.echo"));
+        let subject = weft_sources::default_subject(tenant(), "bench.echo_rs");
+        rust_worker = Some(start_rust_worker(url, &subject).await?);
+        kinds.push(("worker_rust", "bench.echo_rs"));
     }
     let mcp = match mcp_env() {
         Ok(m) => Some(m),
@@ -734,6 +803,7 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
         None => None,
     };
     let subject = weft_sources::default_subject(tenant(), "bench.echo");
+    let subject_rs = weft_sources::default_subject(tenant(), "bench.echo_rs");
 
     for (kind, action) in &kinds {
         eprintln!("weft bench tools: {kind} …");
@@ -761,9 +831,14 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
             ("fixed", _) => Box::new(|_| Box::pin(async { Ok(()) })),
             ("http", _) => Box::new(|i| Box::pin(direct_http(&client, &http, i))),
             ("command", _) => Box::new(|i| Box::pin(direct_command(i))),
-            _ => {
+            (k, _) => {
                 let c = nats_client.as_ref().ok_or("no NATS client")?;
-                let subject = subject.as_str();
+                let subject = if k == "worker_rust" {
+                    &subject_rs
+                } else {
+                    &subject
+                }
+                .as_str();
                 Box::new(move |i| Box::pin(direct_worker(c, subject, tenant(), i)))
             }
         };
@@ -794,6 +869,7 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
         send(&out, v)?;
     }
     drop(workers);
+    drop(rust_worker);
     // The MCP connections (and their stdio servers) before the HTTP servers they talk to.
     for w in mcp_ways {
         let _ = w.client.cancel().await;
