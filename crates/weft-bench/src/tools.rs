@@ -803,7 +803,6 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
         None => None,
     };
     let subject = weft_sources::default_subject(tenant(), "bench.echo");
-    let subject_rs = weft_sources::default_subject(tenant(), "bench.echo_rs");
 
     for (kind, action) in &kinds {
         eprintln!("weft bench tools: {kind} …");
@@ -826,19 +825,16 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
                 .cloned()
                 .ok_or(format!("{action} is not registered"))?,
         };
+        // A worker kind's subject: its tool's, as the source derives it.
+        let tool_subject = weft_sources::default_subject(tenant(), action);
         let direct: Way<'_> = match (*kind, mcp_way) {
             (_, Some(w)) => Box::new(move |i| Box::pin(direct_mcp(&w.client, i))),
             ("fixed", _) => Box::new(|_| Box::pin(async { Ok(()) })),
             ("http", _) => Box::new(|i| Box::pin(direct_http(&client, &http, i))),
             ("command", _) => Box::new(|i| Box::pin(direct_command(i))),
-            (k, _) => {
+            _ => {
                 let c = nats_client.as_ref().ok_or("no NATS client")?;
-                let subject = if k == "worker_rust" {
-                    &subject_rs
-                } else {
-                    &subject
-                }
-                .as_str();
+                let subject = tool_subject.as_str();
                 Box::new(move |i| Box::pin(direct_worker(c, subject, tenant(), i)))
             }
         };
