@@ -4,6 +4,13 @@
 //! Guards, `when` conditions and the templated strings in `args` / `emits[].data` all use CEL
 //! (DESIGN.md, "Plan format"). Evaluation never panics: an error is a value the caller turns
 //! into "not enabled" (guards) or an error token (args), never a crash.
+//!
+//! Most expressions a plan holds only read a field of an input (`${order.id}`,
+//! `${start.items}`): such a *path* is read straight from the JSON payload, without building
+//! a CEL context or converting the payload to CEL values and back (docs/performance.md,
+//! tool sources: what the engine adds to a call). Only a path
+//! that resolves is read so; anything else (a missing key, a value that is not an object)
+//! is evaluated by CEL, so its result and its error are CEL's.
 
 use std::sync::{Arc, OnceLock};
 
@@ -185,6 +192,9 @@ pub struct Expr {
     uses: Uses,
     /// Has comprehensions, instrumented to charge the evaluation budget (`cel_budget.rs`).
     metered: bool,
+    /// The expression is a path `name.field.field…` (no `has()`, no index): the root name,
+    /// then the fields, read from the JSON payload directly ([`Expr::read_path`]).
+    path: Option<Arc<[String]>>,
 }
 
 impl std::fmt::Debug for Expr {
@@ -327,12 +337,29 @@ impl Expr {
             fresh: refs.has_function("fresh"),
             names: Vec::new(),
         };
+        let path = path_of(&program.expr);
         Ok(Expr {
             source: Arc::from(body),
             program: Arc::new(program),
             uses,
             metered,
+            path,
         })
+    }
+
+    /// The value a path expression reads, when the path resolves: its root is a bound input
+    /// (as [`Expr::eval_cel`] binds them: the first input of that name) and every field is a
+    /// key of an object. `None`: not a path, or CEL decides (and reports the error).
+    fn read_path<'s>(&self, scope: &Scope<'s>) -> Option<&'s Value> {
+        let (root, fields) = self.path.as_deref()?.split_first()?;
+        if !self.uses.names.iter().any(|n| n == root) {
+            return None;
+        }
+        let mut v: &'s Value = scope.inputs.iter().find(|(n, _)| n == root)?.1;
+        for f in fields {
+            v = v.as_object()?.get(f.as_str())?;
+        }
+        Some(v)
     }
 
     /// Records which of `names` (the step's input events) the expression mentions, so that
@@ -402,6 +429,9 @@ impl Expr {
 
     /// Evaluates the expression to JSON.
     pub fn eval(&self, scope: &Scope<'_>) -> Result<Value, EvalError> {
+        if let Some(v) = self.read_path(scope) {
+            return Ok(v.clone());
+        }
         let v = self.eval_cel(scope)?;
         v.json()
             .map_err(|e| EvalError::new(format!("result cannot be turned into JSON: {e:?}")))
@@ -409,6 +439,9 @@ impl Expr {
 
     /// Evaluates the expression as a boolean; anything but `true`/`false` is an error.
     pub fn eval_bool(&self, scope: &Scope<'_>) -> Result<bool, EvalError> {
+        if let Some(Value::Bool(b)) = self.read_path(scope) {
+            return Ok(*b);
+        }
         match self.eval_cel(scope)? {
             cel::Value::Bool(b) => Ok(b),
             other => Err(EvalError::new(format!(
@@ -471,6 +504,28 @@ impl Expr {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(EvalError::new(e.to_string())),
             Err(_) => Err(EvalError::new("expression evaluation failed unexpectedly")),
+        }
+    }
+}
+
+/// `name.field.field…` as names, root first, if `e` is only that: an identifier under
+/// plain field selections (not `has()`, which tests rather than reads).
+fn path_of(e: &cel::common::ast::Expr) -> Option<Arc<[String]>> {
+    use cel::common::ast::Expr as E;
+    let mut fields = Vec::new();
+    let mut e = e;
+    loop {
+        match e {
+            E::Select(s) if !s.test => {
+                fields.push(s.field.clone());
+                e = &s.operand.expr;
+            }
+            E::Ident(root) => {
+                fields.push(root.clone());
+                fields.reverse();
+                return Some(fields.into());
+            }
+            _ => return None,
         }
     }
 }
@@ -799,6 +854,82 @@ mod tests {
             plan: "p",
             fresh: "ch-1",
         }
+    }
+
+    /// A path read from the payload gives what CEL gives, and anything it cannot read is
+    /// left to CEL (same value or same error).
+    #[test]
+    fn paths_read_as_cel_evaluates_them() {
+        let start = json!({"n": 7, "neg": -3, "big": u64::MAX, "x": 1.5, "s": "é", "z": null,
+            "ok": true, "no": false, "list": [1, {"a": 2}], "o": {"p": {"q": "deep"}, "r": 1}});
+        let other = json!({"n": 1});
+        let sources = [
+            "start",
+            "start.n",
+            "start.neg",
+            "start.big",
+            "start.x",
+            "start.s",
+            "start.z",
+            "start.ok",
+            "start.list",
+            "start.o",
+            "start.o.p",
+            "start.o.p.q",
+            "other.n",
+            // Not read as a path, or a path that does not resolve: CEL decides.
+            "start.missing",
+            "start.n.deeper",
+            "start.z.a",
+            "start.list.a",
+            "has(start.n)",
+            "start.n + 1",
+            "start.list[1].a",
+            "inputs.start.n",
+            "unbound.n",
+            "result.n",
+            "instance",
+            "start.o.p.missing",
+        ];
+        for src in sources {
+            let mut e = Expr::compile(src).expect("compiles");
+            e.bind_names(["start", "other"]);
+            let inputs = [("start", &start), ("other", &other)];
+            let sc = scope(&inputs);
+            let cel = e
+                .eval_cel(&sc)
+                .map(|v| v.json().expect("json"))
+                .map_err(|e| e.message);
+            let fast = e.eval(&sc).map_err(|e| e.message);
+            assert_eq!(fast, cel, "`{src}`");
+            let cel_bool = match e.eval_cel(&sc) {
+                Ok(cel::Value::Bool(b)) => Ok(b),
+                Ok(_) => Err(()),
+                Err(_) => Err(()),
+            };
+            assert_eq!(
+                e.eval_bool(&sc).map_err(|_| ()),
+                cel_bool,
+                "`{src}` as a guard"
+            );
+        }
+        // Which of them are read without CEL.
+        let read = |src: &str| {
+            let mut e = Expr::compile(src).expect("compiles");
+            e.bind_names(["start"]);
+            e.read_path(&scope(&[("start", &start)])).is_some()
+        };
+        assert!(read("start.o.p.q") && read("${ start.n }") && read("start"));
+        assert!(!read("start.missing") && !read("has(start.n)") && !read("start.list[0]"));
+        // A name the expression was not bound to is CEL's to refuse, even if an input has it.
+        let e = Expr::compile("start.n").expect("compiles");
+        assert!(e.read_path(&scope(&[("start", &start)])).is_none());
+        assert!(e.eval(&scope(&[("start", &start)])).is_err());
+        // The first input of a name is the one read, as CEL binds it.
+        let mut e = Expr::compile("start.n").expect("compiles");
+        e.bind_names(["start"]);
+        let twice = [("start", &other), ("start", &start)];
+        assert_eq!(e.eval(&scope(&twice)).expect("evals"), json!(1));
     }
 
     #[test]
