@@ -608,16 +608,55 @@ async fn direct_command(i: usize) -> Result<(), String> {
         .ok_or(format!("wrong reply {v}"))
 }
 
-/// The CloudEvent the `worker` source sends for call `i`.
+/// The CloudEvent the `worker` source sends for call `i`, as a direct client would write it:
+/// serialized from a typed value (as the source does), not built as a JSON tree first.
 fn event(tenant: &str, i: usize) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "specversion": "1.0", "type": "dev.weft.tool.call", "source": "weft",
-        "id": format!("direct-{i}:1"), "subject": "bench.echo",
-        "datacontenttype": "application/json",
-        "data": {"tool": "bench.echo", "tenant": tenant, "instance": "direct", "plan": "direct",
-                 "step": "s", "idempotency_key": format!("direct-{i}"), "attempt": 1,
-                 "deadline_ms": 0, "args": {"n": i}}
-    }))
+    #[derive(serde::Serialize)]
+    struct Event<'a> {
+        specversion: &'static str,
+        #[serde(rename = "type")]
+        ty: &'static str,
+        source: &'static str,
+        id: String,
+        subject: &'static str,
+        datacontenttype: &'static str,
+        data: Data<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct Data<'a> {
+        tool: &'static str,
+        tenant: &'a str,
+        instance: &'static str,
+        plan: &'static str,
+        step: &'static str,
+        idempotency_key: String,
+        attempt: u32,
+        deadline_ms: u64,
+        args: Args,
+    }
+    #[derive(serde::Serialize)]
+    struct Args {
+        n: usize,
+    }
+    serde_json::to_vec(&Event {
+        specversion: "1.0",
+        ty: "dev.weft.tool.call",
+        source: "weft",
+        id: format!("direct-{i}:1"),
+        subject: "bench.echo",
+        datacontenttype: "application/json",
+        data: Data {
+            tool: "bench.echo",
+            tenant,
+            instance: "direct",
+            plan: "direct",
+            step: "s",
+            idempotency_key: format!("direct-{i}"),
+            attempt: 1,
+            deadline_ms: 0,
+            args: Args { n: i },
+        },
+    })
     .unwrap_or_default()
 }
 
