@@ -686,7 +686,7 @@ impl Cell {
             }
             if core.registered {
                 core.registered = false;
-                self.engine.unregister(self);
+                self.engine.unregister(self, &core.plan);
             }
             if let Some(j) = &self.engine.journal {
                 j.idle(&self.tenant, &self.name);
@@ -695,7 +695,7 @@ impl Cell {
         }
         if !core.registered {
             core.registered = true;
-            self.engine.register_cell(self);
+            self.engine.register_cell(self, &core.plan);
         }
         if let Some(j) = &self.engine.journal
             && core

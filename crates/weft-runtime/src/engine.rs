@@ -140,7 +140,11 @@ const SHARDS: usize = 16;
 /// One shard of the instance table, by id.
 type CellMap = HashMap<u64, Arc<Cell>, foldhash::fast::RandomState>;
 
-type Routes = HashMap<Arc<str>, HashMap<Arc<str>, HashSet<u64>>>;
+/// The routing index: tenant → input event name → the live instances that accept it.
+type Routes = HashMap<Arc<str>, HashMap<Arc<str>, HashSet<u64, Fast>, Fast>, Fast>;
+
+/// The hasher of the engine's own maps (keys are ids and names weft made or checked).
+type Fast = foldhash::fast::RandomState;
 
 /// What one tenant's plans compile against: the engine's tools overlaid with the tenant's
 /// own, and the argument validators of that set.
@@ -209,25 +213,22 @@ impl Shared {
         lock(self.shard(id)).get(&id).cloned()
     }
 
-    /// Adds a live instance to the table and the routing index.
-    pub(crate) fn register_cell(self: &Arc<Self>, cell: &Arc<Cell>) {
+    /// Adds a live instance running `plan` (its current plan) to the table and the routing
+    /// index.
+    pub(crate) fn register_cell(self: &Arc<Self>, cell: &Arc<Cell>, plan: &CompiledPlan) {
         lock(self.shard(cell.id)).insert(cell.id, Arc::clone(cell));
-        let plan = cell.plan();
-        {
+        if !plan.inputs.is_empty() {
             let mut routes = lock(&self.routes);
             let by_event = routes.entry(Arc::clone(&cell.tenant)).or_default();
-            for e in plan
-                .net
-                .events
-                .iter()
-                .filter(|e| e.kind == EventKind::Input)
-            {
-                match by_event.get_mut(e.name.as_str()) {
+            for name in plan.inputs.iter() {
+                match by_event.get_mut(&**name) {
                     Some(set) => {
                         set.insert(cell.id);
                     }
                     None => {
-                        by_event.insert(Arc::from(e.name.as_str()), HashSet::from([cell.id]));
+                        let mut set = HashSet::with_capacity_and_hasher(1, Fast::default());
+                        set.insert(cell.id);
+                        by_event.insert(Arc::clone(name), set);
                     }
                 }
             }
@@ -239,22 +240,20 @@ impl Shared {
         }
     }
 
-    /// Removes an ended instance from the table and the routing index.
-    pub(crate) fn unregister(&self, cell: &Cell) {
+    /// Removes an ended instance running `plan` (the plan it was registered with) from the
+    /// table and the routing index.
+    pub(crate) fn unregister(&self, cell: &Cell, plan: &CompiledPlan) {
         lock(self.shard(cell.id)).remove(&cell.id);
-        let plan = cell.plan();
+        if plan.inputs.is_empty() {
+            return;
+        }
         let mut routes = lock(&self.routes);
         if let Some(by_event) = routes.get_mut(&*cell.tenant) {
-            for e in plan
-                .net
-                .events
-                .iter()
-                .filter(|e| e.kind == EventKind::Input)
-            {
-                if let Some(set) = by_event.get_mut(e.name.as_str()) {
+            for name in plan.inputs.iter() {
+                if let Some(set) = by_event.get_mut(&**name) {
                     set.remove(&cell.id);
                     if set.is_empty() {
-                        by_event.remove(e.name.as_str());
+                        by_event.remove(&**name);
                     }
                 }
             }
@@ -354,7 +353,7 @@ impl Engine {
                 table: (0..SHARDS)
                     .map(|_| Mutex::new(CellMap::default()))
                     .collect(),
-                routes: Mutex::new(HashMap::new()),
+                routes: Mutex::new(Routes::default()),
                 next_id: AtomicU64::new(0),
                 ids: std::sync::OnceLock::new(),
                 event_seq: AtomicU64::new(0),

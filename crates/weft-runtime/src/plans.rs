@@ -45,6 +45,9 @@ pub struct CompiledPlan {
     /// nothing reads the firing in between ([`weft_core::Instance::next_taking`]): its tool
     /// is immediate and does not wait for the journal.
     pub(crate) takes: Vec<bool>,
+    /// The names of its input events, for the engine's routing index (made once here, not
+    /// per instance).
+    pub(crate) inputs: Box<[Arc<str>]>,
 }
 
 impl std::fmt::Debug for CompiledPlan {
@@ -144,22 +147,25 @@ impl CompiledPlan {
             .iter()
             .map(|s| s.tool.is_some() && s.immediate && !s.gated)
             .collect();
+        let inputs = net
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::Input)
+            .map(|e| Arc::from(e.name.as_str()))
+            .collect();
         Ok(CompiledPlan {
             name: Arc::from(plan.plan_name.as_str()),
             plan: Arc::new(plan),
             net: Arc::new(net),
             steps,
             takes,
+            inputs,
         })
     }
 
     /// The input events of this plan (`kind: input`, including initial events).
     pub fn input_events(&self) -> impl Iterator<Item = &str> {
-        self.net
-            .events
-            .iter()
-            .filter(|e| e.kind == EventKind::Input)
-            .map(|e| e.name.as_str())
+        self.inputs.iter().map(|n| &**n)
     }
 }
 

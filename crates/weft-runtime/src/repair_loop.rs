@@ -287,11 +287,11 @@ impl Cell {
         core.reason = None;
         let registered = core.registered;
         if registered {
-            self.engine.unregister(self);
+            self.engine.unregister(self, &core.plan);
         }
         self.set_plan(core, plan);
         if registered {
-            self.engine.register_cell(self);
+            self.engine.register_cell(self, &core.plan);
         }
         if let Some(i) = core.inst.as_mut()
             && let Err(lost) = i.rebase(&old.net, &r.net)
