@@ -925,6 +925,15 @@ mod tests {
         let e = Expr::compile("start.n").expect("compiles");
         assert!(e.read_path(&scope(&[("start", &start)])).is_none());
         assert!(e.eval(&scope(&[("start", &start)])).is_err());
+        // `eval` reads a path itself: an object read whole keeps its key order (CEL's round
+        // trip goes through a `HashMap`, which shuffles 24 keys all but surely).
+        let wide: serde_json::Map<String, Value> =
+            (0..24).map(|k| (format!("k{k}"), json!(k))).collect();
+        let wide = json!({ "o": wide });
+        let mut e = Expr::compile("start.o").expect("compiles");
+        e.bind_names(["start"]);
+        let got = e.eval(&scope(&[("start", &wide)])).expect("evals");
+        assert_eq!(got.to_string(), wide["o"].to_string());
         // The first input of a name is the one read, as CEL binds it.
         let mut e = Expr::compile("start.n").expect("compiles");
         e.bind_names(["start"]);
