@@ -608,9 +608,9 @@ async fn direct_command(i: usize) -> Result<(), String> {
         .ok_or(format!("wrong reply {v}"))
 }
 
-/// The CloudEvent the `worker` source sends for call `i`, as a direct client would write it:
-/// serialized from a typed value (as the source does), not built as a JSON tree first.
-fn event(tenant: &str, i: usize) -> Vec<u8> {
+/// The CloudEvent the `worker` source sends for call `i` of `tool`, as a direct client would
+/// write it: serialized from a typed value (as the source does), not built as a JSON tree.
+fn event(tenant: &str, tool: &str, i: usize) -> Vec<u8> {
     #[derive(serde::Serialize)]
     struct Event<'a> {
         specversion: &'static str,
@@ -618,13 +618,13 @@ fn event(tenant: &str, i: usize) -> Vec<u8> {
         ty: &'static str,
         source: &'static str,
         id: String,
-        subject: &'static str,
+        subject: &'a str,
         datacontenttype: &'static str,
         data: Data<'a>,
     }
     #[derive(serde::Serialize)]
     struct Data<'a> {
-        tool: &'static str,
+        tool: &'a str,
         tenant: &'a str,
         instance: &'static str,
         plan: &'static str,
@@ -643,10 +643,10 @@ fn event(tenant: &str, i: usize) -> Vec<u8> {
         ty: "dev.weft.tool.call",
         source: "weft",
         id: format!("direct-{i}:1"),
-        subject: "bench.echo",
+        subject: tool,
         datacontenttype: "application/json",
         data: Data {
-            tool: "bench.echo",
+            tool,
             tenant,
             instance: "direct",
             plan: "direct",
@@ -664,10 +664,11 @@ async fn direct_worker(
     client: &async_nats::Client,
     subject: &str,
     tenant: &str,
+    tool: &str,
     i: usize,
 ) -> Result<(), String> {
     let m = client
-        .request(subject.to_string(), event(tenant, i).into())
+        .request(subject.to_string(), event(tenant, tool, i).into())
         .await
         .map_err(|e| e.to_string())?;
     let v: Value = serde_json::from_slice(&m.payload).map_err(|e| e.to_string())?;
@@ -873,8 +874,8 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
             ("command", _) => Box::new(|i| Box::pin(direct_command(i))),
             _ => {
                 let c = nats_client.as_ref().ok_or("no NATS client")?;
-                let subject = tool_subject.as_str();
-                Box::new(move |i| Box::pin(direct_worker(c, subject, tenant(), i)))
+                let (subject, tool): (&str, &str) = (&tool_subject, action);
+                Box::new(move |i| Box::pin(direct_worker(c, subject, tenant(), tool, i)))
             }
         };
         let ways: Vec<Way<'_>> = vec![
@@ -973,7 +974,7 @@ async fn throughput(
         let tool = Arc::clone(&tool);
         async move { via_tool(&tool, i, Shape::Echo).await }
     };
-    let via_raw = |i: usize| direct_worker(raw, subject, tenant(), i);
+    let via_raw = |i: usize| direct_worker(raw, subject, tenant(), "bench.echo", i);
     // Warm-up, then each way in turn.
     rate(n / 10, c, via_engine).await?;
     let engine_rate = rate(n, c, via_engine).await?;
