@@ -56,9 +56,12 @@
 //! **The sandbox** (the step security profile of a command, enforced; the mechanics are in
 //! `sandbox.rs`). A command tool is confined by default, because a demanding operator expects
 //! a program an LLM-written plan can call to reach no more than it was given:
-//! - *Network*: `network = false` (the default) runs the child in a network namespace without
-//!   interfaces (`unshare --net`): no host, not even loopback, TCP and UDP alike.
-//!   `network = true` gives it weft's network, and `connect_ports = [443]` with it the TCP
+//! - *Network*: `network = false` (the default) cuts the child off every network: no host, not
+//!   even loopback, TCP and UDP alike, nor abstract Unix sockets outside it. A seccomp filter
+//!   refuses it any socket but a Unix one ("Permission denied") and Landlock's scope the
+//!   abstract sockets (Linux 6.12); on an older kernel it runs in a network namespace without
+//!   interfaces instead (`unshare --net`, a second process per call, ~1 ms). A Unix socket at a
+//!   path it may see stays reachable either way. `network = true` gives it weft's network, and `connect_ports = [443]` with it the TCP
 //!   ports it may connect to (Landlock, Linux 6.7; UDP is not restricted). A command cannot
 //!   be limited to some hosts (the kernel cannot tell hosts apart below a proxy): let it call
 //!   an `http` tool's endpoint, or give it the network.
@@ -71,12 +74,12 @@
 //!   `write_paths = ["/"]` without `read_paths` lifts the restriction. Paths must exist when
 //!   the tool is built (relative ones are against `cwd`).
 //!
-//! Landlock needs Linux 5.13 with `landlock` among its LSMs; the namespace needs `unshare`
-//! and, not running as root, user namespaces. A machine that cannot enforce what the
+//! Landlock needs Linux 5.13 with `landlock` among its LSMs; the network cut needs Linux 6.12
+//! (Landlock ABI 6) and seccomp, or else `unshare` and, not running as root, user namespaces. A machine that cannot enforce what the
 //! definition implies refuses to build the tool (`invalid_tool`, naming the setting that would
 //! lift the restriction) — it never runs the command less confined than its profile says.
 //! Failures of the confinement at call time are `command_sandbox_failed`. Landlock's TCP rules
-//! are not used: they cover TCP only, the namespace covers everything.
+//! are not what cuts the network: they cover TCP only.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -92,7 +95,7 @@ use weft_tools::{BoxFuture, ToolContext, ToolError};
 use crate::Error;
 use crate::declared::Source;
 use crate::http::excerpt;
-use crate::sandbox::FsRules;
+use crate::sandbox::{Confinement, NetCut};
 
 /// The `command` source's settings (`source = { kind = "command", … }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,8 +226,8 @@ struct Inner {
     max_output: usize,
     /// `python3 tool.py`, as configured.
     shown: String,
-    /// The child's filesystem, when Landlock restricts it.
-    fs: Option<FsRules>,
+    /// The child's confinement on the spawning thread (Landlock, the seccomp filter), if any.
+    fs: Option<Confinement>,
     /// The program itself, when `exec` is a wrapper (`unshare`, `prlimit`).
     wrapped: Option<PathBuf>,
 }
@@ -232,6 +235,16 @@ struct Inner {
 impl CommandSource {
     /// The source `def` describes for tool `name`: resolves the program (and `prlimit`).
     pub(crate) fn open(name: &str, def: &CommandDef) -> Result<Self, Error> {
+        Self::open_with(name, def, crate::sandbox::net_cut)
+    }
+
+    /// [`CommandSource::open`], with `net_cut` saying how to cut the network when the command
+    /// has none.
+    fn open_with(
+        name: &str,
+        def: &CommandDef,
+        net_cut: impl FnOnce() -> Result<NetCut, String>,
+    ) -> Result<Self, Error> {
         let invalid = |message: String| Error::Invalid {
             name: name.to_string(),
             message,
@@ -279,8 +292,23 @@ impl CommandSource {
             }
             limits.push(format!("--cpu={s}").into());
         }
-        let fs = filesystem(def, &program).map_err(invalid)?;
-        let wrapped = (!def.network || !limits.is_empty()).then(|| program.clone());
+        let cut = if def.network {
+            None
+        } else {
+            Some(net_cut().map_err(|e| {
+                invalid(format!(
+                    "source.network = false (the default) cuts the command off the network, \
+                     which this machine cannot do: {e}; set `network = true` to give it weft's \
+                     network"
+                ))
+            })?)
+        };
+        let fs = filesystem(def, &program, matches!(cut, Some(NetCut::Filter))).map_err(invalid)?;
+        let namespace = match cut {
+            Some(NetCut::Namespace(prefix)) => Some(prefix),
+            _ => None,
+        };
+        let wrapped = (namespace.is_some() || !limits.is_empty()).then(|| program.clone());
         let (exec, argv) = if limits.is_empty() {
             (program, def.args.iter().map(OsString::from).collect())
         } else {
@@ -298,22 +326,15 @@ impl CommandSource {
             argv.extend(def.args.iter().map(OsString::from));
             (prlimit, argv)
         };
-        let (exec, argv) = if def.network {
-            (exec, argv)
-        } else {
-            let prefix = crate::sandbox::netns_prefix().map_err(|e| {
-                invalid(format!(
-                    "source.network = false (the default) runs the command in a network \
-                     namespace without interfaces, which this machine cannot make: {e}; set \
-                     `network = true` to give it weft's network"
-                ))
-            })?;
+        let (exec, argv) = if let Some(prefix) = namespace {
             let mut prefix = prefix.into_iter();
             let unshare = PathBuf::from(prefix.next().unwrap_or_default());
             let mut all: Vec<OsString> = prefix.collect();
             all.push(exec.into_os_string());
             all.extend(argv);
             (unshare, all)
+        } else {
+            (exec, argv)
         };
         let shown = std::iter::once(def.program.as_str())
             .chain(def.args.iter().map(String::as_str))
@@ -335,8 +356,13 @@ impl CommandSource {
     }
 }
 
-/// The Landlock rules of `def`'s child (`None`: unrestricted), its paths resolved and checked.
-fn filesystem(def: &CommandDef, program: &Path) -> Result<Option<FsRules>, String> {
+/// The confinement of `def`'s child on the spawning thread (`None`: unrestricted), its paths
+/// resolved and checked; `offline`: the network cut there too ([`NetCut::Filter`]).
+fn filesystem(
+    def: &CommandDef,
+    program: &Path,
+    offline: bool,
+) -> Result<Option<Confinement>, String> {
     let resolve = |key: &str, p: &PathBuf| -> Result<PathBuf, String> {
         let full = match (&def.cwd, p.is_absolute()) {
             (Some(cwd), false) => cwd.join(p),
@@ -379,13 +405,18 @@ fn filesystem(def: &CommandDef, program: &Path) -> Result<Option<FsRules>, Strin
             format!("source.connect_ports cannot be enforced: {e}; remove it to allow every port")
         })?;
     }
-    let rules = FsRules {
+    let rules = Confinement {
         read,
         write,
         connect_ports: def.connect_ports.clone(),
+        offline,
     };
     if rules.is_unrestricted() {
         return Ok(None);
+    }
+    if rules.fs_unrestricted() {
+        // Only the network (checked by `net_cut`) or the ports (checked above).
+        return Ok(Some(rules));
     }
     crate::sandbox::landlock_available().map_err(|e| {
         format!(
@@ -680,4 +711,59 @@ fn tail(s: &str, max: usize) -> String {
     let mut out = String::from("…");
     out.extend(s.chars().skip(n - max.saturating_sub(1)));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use weft_tools::ToolContext;
+
+    use super::{CommandDef, CommandSource, NetCut};
+    use crate::Source;
+
+    /// Connects to the loopback port in the args and says so, or exits 3 with the error.
+    const CONNECT: &str = "import json, socket, sys\nport = json.load(sys.stdin)['port']\ntry:\n    socket.create_connection(('127.0.0.1', port), timeout=5).close()\n    print(json.dumps({'connected': True}))\nexcept OSError as e:\n    print(f'connect failed: {e}', file=sys.stderr)\n    sys.exit(3)\n";
+
+    /// The namespace that stands in for the seccomp filter where the kernel lacks what the
+    /// filter needs (this machine has it, so `open` never picks the namespace here).
+    #[tokio::test]
+    async fn the_namespace_fallback_cuts_the_network_too() {
+        let out = std::process::Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 is on the machine");
+        let python = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let def = |network: bool| -> CommandDef {
+            serde_json::from_value(json!({"program": &python, "args": ["-c", CONNECT],
+                "network": network}))
+            .unwrap()
+        };
+        let namespace = || crate::sandbox::netns_prefix().map(NetCut::Namespace);
+
+        let ns = CommandSource::open_with("t", &def(false), namespace).unwrap();
+        assert!(
+            ns.inner.exec.ends_with("unshare") && ns.inner.fs.as_ref().is_some_and(|c| !c.offline),
+            "the child starts under `unshare`, without the filter"
+        );
+        let e = ns
+            .call(ToolContext::detached("t"), json!({"port": port}))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, "command_failed", "{e}");
+        assert!(
+            e.message.contains("connect failed") && e.message.contains("unreachable"),
+            "{e}"
+        );
+
+        // The same program with the network connects: the failure above is the namespace's.
+        let open = CommandSource::open_with("t", &def(true), namespace).unwrap();
+        assert_eq!(
+            open.call(ToolContext::detached("t"), json!({"port": port}))
+                .await
+                .unwrap(),
+            json!({"connected": true})
+        );
+    }
 }

@@ -1,23 +1,34 @@
 //! The confinement of a `command` tool's child (its step security profile, enforced): the
-//! filesystem through Landlock, the network through a namespace without interfaces. See the
-//! `command` module docs for what a definition asks; this module makes it so or says why not.
+//! filesystem through Landlock, the network through a seccomp filter (or, on kernels without
+//! what that needs, a network namespace without interfaces). See the `command` module docs for
+//! what a definition asks; this module makes it so or says why not.
 //!
-//! **Landlock without `unsafe`.** A Landlock domain binds the thread that calls
-//! `landlock_restrict_self` and everything it starts afterwards. So each sandboxed call starts
-//! a fresh thread, restricts that thread, spawns the child from it and lets it end: the child
-//! inherits the domain across `exec`, and no other thread of weft (no runtime worker) is ever
+//! **On a thread of its own, without `unsafe`.** A Landlock domain and a seccomp filter bind
+//! the thread that installs them and everything it starts afterwards. So each sandboxed call
+//! starts a fresh thread, restricts that thread, spawns the child from it and lets it end: the
+//! child inherits both across `exec`, and no other thread of weft (no runtime worker) is ever
 //! restricted. No `pre_exec` hook, no code between `fork` and `exec`.
 //!
-//! **The network namespace** comes from `unshare` (util-linux, like `prlimit`): the child
-//! runs `unshare --net -- [prlimit …] program …`, so it starts in a namespace whose only
-//! interface, `lo`, is down: no address, not even 127.0.0.1, is reachable, UDP and TCP alike.
-//! Not running as root, the namespace needs a user namespace too (`--user`,
+//! **No network** ([`NetCut::Filter`], where the kernel has Landlock ABI 6, Linux 6.12): a
+//! seccomp filter refuses `socket` for every family but `AF_UNIX` (IPv4, IPv6, netlink, packet,
+//! …: `EACCES`, "Permission denied") and `io_uring_setup` (whose rings can open sockets past
+//! the filter), and Landlock's scope refuses connecting to abstract Unix sockets made outside
+//! the child's domain. A Unix socket at a path stays reachable where the filesystem rules let
+//! the child see it, as in a namespace. The filter only knows the machine's own architecture:
+//! a 32-bit program is killed at its first system call (`SIGSYS`), and x32 calls of `socket`
+//! are refused outright. Costs microseconds per call.
+//!
+//! **The fallback** ([`NetCut::Namespace`]) comes from `unshare` (util-linux, like
+//! `prlimit`): the child runs `unshare --net -- [prlimit …] program …`, so it starts in a
+//! namespace whose only interface, `lo`, is down: no address, not even 127.0.0.1, is
+//! reachable. Not running as root, the namespace needs a user namespace too (`--user`,
 //! `--map-current-user` where the kernel lets it write the map under Landlock, else unmapped).
-//! Which form works is found once per process by running it.
+//! Which form works is found once per process by running it. It costs a second process per
+//! call (~1 ms here, docs/performance.md).
 //!
 //! Both are checked when the tool is built: a restriction the definition implies that this
-//! machine cannot enforce (no Landlock in the kernel, user namespaces refused) is a build
-//! error naming the setting that would lift it, never a run without it.
+//! machine cannot enforce (no Landlock in the kernel, neither way to cut the network) is a
+//! build error naming the setting that would lift it, never a run without it.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -47,24 +58,121 @@ pub(crate) const RUNTIME_PATHS: &[&str] = &[
 /// Devices every sandboxed command may write (output thrown away).
 const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
 
-/// The filesystem (and the TCP ports) a sandboxed child gets through Landlock.
+/// What a sandboxed child gets: its filesystem and TCP ports through Landlock, and with
+/// `offline` no network at all ([`NetCut::Filter`]).
 #[derive(Debug, Clone)]
-pub(crate) struct FsRules {
+pub(crate) struct Confinement {
     /// Readable (and executable) paths; `None` is everything.
     pub(crate) read: Option<Vec<PathBuf>>,
     /// Writable paths.
     pub(crate) write: Vec<PathBuf>,
     /// The only TCP ports the child may connect to; `None` is every port.
     pub(crate) connect_ports: Option<Vec<u16>>,
+    /// No network: the seccomp filter and the abstract-socket scope of [`NetCut::Filter`].
+    pub(crate) offline: bool,
 }
 
-impl FsRules {
-    /// Whether these rules restrict nothing (everything readable, `/` writable, any port).
-    pub(crate) fn is_unrestricted(&self) -> bool {
-        self.read.is_none()
-            && self.write.iter().any(|p| p == Path::new("/"))
-            && self.connect_ports.is_none()
+impl Confinement {
+    /// Whether the filesystem is open (everything readable, `/` writable).
+    pub(crate) fn fs_unrestricted(&self) -> bool {
+        self.read.is_none() && self.write.iter().any(|p| p == Path::new("/"))
     }
+
+    /// Whether these rules restrict nothing (the filesystem open, any port, the network).
+    pub(crate) fn is_unrestricted(&self) -> bool {
+        self.fs_unrestricted() && self.connect_ports.is_none() && !self.offline
+    }
+}
+
+/// How a command without network (`network = false`) is cut off from it on this machine.
+#[derive(Debug, Clone)]
+pub(crate) enum NetCut {
+    /// In the spawning thread: a seccomp filter and Landlock's abstract-socket scope.
+    Filter,
+    /// A second process: `unshare` and its flags (ending in `--`) before the program.
+    Namespace(Vec<OsString>),
+}
+
+/// The way this machine cuts a command off the network (the filter where the kernel has
+/// what it needs, else a namespace), or why neither works. Found once per process.
+pub(crate) fn net_cut() -> Result<NetCut, String> {
+    static CUT: OnceLock<Result<NetCut, String>> = OnceLock::new();
+    CUT.get_or_init(|| match filter_available() {
+        Ok(()) => Ok(NetCut::Filter),
+        Err(filter) => netns_prefix()
+            .map(NetCut::Namespace)
+            .map_err(|ns| format!("{filter}; and a network namespace cannot be made: {ns}")),
+    })
+    .clone()
+}
+
+/// Whether [`NetCut::Filter`] works here: Landlock's abstract-socket scope (ABI 6) and a
+/// seccomp filter, both installed on a thread that ends at once.
+fn filter_available() -> Result<(), String> {
+    std::thread::Builder::new()
+        .name("weft-sandbox-probe".into())
+        .spawn(|| {
+            restrict_thread(&Confinement {
+                read: None,
+                write: vec![PathBuf::from("/")],
+                connect_ports: None,
+                offline: true,
+            })
+        })
+        .map_err(|e| format!("starting the probe thread: {e}"))?
+        .join()
+        .map_err(|_| "the probe thread panicked".to_string())?
+}
+
+/// The seccomp filter of [`NetCut::Filter`], compiled once.
+#[cfg(target_os = "linux")]
+fn offline_filter() -> Result<&'static seccompiler::BpfProgram, String> {
+    static FILTER: OnceLock<Result<seccompiler::BpfProgram, String>> = OnceLock::new();
+    FILTER
+        .get_or_init(|| compile_offline_filter().map_err(|e| format!("seccomp: {e}")))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// `socket` and `socketpair` for any family but `AF_UNIX`, and `io_uring_setup`, fail with
+/// `EACCES`; every other call is allowed (the filter's prologue kills a call of another
+/// architecture).
+#[cfg(target_os = "linux")]
+fn compile_offline_filter() -> Result<seccompiler::BpfProgram, seccompiler::Error> {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    let not_unix = || {
+        SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            libc::AF_UNIX as u64,
+        )
+        .and_then(|c| SeccompRule::new(vec![c]))
+    };
+    let mut rules = std::collections::BTreeMap::new();
+    rules.insert(libc::SYS_socket, vec![not_unix()?]);
+    rules.insert(libc::SYS_socketpair, vec![not_unix()?]);
+    rules.insert(libc::SYS_io_uring_setup, Vec::new());
+    // The x32 ABI reaches the same calls with this bit set: refused whatever the family.
+    #[cfg(target_arch = "x86_64")]
+    for nr in [
+        libc::SYS_socket,
+        libc::SYS_socketpair,
+        libc::SYS_io_uring_setup,
+    ] {
+        rules.insert(nr | 0x4000_0000, Vec::new());
+    }
+    let arch = TargetArch::try_from(std::env::consts::ARCH)?;
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES as u32),
+        arch,
+    )?;
+    Ok(seccompiler::BpfProgram::try_from(filter)?)
 }
 
 /// Whether this kernel's Landlock restricts TCP connections by port (ABI 4, Linux 6.7); the
@@ -123,61 +231,81 @@ fn probe_landlock() -> Result<(), String> {
     Err("Landlock exists on Linux only".into())
 }
 
-/// Restricts the calling thread (and what it starts from now on) to `rules`. Call it on a
+/// Restricts the calling thread (and what it starts from now on) to `c`. Call it on a
 /// thread of its own that ends after spawning ([`spawn_confined`]).
 #[cfg(target_os = "linux")]
-fn restrict_thread(rules: &FsRules) -> Result<(), String> {
+fn restrict_thread(c: &Confinement) -> Result<(), String> {
     use landlock::{
-        ABI, Access, AccessFs, AccessNet, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr,
-        RulesetStatus, path_beneath_rules,
+        ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
+        RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
     };
     // V5: files and directories (V1), cross-directory renames and links (V2), truncation
     // (V3), device ioctls (V5). An older kernel enforces what it knows (best effort).
     let abi = ABI::V5;
     let fail = |e: landlock::RulesetError| format!("Landlock: {e}");
-    let read: Vec<PathBuf> = match &rules.read {
-        None => vec![PathBuf::from("/")],
-        Some(paths) => paths
-            .iter()
-            .cloned()
-            .chain(RUNTIME_PATHS.iter().map(PathBuf::from))
-            .collect(),
-    };
-    let write: Vec<PathBuf> = rules
-        .write
-        .iter()
-        .cloned()
-        .chain(WRITABLE_DEVICES.iter().map(PathBuf::from))
-        .collect();
-    let mut ruleset = Ruleset::default()
-        .handle_access(AccessFs::from_all(abi))
-        .map_err(fail)?;
-    if rules.connect_ports.is_some() {
-        // Checked when the tool was built (`landlock_ports_available`).
-        ruleset = ruleset.handle_access(AccessNet::ConnectTcp).map_err(fail)?;
+    let fs = !c.fs_unrestricted();
+    if fs || c.connect_ports.is_some() || c.offline {
+        let mut ruleset = Ruleset::default();
+        if fs {
+            ruleset = ruleset
+                .handle_access(AccessFs::from_all(abi))
+                .map_err(fail)?;
+        }
+        if c.connect_ports.is_some() {
+            // Checked when the tool was built (`landlock_ports_available`).
+            ruleset = ruleset.handle_access(AccessNet::ConnectTcp).map_err(fail)?;
+        }
+        if c.offline {
+            // Never best effort: without the scope the filter leaves abstract sockets open.
+            ruleset = ruleset
+                .set_compatibility(CompatLevel::HardRequirement)
+                .scope(Scope::AbstractUnixSocket)
+                .map_err(fail)?
+                .set_compatibility(CompatLevel::BestEffort);
+        }
+        let mut created = ruleset.create().map_err(fail)?;
+        if fs {
+            let read: Vec<PathBuf> = match &c.read {
+                None => vec![PathBuf::from("/")],
+                Some(paths) => paths
+                    .iter()
+                    .cloned()
+                    .chain(RUNTIME_PATHS.iter().map(PathBuf::from))
+                    .collect(),
+            };
+            let write: Vec<PathBuf> = c
+                .write
+                .iter()
+                .cloned()
+                .chain(WRITABLE_DEVICES.iter().map(PathBuf::from))
+                .collect();
+            created = created
+                .add_rules(path_beneath_rules(&read, AccessFs::from_read(abi)))
+                .map_err(fail)?
+                .add_rules(path_beneath_rules(&write, AccessFs::from_all(abi)))
+                .map_err(fail)?;
+        }
+        let ports = c.connect_ports.iter().flatten();
+        let status =
+            created
+                .add_rules(ports.map(|p| {
+                    Ok::<_, landlock::RulesetError>(NetPort::new(*p, AccessNet::ConnectTcp))
+                }))
+                .map_err(fail)?
+                .restrict_self()
+                .map_err(fail)?;
+        if status.ruleset == RulesetStatus::NotEnforced {
+            return Err("Landlock: the kernel did not enforce the ruleset".into());
+        }
     }
-    let ports = rules.connect_ports.iter().flatten();
-    let status = ruleset
-        .create()
-        .map_err(fail)?
-        .add_rules(path_beneath_rules(&read, AccessFs::from_read(abi)))
-        .map_err(fail)?
-        .add_rules(path_beneath_rules(&write, AccessFs::from_all(abi)))
-        .map_err(fail)?
-        .add_rules(
-            ports.map(|p| Ok::<_, landlock::RulesetError>(NetPort::new(*p, AccessNet::ConnectTcp))),
-        )
-        .map_err(fail)?
-        .restrict_self()
-        .map_err(fail)?;
-    if status.ruleset == RulesetStatus::NotEnforced {
-        return Err("Landlock: the kernel did not enforce the ruleset".into());
+    if c.offline {
+        seccompiler::apply_filter(offline_filter()?).map_err(|e| format!("seccomp: {e}"))?;
     }
     Ok(())
 }
 
 #[cfg(not(target_os = "linux"))]
-fn restrict_thread(_rules: &FsRules) -> Result<(), String> {
+fn restrict_thread(_rules: &Confinement) -> Result<(), String> {
     Err("Landlock exists on Linux only".into())
 }
 
@@ -185,7 +313,7 @@ fn restrict_thread(_rules: &FsRules) -> Result<(), String> {
 /// outer error is the confinement's, the inner the spawn's.
 pub(crate) async fn spawn_confined(
     mut cmd: tokio::process::Command,
-    rules: FsRules,
+    rules: Confinement,
 ) -> Result<std::io::Result<tokio::process::Child>, String> {
     let runtime = tokio::runtime::Handle::current();
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -247,10 +375,11 @@ fn probe_one(prefix: &[OsString], unshare: &Path) -> Result<(), String> {
     let unshare = unshare.to_path_buf();
     let run = move || -> Result<(), String> {
         if landlock_available().is_ok() {
-            restrict_thread(&FsRules {
+            restrict_thread(&Confinement {
                 read: None,
                 write: Vec::new(),
                 connect_ports: None,
+                offline: false,
             })?;
         }
         let (exec, rest) = prefix.split_first().ok_or("empty prefix")?;

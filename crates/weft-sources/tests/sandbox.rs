@@ -1,7 +1,9 @@
 //! The `command` source's sandbox against real processes: a program reading outside its
-//! `read_paths`, writing outside its `write_paths`, or opening a connection without network
-//! is refused by the kernel (Landlock, a network namespace without interfaces), while the
-//! same program with the restriction lifted succeeds — so each refusal is the sandbox's doing.
+//! `read_paths`, writing outside its `write_paths`, or reaching anything over a network
+//! without network (TCP, UDP, an abstract Unix socket) is refused by the kernel (Landlock,
+//! the seccomp filter or, where the kernel lacks what the filter needs, a network namespace),
+//! while the same program with the restriction lifted succeeds — so each refusal is the
+//! sandbox's doing.
 
 #![allow(clippy::unwrap_used)]
 
@@ -155,6 +157,29 @@ except OSError as e:
     sys.exit(3)
 "#;
 
+/// Reaches out as the args' `how` says: a UDP datagram to `port`, a connection to the
+/// abstract Unix socket `name`, or a Unix socket pair of its own (`pair`, no one else's).
+const PY_REACH: &str = r#"
+import json, socket, sys
+args = json.load(sys.stdin)
+try:
+    if args["how"] == "udp":
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.sendto(b"hello", ("127.0.0.1", args["port"]))
+    elif args["how"] == "abstract":
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect("\0" + args["name"])
+        s.sendall(b"hello")
+    else:
+        a, b = socket.socketpair()
+        a.sendall(b"ping")
+        assert b.recv(4) == b"ping"
+    print(json.dumps({"reached": args["how"]}))
+except OSError as e:
+    print(f"{args['how']} failed: {e}", file=sys.stderr)
+    sys.exit(3)
+"#;
+
 /// The real Python interpreter (not a version manager's shim).
 fn python() -> String {
     let out = std::process::Command::new("python3")
@@ -195,7 +220,9 @@ async fn opening_a_socket_without_network_fails() {
         json!({"connected": true})
     );
 
-    // The default: no network at all, not even loopback.
+    // The default: no network at all, not even loopback. The filter refuses the socket
+    // ("Permission denied"); a namespace, where the kernel lacks the filter's needs, has no
+    // route ("unreachable").
     let offline = tool(json!({"program": p}));
     let e = offline
         .call(ctx(), json!({"port": port}))
@@ -203,13 +230,71 @@ async fn opening_a_socket_without_network_fails() {
         .unwrap_err();
     assert_eq!(e.code, "command_failed", "{e}");
     assert!(
-        e.message.contains("connect failed") && e.message.contains("unreachable"),
+        e.message.contains("connect failed")
+            && (e.message.contains("Permission denied") || e.message.contains("unreachable")),
         "{e}"
     );
     assert_eq!(
         accepted.await.unwrap(),
         1,
         "only the networked call connected"
+    );
+}
+
+#[tokio::test]
+async fn without_network_udp_and_abstract_sockets_are_refused_and_socket_pairs_work() {
+    use std::os::linux::net::SocketAddrExt;
+    let dir = scratch("reach");
+    let p = script(&dir, "reach.py", &format!("#!{}\n{PY_REACH}", python()));
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let port = udp.local_addr().unwrap().port();
+    let name = format!("weft-sandbox-test-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let unix = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    unix.set_nonblocking(true).unwrap();
+    let accepted = || {
+        let mut n = 0;
+        while unix.accept().is_ok() {
+            n += 1;
+        }
+        n
+    };
+    let received = async || {
+        let mut buf = [0u8; 16];
+        let mut n = 0;
+        while tokio::time::timeout(std::time::Duration::from_millis(300), udp.recv(&mut buf))
+            .await
+            .is_ok_and(|r| r.is_ok())
+        {
+            n += 1;
+        }
+        n
+    };
+    let udp_args = json!({"how": "udp", "port": port});
+    let abstract_args = json!({"how": "abstract", "name": name});
+
+    // Given the network, both reach their peers: the refusals below are the sandbox's.
+    let networked = tool(json!({"program": &p, "network": true}));
+    for args in [&udp_args, &abstract_args] {
+        let r = networked.call(ctx(), args.clone()).await.unwrap();
+        assert_eq!(r["reached"], args["how"]);
+    }
+    assert_eq!(received().await, 1, "the networked datagram arrived");
+    assert_eq!(accepted(), 1, "the networked connection arrived");
+
+    let offline = tool(json!({"program": &p}));
+    for args in [&udp_args, &abstract_args] {
+        let e = offline.call(ctx(), args.clone()).await.unwrap_err();
+        assert_eq!(e.code, "command_failed", "{e}");
+        assert!(e.message.contains("failed:"), "{e}");
+    }
+    assert_eq!(received().await, 0, "no datagram left the sandbox");
+    assert_eq!(accepted(), 0, "no connection left the sandbox");
+
+    // A socket pair of its own (what asyncio and many runtimes make at start) still works.
+    assert_eq!(
+        offline.call(ctx(), json!({"how": "pair"})).await.unwrap(),
+        json!({"reached": "pair"})
     );
 }
 
