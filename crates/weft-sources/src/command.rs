@@ -95,7 +95,7 @@ use weft_tools::{BoxFuture, ToolContext, ToolError};
 use crate::Error;
 use crate::declared::Source;
 use crate::http::excerpt;
-use crate::sandbox::{Confinement, NetCut};
+use crate::sandbox::{Confinement, NetCut, Spawner};
 
 /// The `command` source's settings (`source = { kind = "command", … }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -228,6 +228,8 @@ struct Inner {
     shown: String,
     /// The child's confinement on the spawning thread (Landlock, the seccomp filter), if any.
     fs: Option<Confinement>,
+    /// The thread confined to `fs` that spawns the children, made at the first call.
+    spawner: std::sync::OnceLock<Result<Spawner, String>>,
     /// The program itself, when `exec` is a wrapper (`unshare`, `prlimit`).
     wrapped: Option<PathBuf>,
 }
@@ -350,6 +352,7 @@ impl CommandSource {
                 max_output: usize::try_from(def.max_output_bytes).unwrap_or(usize::MAX),
                 shown,
                 fs,
+                spawner: std::sync::OnceLock::new(),
                 wrapped,
             }),
         })
@@ -562,14 +565,20 @@ impl Inner {
         }
         let spawned = match &self.fs {
             None => cmd.spawn(),
-            Some(rules) => crate::sandbox::spawn_confined(cmd, rules.clone())
-                .await
-                .map_err(|e| {
+            Some(rules) => {
+                let sandbox_failed = |e: &str| {
                     ToolError::fatal(
                         "command_sandbox_failed",
                         format!("confining `{}`: {e}", self.shown),
                     )
-                })?,
+                };
+                let spawner = self
+                    .spawner
+                    .get_or_init(|| Spawner::start(rules.clone()))
+                    .as_ref()
+                    .map_err(|e| sandbox_failed(e))?;
+                spawner.spawn(cmd).await.map_err(|e| sandbox_failed(&e))?
+            }
         };
         let child = spawned.map_err(|e| {
             let code = if e.kind() == std::io::ErrorKind::NotFound {

@@ -298,6 +298,33 @@ async fn without_network_udp_and_abstract_sockets_are_refused_and_socket_pairs_w
     );
 }
 
+/// A tool's children all start from its one confined thread: calls made at once each get their
+/// own child and answer, and every one of them is confined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_each_get_a_confined_child_of_their_own() {
+    let dir = scratch("concurrent");
+    let p = script(&dir, "connect.py", &format!("#!{}\n{PY_CONNECT}", python()));
+    let (port, accepted) = counting_listener().await;
+    let echo = Arc::new(tool(json!({"program": "/bin/cat"})));
+    let offline = Arc::new(tool(json!({"program": &p})));
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..24 {
+        let (echo, offline) = (Arc::clone(&echo), Arc::clone(&offline));
+        calls.spawn(async move {
+            let answer = echo.call(ctx(), json!({"i": i})).await;
+            let refused = offline.call(ctx(), json!({"port": port})).await;
+            (i, answer, refused)
+        });
+    }
+    while let Some(r) = calls.join_next().await {
+        let (i, answer, refused) = r.unwrap();
+        assert_eq!(answer.unwrap(), json!({"i": i}), "each call its own child's answer");
+        let e = refused.unwrap_err();
+        assert!(e.message.contains("connect failed"), "{e}");
+    }
+    assert_eq!(accepted.await.unwrap(), 0, "no confined child connected");
+}
+
 #[tokio::test]
 async fn connect_ports_limit_the_tcp_ports_a_networked_command_reaches() {
     let dir = scratch("ports");
