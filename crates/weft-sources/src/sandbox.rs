@@ -319,7 +319,8 @@ fn restrict_thread(_rules: &Confinement) -> Result<(), String> {
 /// until its `exec` (a fraction of a millisecond).
 pub(crate) struct Spawner {
     jobs: std::sync::mpsc::Sender<Job>,
-    /// The thread (it ends once `jobs` is dropped).
+    /// The thread, for tests (it ends once `jobs` is dropped; otherwise it runs detached).
+    #[cfg(test)]
     thread: std::thread::JoinHandle<()>,
 }
 
@@ -360,7 +361,13 @@ impl Spawner {
         ready
             .recv()
             .map_err(|_| "the sandbox thread ended without an answer".to_string())??;
-        Ok(Spawner { jobs, thread })
+        #[cfg(not(test))]
+        drop(thread);
+        Ok(Spawner {
+            jobs,
+            #[cfg(test)]
+            thread,
+        })
     }
 
     /// Spawns `cmd` from the confined thread. The outer error is the confinement's, the inner
@@ -488,7 +495,10 @@ mod tests {
         drop(jobs);
         let t = std::time::Instant::now();
         while !thread.is_finished() {
-            assert!(t.elapsed().as_secs() < 10, "the thread outlived its spawner");
+            assert!(
+                t.elapsed().as_secs() < 10,
+                "the thread outlived its spawner"
+            );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }

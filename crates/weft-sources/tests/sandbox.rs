@@ -318,7 +318,11 @@ async fn concurrent_calls_each_get_a_confined_child_of_their_own() {
     }
     while let Some(r) = calls.join_next().await {
         let (i, answer, refused) = r.unwrap();
-        assert_eq!(answer.unwrap(), json!({"i": i}), "each call its own child's answer");
+        assert_eq!(
+            answer.unwrap(),
+            json!({"i": i}),
+            "each call its own child's answer"
+        );
         let e = refused.unwrap_err();
         assert!(e.message.contains("connect failed"), "{e}");
     }
