@@ -228,8 +228,9 @@ struct Inner {
     shown: String,
     /// The child's confinement on the spawning thread (Landlock, the seccomp filter), if any.
     fs: Option<Confinement>,
-    /// The thread confined to `fs` that spawns the children, made at the first call.
-    spawner: std::sync::OnceLock<Result<Spawner, String>>,
+    /// The thread confined to `fs` that spawns the children, made at the first call (and
+    /// again if it failed to start or has ended).
+    spawner: std::sync::Mutex<Option<Arc<Spawner>>>,
     /// The program itself, when `exec` is a wrapper (`unshare`, `prlimit`).
     wrapped: Option<PathBuf>,
 }
@@ -352,7 +353,7 @@ impl CommandSource {
                 max_output: usize::try_from(def.max_output_bytes).unwrap_or(usize::MAX),
                 shown,
                 fs,
-                spawner: std::sync::OnceLock::new(),
+                spawner: std::sync::Mutex::new(None),
                 wrapped,
             }),
         })
@@ -529,6 +530,18 @@ impl Drop for Running {
 }
 
 impl Inner {
+    /// The tool's spawner thread, started (confined to `rules`) unless it runs. A start that
+    /// failed is tried again by the next call.
+    fn spawner(&self, rules: &Confinement) -> Result<Arc<Spawner>, String> {
+        let mut slot = self.spawner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = slot.as_ref().filter(|s| s.is_alive()) {
+            return Ok(Arc::clone(s));
+        }
+        let s = Arc::new(Spawner::start(rules.clone())?);
+        *slot = Some(Arc::clone(&s));
+        Ok(s)
+    }
+
     async fn run(&self, ctx: &ToolContext, args: &Value) -> Result<Value, ToolError> {
         let input = serde_json::to_vec(args).map_err(|e| {
             ToolError::fatal("args_invalid", format!("command {}: {e}", self.shown))
@@ -572,11 +585,7 @@ impl Inner {
                         format!("confining `{}`: {e}", self.shown),
                     )
                 };
-                let spawner = self
-                    .spawner
-                    .get_or_init(|| Spawner::start(rules.clone()))
-                    .as_ref()
-                    .map_err(|e| sandbox_failed(e))?;
+                let spawner = self.spawner(rules).map_err(|e| sandbox_failed(&e))?;
                 spawner.spawn(cmd).await.map_err(|e| sandbox_failed(&e))?
             }
         };
@@ -727,11 +736,30 @@ mod tests {
     use serde_json::json;
     use weft_tools::ToolContext;
 
-    use super::{CommandDef, CommandSource, NetCut};
+    use super::{CommandDef, CommandSource, NetCut, Spawner};
     use crate::Source;
 
     /// Connects to the loopback port in the args and says so, or exits 3 with the error.
     const CONNECT: &str = "import json, socket, sys\nport = json.load(sys.stdin)['port']\ntry:\n    socket.create_connection(('127.0.0.1', port), timeout=5).close()\n    print(json.dumps({'connected': True}))\nexcept OSError as e:\n    print(f'connect failed: {e}', file=sys.stderr)\n    sys.exit(3)\n";
+
+    /// A spawner thread that has ended (a panic) is replaced by the next call, which succeeds.
+    #[tokio::test]
+    async fn an_ended_spawner_is_started_again() {
+        let def: CommandDef = serde_json::from_value(json!({"program": "/bin/cat"})).unwrap();
+        let src = CommandSource::open("t", &def).unwrap();
+        assert!(src.inner.fs.is_some(), "the default command is confined");
+        *src.inner.spawner.lock().unwrap() = Some(std::sync::Arc::new(Spawner::ended()));
+        let r = src
+            .call(ToolContext::detached("t"), json!({"n": 1}))
+            .await
+            .unwrap();
+        assert_eq!(r, json!({"n": 1}));
+        let slot = src.inner.spawner.lock().unwrap();
+        assert!(
+            slot.as_ref().is_some_and(|s| s.is_alive()),
+            "a new thread runs"
+        );
+    }
 
     /// The namespace that stands in for the seccomp filter where the kernel lacks what the
     /// filter needs (this machine has it, so `open` never picks the namespace here).

@@ -232,7 +232,7 @@ fn probe_landlock() -> Result<(), String> {
 }
 
 /// Restricts the calling thread (and what it starts from now on) to `c`. Call it on a
-/// thread of its own that ends after spawning ([`spawn_confined`]).
+/// thread of its own that does nothing but spawn ([`Spawner`]).
 #[cfg(target_os = "linux")]
 fn restrict_thread(c: &Confinement) -> Result<(), String> {
     use landlock::{
@@ -319,8 +319,7 @@ fn restrict_thread(_rules: &Confinement) -> Result<(), String> {
 /// until its `exec` (a fraction of a millisecond).
 pub(crate) struct Spawner {
     jobs: std::sync::mpsc::Sender<Job>,
-    /// The thread, for tests (it ends once `jobs` is dropped; otherwise it runs detached).
-    #[cfg(test)]
+    /// The thread (it ends once `jobs` is dropped).
     thread: std::thread::JoinHandle<()>,
 }
 
@@ -361,13 +360,23 @@ impl Spawner {
         ready
             .recv()
             .map_err(|_| "the sandbox thread ended without an answer".to_string())??;
-        #[cfg(not(test))]
-        drop(thread);
-        Ok(Spawner {
-            jobs,
-            #[cfg(test)]
-            thread,
-        })
+        Ok(Spawner { jobs, thread })
+    }
+
+    /// Whether its thread still runs (it could only have ended by a panic).
+    pub(crate) fn is_alive(&self) -> bool {
+        !self.thread.is_finished()
+    }
+
+    /// A spawner whose thread has ended, as a panic would leave it.
+    #[cfg(test)]
+    pub(crate) fn ended() -> Spawner {
+        let (jobs, _) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(|| ());
+        while !thread.is_finished() {
+            std::thread::yield_now();
+        }
+        Spawner { jobs, thread }
     }
 
     /// Spawns `cmd` from the confined thread. The outer error is the confinement's, the inner
