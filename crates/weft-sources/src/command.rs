@@ -61,10 +61,11 @@
 //!   refuses it any socket but a Unix one ("Permission denied") and Landlock's scope the
 //!   abstract sockets (Linux 6.12); on an older kernel it runs in a network namespace without
 //!   interfaces instead (`unshare --net`, a second process per call, ~1 ms). A Unix socket at a
-//!   path it may see stays reachable either way. `network = true` gives it weft's network, and `connect_ports = [443]` with it the TCP
-//!   ports it may connect to (Landlock, Linux 6.7; UDP is not restricted). A command cannot
-//!   be limited to some hosts (the kernel cannot tell hosts apart below a proxy): let it call
-//!   an `http` tool's endpoint, or give it the network.
+//!   path it may see stays reachable either way. `network = true` gives it weft's network,
+//!   and `connect_ports = [443]` with it the TCP ports it may connect to (Landlock, Linux
+//!   6.7; UDP is not restricted). A command cannot be limited to some hosts (the kernel cannot
+//!   tell hosts apart below a proxy): let it call an `http` tool's endpoint, or give it the
+//!   network.
 //! - *Filesystem* (Landlock): everything is readable unless `read_paths` lists what is
 //!   (then the program, `cwd`, the write paths and what programs need to start — `/usr`,
 //!   `/bin`, `/lib*`, the loader's cache, `/dev/null` and the random devices — are readable
@@ -75,9 +76,10 @@
 //!   the tool is built (relative ones are against `cwd`).
 //!
 //! Landlock needs Linux 5.13 with `landlock` among its LSMs; the network cut needs Linux 6.12
-//! (Landlock ABI 6) and seccomp, or else `unshare` and, not running as root, user namespaces. A machine that cannot enforce what the
-//! definition implies refuses to build the tool (`invalid_tool`, naming the setting that would
-//! lift the restriction) — it never runs the command less confined than its profile says.
+//! (Landlock ABI 6) and seccomp, or else `unshare` and, not running as root, user namespaces.
+//! A machine that cannot enforce what the definition implies refuses to build the tool
+//! (`invalid_tool`, naming the setting that would lift the restriction) — it never runs the
+//! command less confined than its profile says.
 //! Failures of the confinement at call time are `command_sandbox_failed`. Landlock's TCP rules
 //! are not what cuts the network: they cover TCP only.
 
@@ -740,7 +742,16 @@ mod tests {
     use crate::Source;
 
     /// Connects to the loopback port in the args and says so, or exits 3 with the error.
-    const CONNECT: &str = "import json, socket, sys\nport = json.load(sys.stdin)['port']\ntry:\n    socket.create_connection(('127.0.0.1', port), timeout=5).close()\n    print(json.dumps({'connected': True}))\nexcept OSError as e:\n    print(f'connect failed: {e}', file=sys.stderr)\n    sys.exit(3)\n";
+    const CONNECT: &str = r#"
+import json, socket, sys
+port = json.load(sys.stdin)["port"]
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    print(json.dumps({"connected": True}))
+except OSError as e:
+    print(f"connect failed: {e}", file=sys.stderr)
+    sys.exit(3)
+"#;
 
     /// A spawner thread that has ended (a panic) is replaced by the next call, which succeeds.
     #[tokio::test]
