@@ -666,60 +666,60 @@ impl Inner {
 }
 
 /// Reads `pipe` to its end; more than `max` bytes is a fatal `command_output_too_large`
-/// (the caller kills the child).
+/// (the caller kills the child). Reads straight into the result: no zeroed buffer per call.
 async fn read_limited<R: AsyncRead + Unpin>(
     pipe: Option<R>,
     max: usize,
     shown: &str,
 ) -> Result<Vec<u8>, ToolError> {
-    let Some(mut pipe) = pipe else {
+    let Some(pipe) = pipe else {
         return Ok(Vec::new());
     };
     let mut out = Vec::new();
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = pipe.read(&mut buf).await.map_err(|e| {
-            ToolError::retryable(
-                "command_io",
-                format!("reading the output of `{shown}`: {e}"),
-            )
-        })?;
-        if n == 0 {
-            return Ok(out);
-        }
-        if out.len().saturating_add(n) > max {
-            return Err(ToolError::fatal(
-                "command_output_too_large",
-                format!(
-                    "`{shown}` printed more than {max} bytes (source.max_output_bytes) and was \
-                     killed"
-                ),
-            ));
-        }
-        out.extend_from_slice(&buf[..n]);
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    pipe.take(limit).read_to_end(&mut out).await.map_err(|e| {
+        ToolError::retryable(
+            "command_io",
+            format!("reading the output of `{shown}`: {e}"),
+        )
+    })?;
+    if out.len() > max {
+        return Err(ToolError::fatal(
+            "command_output_too_large",
+            format!(
+                "`{shown}` printed more than {max} bytes (source.max_output_bytes) and was \
+                 killed"
+            ),
+        ));
     }
+    Ok(out)
 }
 
 /// Reads `pipe` to its end, keeping its last `keep` bytes (so the child never blocks on a
-/// full pipe and a flood costs no memory).
+/// full pipe and a flood costs no memory). Reads into the kept bytes' spare room, twice
+/// `keep` at most: no zeroed buffer per call.
 async fn read_tail<R: AsyncRead + Unpin>(pipe: Option<R>, keep: usize) -> Vec<u8> {
     let Some(mut pipe) = pipe else {
         return Vec::new();
     };
-    let mut kept: Vec<u8> = Vec::new();
-    let mut buf = vec![0u8; 8 * 1024];
+    let room = keep.max(1) * 2;
+    let mut kept: Vec<u8> = Vec::with_capacity(room);
     loop {
-        match pipe.read(&mut buf).await {
-            Ok(0) | Err(_) => return kept,
-            Ok(n) => {
-                kept.extend_from_slice(&buf[..n]);
-                if kept.len() > keep {
-                    let cut = kept.len() - keep;
-                    kept.drain(..cut);
-                }
-            }
+        if kept.len() > keep {
+            let cut = kept.len() - keep;
+            kept.drain(..cut);
+        }
+        let spare = room - kept.len();
+        match (&mut pipe).take(spare as u64).read_buf(&mut kept).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
         }
     }
+    if kept.len() > keep {
+        let cut = kept.len() - keep;
+        kept.drain(..cut);
+    }
+    kept
 }
 
 /// At most `max` characters of the end of `s`: `…` and the last `max - 1` when longer.
@@ -752,6 +752,27 @@ except OSError as e:
     print(f"connect failed: {e}", file=sys.stderr)
     sys.exit(3)
 "#;
+
+    /// stderr keeps exactly its last bytes however much comes; stdout is refused one byte
+    /// over its cap and kept whole at it.
+    #[tokio::test]
+    async fn output_is_read_whole_up_to_its_cap_and_stderr_to_its_tail() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        for keep in [1, 7, 4096, 99_999, 100_000, 200_000] {
+            let kept = super::read_tail(Some(&data[..]), keep).await;
+            assert_eq!(kept, data[data.len().saturating_sub(keep)..], "keep {keep}");
+        }
+        let whole = super::read_limited(Some(&data[..]), data.len(), "t").await;
+        assert_eq!(whole.unwrap(), data);
+        let over = super::read_limited(Some(&data[..]), data.len() - 1, "t").await;
+        assert_eq!(over.unwrap_err().code, "command_output_too_large");
+        assert!(
+            super::read_limited(Some(&b""[..]), 0, "t")
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
 
     /// A spawner thread that has ended (a panic) is replaced by the next call, which succeeds.
     #[tokio::test]
