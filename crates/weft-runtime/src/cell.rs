@@ -72,10 +72,39 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The waker the pending actions are polled with in the task: a wake that comes while the
+/// task polls them is only noted (the task polls again before it returns), any other goes to
+/// the task. `FuturesUnordered` wakes its caller whenever it has polled every future and all
+/// are still pending (its guard against starving the executor); passed on, that wake makes
+/// tokio reschedule the running task as a yield, which also wakes another worker thread. A
+/// call that wakes several times before it ends (a command: its output, its end of output,
+/// its exit) paid that on each wake (docs/performance.md, tool sources).
+#[derive(Default)]
+pub(crate) struct Gate {
+    polling: std::sync::atomic::AtomicBool,
+    woken: std::sync::atomic::AtomicBool,
+    task: futures::task::AtomicWaker,
+}
+
+impl std::task::Wake for Gate {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::SeqCst);
+        if !self.polling.load(Ordering::SeqCst) {
+            self.task.wake();
+        }
+    }
+}
+
 /// Work in progress: only exists while actions are pending.
 #[derive(Default)]
 pub(crate) struct Active {
     pub pending: FuturesUnordered<PendingFut>,
+    /// What the task polls `pending` with ([`Gate`]), made at its first poll.
+    pub gate: Option<(Arc<Gate>, Waker)>,
     /// Immediate actions waiting for the journal (`Tool::waits_for_journal`), in dispatch
     /// order: the journal mark that must be durable, the firing, its rendered args (`None`:
     /// the step's literal args).
@@ -740,7 +769,30 @@ impl Cell {
                 self.release(g);
                 return Poll::Ready(());
             };
-            match a.pending.poll_next_unpin(cx) {
+            let (gate, gate_waker) = a.gate.get_or_insert_with(|| {
+                let gate = Arc::new(Gate::default());
+                let waker = Waker::from(Arc::clone(&gate));
+                (gate, waker)
+            });
+            gate.task.register(cx.waker());
+            gate.woken.store(false, Ordering::SeqCst);
+            gate.polling.store(true, Ordering::SeqCst);
+            let polled = a
+                .pending
+                .poll_next_unpin(&mut Context::from_waker(gate_waker));
+            gate.polling.store(false, Ordering::SeqCst);
+            let woken = gate.woken.swap(false, Ordering::SeqCst);
+            match polled {
+                // Woken while polled (`FuturesUnordered`'s yield, or an action's wake): poll
+                // again here rather than be rescheduled.
+                Poll::Pending if woken => {
+                    budget = budget.saturating_sub(1);
+                    if budget == 0 {
+                        cx.waker().wake_by_ref();
+                        self.release(g);
+                        return Poll::Pending;
+                    }
+                }
                 Poll::Ready(Some((firing, result))) => {
                     let now = self.engine.clock.now_ms();
                     self.run(
@@ -904,5 +956,66 @@ impl Cell {
             awaiting_approval: self.awaits_approval(),
             usage: self.counted().then(|| self.usage()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use futures::StreamExt;
+    use futures::stream::FuturesUnordered;
+
+    use super::Gate;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// `FuturesUnordered`'s wake after polling its one pending future stays with the gate
+    /// (noted, not passed to the task); a wake outside the poll reaches the task.
+    #[test]
+    fn a_gate_keeps_the_wakes_of_a_poll_and_passes_the_others_on() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let task = Waker::from(Arc::clone(&count));
+        let gate = Arc::new(Gate::default());
+        let waker = Waker::from(Arc::clone(&gate));
+        gate.task.register(&task);
+
+        let mut set: FuturesUnordered<std::future::Pending<()>> = FuturesUnordered::new();
+        set.push(std::future::pending());
+        gate.polling.store(true, Ordering::SeqCst);
+        let r = set.poll_next_unpin(&mut Context::from_waker(&waker));
+        gate.polling.store(false, Ordering::SeqCst);
+        assert_eq!(r, Poll::Pending);
+        assert!(
+            gate.woken.swap(false, Ordering::SeqCst),
+            "the set woke its caller"
+        );
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            0,
+            "and the task was not woken"
+        );
+
+        // Polled again with nothing ready, the set stays quiet.
+        gate.polling.store(true, Ordering::SeqCst);
+        let r = set.poll_next_unpin(&mut Context::from_waker(&waker));
+        gate.polling.store(false, Ordering::SeqCst);
+        assert_eq!(r, Poll::Pending);
+        assert!(!gate.woken.load(Ordering::SeqCst));
+
+        waker.wake_by_ref();
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            1,
+            "a wake between polls reaches the task"
+        );
     }
 }
