@@ -86,6 +86,31 @@ pub(crate) struct Gate {
     task: futures::task::AtomicWaker,
 }
 
+impl Gate {
+    /// A gate for the task and the waker that goes through it.
+    fn new() -> (Arc<Gate>, Waker) {
+        let gate = Arc::new(Gate::default());
+        let waker = Waker::from(Arc::clone(&gate));
+        (gate, waker)
+    }
+
+    /// Runs `poll` with `waker` (this gate's) on behalf of the task of `cx`; returns its result
+    /// and whether it was woken meanwhile (then the task should poll again).
+    fn poll<T>(
+        &self,
+        waker: &Waker,
+        cx: &Context<'_>,
+        poll: impl FnOnce(&mut Context<'_>) -> T,
+    ) -> (T, bool) {
+        self.task.register(cx.waker());
+        self.woken.store(false, Ordering::SeqCst);
+        self.polling.store(true, Ordering::SeqCst);
+        let r = poll(&mut Context::from_waker(waker));
+        self.polling.store(false, Ordering::SeqCst);
+        (r, self.woken.swap(false, Ordering::SeqCst))
+    }
+}
+
 impl std::task::Wake for Gate {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
@@ -769,19 +794,8 @@ impl Cell {
                 self.release(g);
                 return Poll::Ready(());
             };
-            let (gate, gate_waker) = a.gate.get_or_insert_with(|| {
-                let gate = Arc::new(Gate::default());
-                let waker = Waker::from(Arc::clone(&gate));
-                (gate, waker)
-            });
-            gate.task.register(cx.waker());
-            gate.woken.store(false, Ordering::SeqCst);
-            gate.polling.store(true, Ordering::SeqCst);
-            let polled = a
-                .pending
-                .poll_next_unpin(&mut Context::from_waker(gate_waker));
-            gate.polling.store(false, Ordering::SeqCst);
-            let woken = gate.woken.swap(false, Ordering::SeqCst);
+            let (gate, waker) = a.gate.get_or_insert_with(Gate::new);
+            let (polled, woken) = gate.poll(waker, cx, |gx| a.pending.poll_next_unpin(gx));
             match polled {
                 // Woken while polled (`FuturesUnordered`'s yield, or an action's wake): poll
                 // again here rather than be rescheduled.
@@ -984,20 +998,14 @@ mod tests {
     fn a_gate_keeps_the_wakes_of_a_poll_and_passes_the_others_on() {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let task = Waker::from(Arc::clone(&count));
-        let gate = Arc::new(Gate::default());
-        let waker = Waker::from(Arc::clone(&gate));
-        gate.task.register(&task);
+        let cx = Context::from_waker(&task);
+        let (gate, waker) = Gate::new();
 
         let mut set: FuturesUnordered<std::future::Pending<()>> = FuturesUnordered::new();
         set.push(std::future::pending());
-        gate.polling.store(true, Ordering::SeqCst);
-        let r = set.poll_next_unpin(&mut Context::from_waker(&waker));
-        gate.polling.store(false, Ordering::SeqCst);
+        let (r, woken) = gate.poll(&waker, &cx, |gx| set.poll_next_unpin(gx));
         assert_eq!(r, Poll::Pending);
-        assert!(
-            gate.woken.swap(false, Ordering::SeqCst),
-            "the set woke its caller"
-        );
+        assert!(woken, "the set woke its caller");
         assert_eq!(
             count.0.load(Ordering::SeqCst),
             0,
@@ -1005,11 +1013,9 @@ mod tests {
         );
 
         // Polled again with nothing ready, the set stays quiet.
-        gate.polling.store(true, Ordering::SeqCst);
-        let r = set.poll_next_unpin(&mut Context::from_waker(&waker));
-        gate.polling.store(false, Ordering::SeqCst);
+        let (r, woken) = gate.poll(&waker, &cx, |gx| set.poll_next_unpin(gx));
         assert_eq!(r, Poll::Pending);
-        assert!(!gate.woken.load(Ordering::SeqCst));
+        assert!(!woken);
 
         waker.wake_by_ref();
         assert_eq!(

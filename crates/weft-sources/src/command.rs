@@ -229,8 +229,8 @@ struct Inner {
     /// `python3 tool.py`, as configured.
     shown: String,
     /// The child's confinement on the spawning thread (Landlock, the seccomp filter), if any.
-    fs: Option<Confinement>,
-    /// The thread confined to `fs` that spawns the children, made at the first call (and
+    confinement: Option<Confinement>,
+    /// The thread confined to `confinement` that spawns the children, made at the first call (and
     /// again if it failed to start or has ended).
     spawner: std::sync::Mutex<Option<Arc<Spawner>>>,
     /// The program itself, when `exec` is a wrapper (`unshare`, `prlimit`).
@@ -308,7 +308,8 @@ impl CommandSource {
                 ))
             })?)
         };
-        let fs = filesystem(def, &program, matches!(cut, Some(NetCut::Filter))).map_err(invalid)?;
+        let confinement =
+            confinement(def, &program, matches!(cut, Some(NetCut::Filter))).map_err(invalid)?;
         let namespace = match cut {
             Some(NetCut::Namespace(prefix)) => Some(prefix),
             _ => None,
@@ -354,7 +355,7 @@ impl CommandSource {
                 retry_on_exit: def.retry_on_exit.clone(),
                 max_output: usize::try_from(def.max_output_bytes).unwrap_or(usize::MAX),
                 shown,
-                fs,
+                confinement,
                 spawner: std::sync::Mutex::new(None),
                 wrapped,
             }),
@@ -364,7 +365,7 @@ impl CommandSource {
 
 /// The confinement of `def`'s child on the spawning thread (`None`: unrestricted), its paths
 /// resolved and checked; `offline`: the network cut there too ([`NetCut::Filter`]).
-fn filesystem(
+fn confinement(
     def: &CommandDef,
     program: &Path,
     offline: bool,
@@ -578,7 +579,7 @@ impl Inner {
                 format!("starting `{}`: {} does not exist", self.shown, p.display()),
             ));
         }
-        let spawned = match &self.fs {
+        let spawned = match &self.confinement {
             None => cmd.spawn(),
             Some(rules) => {
                 let sandbox_failed = |e: &str| {
@@ -779,7 +780,10 @@ except OSError as e:
     async fn an_ended_spawner_is_started_again() {
         let def: CommandDef = serde_json::from_value(json!({"program": "/bin/cat"})).unwrap();
         let src = CommandSource::open("t", &def).unwrap();
-        assert!(src.inner.fs.is_some(), "the default command is confined");
+        assert!(
+            src.inner.confinement.is_some(),
+            "the default command is confined"
+        );
         *src.inner.spawner.lock().unwrap() = Some(std::sync::Arc::new(Spawner::ended()));
         let r = src
             .call(ToolContext::detached("t"), json!({"n": 1}))
@@ -813,7 +817,8 @@ except OSError as e:
 
         let ns = CommandSource::open_with("t", &def(false), namespace).unwrap();
         assert!(
-            ns.inner.exec.ends_with("unshare") && ns.inner.fs.as_ref().is_some_and(|c| !c.offline),
+            ns.inner.exec.ends_with("unshare")
+                && ns.inner.confinement.as_ref().is_some_and(|c| !c.offline),
             "the child starts under `unshare`, without the filter"
         );
         let e = ns

@@ -109,16 +109,23 @@ pub(crate) fn net_cut() -> Result<NetCut, String> {
 /// Whether [`NetCut::Filter`] works here: Landlock's abstract-socket scope (ABI 6) and a
 /// seccomp filter, both installed on a thread that ends at once.
 fn filter_available() -> Result<(), String> {
+    on_probe_thread(|| {
+        restrict_thread(&Confinement {
+            read: None,
+            write: vec![PathBuf::from("/")],
+            connect_ports: None,
+            offline: true,
+        })
+    })
+}
+
+/// Runs `probe` on a thread of its own that ends with it (a probe restricts its thread).
+fn on_probe_thread(
+    probe: impl FnOnce() -> Result<(), String> + Send + 'static,
+) -> Result<(), String> {
     std::thread::Builder::new()
         .name("weft-sandbox-probe".into())
-        .spawn(|| {
-            restrict_thread(&Confinement {
-                read: None,
-                write: vec![PathBuf::from("/")],
-                connect_ports: None,
-                offline: true,
-            })
-        })
+        .spawn(probe)
         .map_err(|e| format!("starting the probe thread: {e}"))?
         .join()
         .map_err(|_| "the probe thread panicked".to_string())?
@@ -473,12 +480,7 @@ fn probe_one(prefix: &[OsString], unshare: &Path) -> Result<(), String> {
             ))
         }
     };
-    std::thread::Builder::new()
-        .name("weft-sandbox-probe".into())
-        .spawn(run)
-        .map_err(|e| format!("starting the probe thread: {e}"))?
-        .join()
-        .map_err(|_| "the probe thread panicked".to_string())?
+    on_probe_thread(run)
 }
 
 #[cfg(test)]
