@@ -376,13 +376,17 @@ async fn http_echo() -> Result<String, String> {
     Ok(format!("http://{addr}/echo"))
 }
 
-/// The `command` source: sandboxed as by default (no network, Landlock), or with both lifted
-/// when `WEFT_BENCH_TOOLS_SANDBOX=off` (what the sandbox costs per call).
+/// The `command` source: sandboxed as by default (no network, Landlock on the filesystem), or
+/// as `WEFT_BENCH_TOOLS_SANDBOX` says (what each part of the sandbox costs per call): `off`
+/// (neither), `fs` (the filesystem only: the network given), `net` (the network cut only:
+/// everything writable).
 fn command_source() -> serde_json::Value {
-    if std::env::var("WEFT_BENCH_TOOLS_SANDBOX").is_ok_and(|v| v == "off") {
-        json!({"kind": "command", "program": "/bin/cat", "network": true, "write_paths": ["/"]})
-    } else {
-        json!({"kind": "command", "program": "/bin/cat"})
+    match std::env::var("WEFT_BENCH_TOOLS_SANDBOX").as_deref() {
+        Ok("off") => json!({"kind": "command", "program": "/bin/cat", "network": true,
+            "write_paths": ["/"]}),
+        Ok("fs") => json!({"kind": "command", "program": "/bin/cat", "network": true}),
+        Ok("net") => json!({"kind": "command", "program": "/bin/cat", "write_paths": ["/"]}),
+        _ => json!({"kind": "command", "program": "/bin/cat"}),
     }
 }
 

@@ -83,21 +83,21 @@
 //! Failures of the confinement at call time are `command_sandbox_failed`. Landlock's TCP rules
 //! are not what cuts the network: they cover TCP only.
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
 use weft_tools::{BoxFuture, ToolContext, ToolError};
 
 use crate::Error;
 use crate::declared::Source;
 use crate::http::excerpt;
-use crate::sandbox::{Confinement, NetCut, Spawner};
+use crate::sandbox::{Confinement, NetCut, Prepared};
 
 /// The `command` source's settings (`source = { kind = "command", … }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -219,21 +219,21 @@ pub(crate) struct CommandSource {
 }
 
 struct Inner {
-    /// What is started: `prlimit` when limits are set, else the program.
-    exec: PathBuf,
-    argv: Vec<OsString>,
+    /// What is started: `unshare` for the namespace fallback, else the program.
+    exec: CString,
+    /// The whole argument vector, `argv[0]` (the path of `exec`) included.
+    argv: Vec<CString>,
     env: Vec<String>,
-    cwd: Option<PathBuf>,
+    cwd: Option<CString>,
+    /// `RLIMIT_AS` and `RLIMIT_CPU` of the child.
+    limits: Vec<weft_spawn::Limit>,
     retry_on_exit: Vec<i32>,
     max_output: usize,
     /// `python3 tool.py`, as configured.
     shown: String,
-    /// The child's confinement on the spawning thread (Landlock, the seccomp filter), if any.
-    confinement: Option<Confinement>,
-    /// The thread confined to `confinement` that spawns the children, made at the first call (and
-    /// again if it failed to start or has ended).
-    spawner: std::sync::Mutex<Option<Arc<Spawner>>>,
-    /// The program itself, when `exec` is a wrapper (`unshare`, `prlimit`).
+    /// The child's confinement (its Landlock ruleset and seccomp filter), if any.
+    confinement: Option<Prepared>,
+    /// The program itself, when `exec` is a wrapper (`unshare`).
     wrapped: Option<PathBuf>,
 }
 
@@ -283,19 +283,19 @@ impl CommandSource {
         }
         let program = resolve_program(&def.program, def.cwd.as_deref()).map_err(invalid)?;
 
-        let mut limits: Vec<OsString> = Vec::new();
+        let mut limits = Vec::new();
         if let Some(mb) = def.memory_mb {
             let bytes = mb
                 .checked_mul(1024 * 1024)
                 .filter(|b| *b > 0)
                 .ok_or_else(|| invalid("source.memory_mb must be between 1 and 2^44".into()))?;
-            limits.push(format!("--as={bytes}").into());
+            limits.push(weft_spawn::Limit::AddressSpace(bytes));
         }
         if let Some(s) = def.cpu_seconds {
             if s == 0 {
                 return Err(invalid("source.cpu_seconds must be at least 1".into()));
             }
-            limits.push(format!("--cpu={s}").into());
+            limits.push(weft_spawn::Limit::CpuSeconds(s));
         }
         let cut = if def.network {
             None
@@ -310,53 +310,48 @@ impl CommandSource {
         };
         let confinement =
             confinement(def, &program, matches!(cut, Some(NetCut::Filter))).map_err(invalid)?;
-        let namespace = match cut {
-            Some(NetCut::Namespace(prefix)) => Some(prefix),
-            _ => None,
+        let confinement = confinement
+            .map(|c| crate::sandbox::prepare(&c))
+            .transpose()
+            .map_err(|e| invalid(format!("the command's sandbox cannot be built: {e}")))?;
+        let args = def.args.iter().map(OsString::from);
+        let (exec, wrapped, argv): (PathBuf, _, Vec<OsString>) = match cut {
+            Some(NetCut::Namespace(prefix)) => {
+                let mut prefix = prefix.into_iter();
+                let unshare = PathBuf::from(prefix.next().unwrap_or_default());
+                let mut all: Vec<OsString> = prefix.collect();
+                all.push(program.clone().into_os_string());
+                all.extend(args);
+                (unshare, Some(program), all)
+            }
+            _ => (program, None, args.collect()),
         };
-        let wrapped = (namespace.is_some() || !limits.is_empty()).then(|| program.clone());
-        let (exec, argv) = if limits.is_empty() {
-            (program, def.args.iter().map(OsString::from).collect())
-        } else {
-            let prlimit = find_on_path("prlimit").ok_or_else(|| {
-                invalid(
-                    "source.memory_mb and source.cpu_seconds need `prlimit` (util-linux), which \
-                     is not on weft's PATH; install it or remove the limits (the command is \
-                     never run without them)"
-                        .into(),
-                )
-            })?;
-            let mut argv = limits;
-            argv.push("--".into());
-            argv.push(program.into_os_string());
-            argv.extend(def.args.iter().map(OsString::from));
-            (prlimit, argv)
-        };
-        let (exec, argv) = if let Some(prefix) = namespace {
-            let mut prefix = prefix.into_iter();
-            let unshare = PathBuf::from(prefix.next().unwrap_or_default());
-            let mut all: Vec<OsString> = prefix.collect();
-            all.push(exec.into_os_string());
-            all.extend(argv);
-            (unshare, all)
-        } else {
-            (exec, argv)
-        };
+        let exec_c = c_string(exec.as_os_str()).map_err(invalid)?;
+        let argv = std::iter::once(Ok(exec_c.clone()))
+            .chain(argv.iter().map(|a| c_string(a)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(invalid)?;
+        let cwd = def
+            .cwd
+            .as_ref()
+            .map(|d| c_string(d.as_os_str()))
+            .transpose()
+            .map_err(invalid)?;
         let shown = std::iter::once(def.program.as_str())
             .chain(def.args.iter().map(String::as_str))
             .collect::<Vec<_>>()
             .join(" ");
         Ok(CommandSource {
             inner: Arc::new(Inner {
-                exec,
+                exec: exec_c,
                 argv,
                 env: def.env.clone(),
-                cwd: def.cwd.clone(),
+                cwd,
+                limits,
                 retry_on_exit: def.retry_on_exit.clone(),
                 max_output: usize::try_from(def.max_output_bytes).unwrap_or(usize::MAX),
                 shown,
                 confinement,
-                spawner: std::sync::Mutex::new(None),
                 wrapped,
             }),
         })
@@ -468,6 +463,12 @@ fn resolve_program(program: &str, cwd: Option<&Path>) -> Result<PathBuf, String>
     Ok(path)
 }
 
+/// `s` for a system call (paths and arguments were checked for NUL before).
+fn c_string(s: &std::ffi::OsStr) -> Result<CString, String> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(s.as_bytes()).map_err(|_| format!("`{}` contains NUL", s.display()))
+}
+
 /// The first executable `name` on weft's `PATH` (`/usr/bin:/bin` when it is unset).
 pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
@@ -503,71 +504,33 @@ impl Source for CommandSource {
     }
 }
 
-/// A started child. Dropped before it was waited for (a timeout, a cap, an abandoned call),
-/// it kills the child's whole process group.
-struct Running {
-    child: Child,
-}
-
-impl Running {
-    fn kill(&mut self) {
-        // `id()` is `None` once the child was reaped: its group id may then belong to
-        // someone else, so nothing is signalled.
-        #[cfg(unix)]
-        if let Some(pid) = self.child.id()
-            && pid > 1
-            && let Some(pgid) = i32::try_from(pid)
-                .ok()
-                .and_then(rustix::process::Pid::from_raw)
-        {
-            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
-        }
-        let _ = self.child.start_kill();
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 impl Inner {
-    /// The tool's spawner thread, started (confined to `rules`) unless it runs. A start that
-    /// failed is tried again by the next call.
-    fn spawner(&self, rules: &Confinement) -> Result<Arc<Spawner>, String> {
-        let mut slot = self.spawner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = slot.as_ref().filter(|s| s.is_alive()) {
-            return Ok(Arc::clone(s));
-        }
-        let s = Arc::new(Spawner::start(rules.clone())?);
-        *slot = Some(Arc::clone(&s));
-        Ok(s)
-    }
-
     async fn run(&self, ctx: &ToolContext, args: &Value) -> Result<Value, ToolError> {
         let input = serde_json::to_vec(args).map_err(|e| {
             ToolError::fatal("args_invalid", format!("command {}: {e}", self.shown))
         })?;
-        let mut cmd = Command::new(&self.exec);
-        cmd.args(&self.argv).env_clear();
+        let mut env: Vec<CString> = Vec::with_capacity(self.env.len() + 4);
         for k in &self.env {
             if let Some(v) = std::env::var_os(k) {
-                cmd.env(k, v);
+                let mut pair = OsString::from(k);
+                pair.push("=");
+                pair.push(v);
+                // A variable's value cannot hold NUL; one that did is left out.
+                env.extend(c_string(&pair).ok());
             }
         }
-        cmd.env("WEFT_INSTANCE", &*ctx.instance)
-            .env("WEFT_STEP", &*ctx.step)
-            .env("WEFT_IDEMPOTENCY_KEY", &*ctx.idempotency_key)
-            .env("WEFT_ATTEMPT", ctx.attempt.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        #[cfg(unix)]
-        cmd.process_group(0);
-        if let Some(dir) = &self.cwd {
-            cmd.current_dir(dir);
+        for (k, v) in [
+            ("WEFT_INSTANCE", &*ctx.instance),
+            ("WEFT_STEP", &*ctx.step),
+            ("WEFT_IDEMPOTENCY_KEY", &*ctx.idempotency_key),
+            ("WEFT_ATTEMPT", &ctx.attempt.to_string()),
+        ] {
+            env.push(CString::new(format!("{k}={v}")).map_err(|_| {
+                ToolError::fatal(
+                    "args_invalid",
+                    format!("{k} of `{}` contains NUL", self.shown),
+                )
+            })?);
         }
         // A wrapper would start and then fail to run a program gone since the build; say
         // it as a direct start would.
@@ -579,31 +542,29 @@ impl Inner {
                 format!("starting `{}`: {} does not exist", self.shown, p.display()),
             ));
         }
-        let spawned = match &self.confinement {
-            None => cmd.spawn(),
-            Some(rules) => {
-                let sandbox_failed = |e: &str| {
-                    ToolError::fatal(
-                        "command_sandbox_failed",
-                        format!("confining `{}`: {e}", self.shown),
-                    )
-                };
-                let spawner = self.spawner(rules).map_err(|e| sandbox_failed(&e))?;
-                spawner.spawn(cmd).await.map_err(|e| sandbox_failed(&e))?
-            }
+        let conf = self.confinement.as_ref();
+        let spec = weft_spawn::Spec {
+            program: &self.exec,
+            argv: &self.argv,
+            env: &env,
+            cwd: self.cwd.as_deref(),
+            limits: &self.limits,
+            landlock: conf.and_then(|c| c.landlock.as_ref()).map(|fd| fd.as_fd()),
+            seccomp: conf.and_then(|c| c.seccomp.as_deref()),
         };
-        let child = spawned.map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                "command_not_found"
-            } else {
-                "command_spawn_failed"
+        let mut child = weft_spawn::spawn(&spec).map_err(|e| {
+            let code = match e.stage {
+                weft_spawn::Stage::Confine => "command_sandbox_failed",
+                weft_spawn::Stage::Exec if e.source.kind() == std::io::ErrorKind::NotFound => {
+                    "command_not_found"
+                }
+                _ => "command_spawn_failed",
             };
             ToolError::fatal(code, format!("starting `{}`: {e}", self.shown))
         })?;
-        let mut running = Running { child };
-        let stdin = running.child.stdin.take();
-        let stdout = running.child.stdout.take();
-        let stderr = running.child.stderr.take();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
 
         let feed = async {
             if let Some(mut w) = stdin {
@@ -617,7 +578,7 @@ impl Inner {
         let out = read_limited(stdout, self.max_output, &self.shown);
         let err = async { Ok(read_tail(stderr, STDERR_KEEP).await) };
         let wait = async {
-            running.child.wait().await.map_err(|e| {
+            child.wait().await.map_err(|e| {
                 ToolError::retryable("command_io", format!("waiting for `{}`: {e}", self.shown))
             })
         };
@@ -625,8 +586,8 @@ impl Inner {
         let ((), stdout, stderr, status) = match ended {
             Ok(r) => r,
             Err(e) => {
-                running.kill();
-                let _ = running.child.wait().await;
+                child.kill();
+                let _ = child.wait().await;
                 return Err(e);
             }
         };
@@ -739,7 +700,7 @@ mod tests {
     use serde_json::json;
     use weft_tools::ToolContext;
 
-    use super::{CommandDef, CommandSource, NetCut, Spawner};
+    use super::{CommandDef, CommandSource, NetCut};
     use crate::Source;
 
     /// Connects to the loopback port in the args and says so, or exits 3 with the error.
@@ -775,28 +736,6 @@ except OSError as e:
         );
     }
 
-    /// A spawner thread that has ended (a panic) is replaced by the next call, which succeeds.
-    #[tokio::test]
-    async fn an_ended_spawner_is_started_again() {
-        let def: CommandDef = serde_json::from_value(json!({"program": "/bin/cat"})).unwrap();
-        let src = CommandSource::open("t", &def).unwrap();
-        assert!(
-            src.inner.confinement.is_some(),
-            "the default command is confined"
-        );
-        *src.inner.spawner.lock().unwrap() = Some(std::sync::Arc::new(Spawner::ended()));
-        let r = src
-            .call(ToolContext::detached("t"), json!({"n": 1}))
-            .await
-            .unwrap();
-        assert_eq!(r, json!({"n": 1}));
-        let slot = src.inner.spawner.lock().unwrap();
-        assert!(
-            slot.as_ref().is_some_and(|s| s.is_alive()),
-            "a new thread runs"
-        );
-    }
-
     /// The namespace that stands in for the seccomp filter where the kernel lacks what the
     /// filter needs (this machine has it, so `open` never picks the namespace here).
     #[tokio::test]
@@ -817,8 +756,12 @@ except OSError as e:
 
         let ns = CommandSource::open_with("t", &def(false), namespace).unwrap();
         assert!(
-            ns.inner.exec.ends_with("unshare")
-                && ns.inner.confinement.as_ref().is_some_and(|c| !c.offline),
+            ns.inner.exec.to_bytes().ends_with(b"/unshare")
+                && ns
+                    .inner
+                    .confinement
+                    .as_ref()
+                    .is_some_and(|c| c.seccomp.is_none()),
             "the child starts under `unshare`, without the filter"
         );
         let e = ns

@@ -3,11 +3,11 @@
 //! what that needs, a network namespace without interfaces). See the `command` module docs for
 //! what a definition asks; this module makes it so or says why not.
 //!
-//! **On a thread of its own, without `unsafe`.** A Landlock domain and a seccomp filter bind
-//! the thread that installs them and everything it starts afterwards. So each sandboxed tool
-//! has a thread ([`Spawner`]) that restricts itself once and spawns the tool's children: they
-//! inherit both across `exec`, and no other thread of weft (no runtime worker) is ever
-//! restricted. No `pre_exec` hook, no code between `fork` and `exec`.
+//! **Built once, applied in each child.** When the tool is built, its Landlock ruleset is
+//! made (a file descriptor) and the filter compiled ([`Prepared`]); `weft-spawn` starts each
+//! child from the calling thread and, between `clone` and `execve`, restricts the child
+//! alone to that ruleset and installs the filter: no thread of weft is ever restricted, and
+//! nothing but the child's own system calls runs there.
 //!
 //! **No network** ([`NetCut::Filter`], where the kernel has Landlock ABI 6, Linux 6.12): a
 //! seccomp filter refuses `socket` for every family but `AF_UNIX` (IPv4, IPv6, netlink, packet,
@@ -87,7 +87,7 @@ impl Confinement {
 /// How a command without network (`network = false`) is cut off from it on this machine.
 #[derive(Debug, Clone)]
 pub(crate) enum NetCut {
-    /// In the spawning thread: a seccomp filter and Landlock's abstract-socket scope.
+    /// In the child: a seccomp filter and Landlock's abstract-socket scope.
     Filter,
     /// A second process: `unshare` and its flags (ending in `--`) before the program.
     Namespace(Vec<OsString>),
@@ -238,70 +238,56 @@ fn probe_landlock() -> Result<(), String> {
     Err("Landlock exists on Linux only".into())
 }
 
-/// Restricts the calling thread (and what it starts from now on) to `c`. Call it on a
-/// thread of its own that does nothing but spawn ([`Spawner`]).
+/// A [`Confinement`] made ready for every child of a tool (`weft_spawn::Spec`): the
+/// Landlock ruleset's file descriptor and the seccomp filter.
+#[derive(Debug, Default)]
+pub(crate) struct Prepared {
+    pub(crate) landlock: Option<std::os::fd::OwnedFd>,
+    pub(crate) seccomp: Option<Vec<weft_spawn::SockFilter>>,
+}
+
+/// Builds `c`'s ruleset and filter, once per tool.
+#[cfg(target_os = "linux")]
+pub(crate) fn prepare(c: &Confinement) -> Result<Prepared, String> {
+    let landlock = match ruleset(c)? {
+        None => None,
+        Some(created) => Some(
+            Option::<std::os::fd::OwnedFd>::from(created)
+                .ok_or("Landlock: the kernel did not enforce the ruleset")?,
+        ),
+    };
+    let seccomp = if c.offline {
+        let program = offline_filter()?.iter();
+        Some(
+            program
+                .map(|i| weft_spawn::SockFilter {
+                    code: i.code,
+                    jt: i.jt,
+                    jf: i.jf,
+                    k: i.k,
+                })
+                .collect(),
+        )
+    } else {
+        None
+    };
+    Ok(Prepared { landlock, seccomp })
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn prepare(_c: &Confinement) -> Result<Prepared, String> {
+    Err("Landlock exists on Linux only".into())
+}
+
+/// Restricts the calling thread to `c`, as a child would be: what the probes check on a
+/// thread that ends at once.
 #[cfg(target_os = "linux")]
 fn restrict_thread(c: &Confinement) -> Result<(), String> {
-    use landlock::{
-        ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
-        RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
-    };
-    // V5: files and directories (V1), cross-directory renames and links (V2), truncation
-    // (V3), device ioctls (V5). An older kernel enforces what it knows (best effort).
-    let abi = ABI::V5;
-    let fail = |e: landlock::RulesetError| format!("Landlock: {e}");
-    let fs = !c.fs_unrestricted();
-    if fs || c.connect_ports.is_some() || c.offline {
-        let mut ruleset = Ruleset::default();
-        if fs {
-            ruleset = ruleset
-                .handle_access(AccessFs::from_all(abi))
-                .map_err(fail)?;
-        }
-        if c.connect_ports.is_some() {
-            // Checked when the tool was built (`landlock_ports_available`).
-            ruleset = ruleset.handle_access(AccessNet::ConnectTcp).map_err(fail)?;
-        }
-        if c.offline {
-            // Never best effort: without the scope the filter leaves abstract sockets open.
-            ruleset = ruleset
-                .set_compatibility(CompatLevel::HardRequirement)
-                .scope(Scope::AbstractUnixSocket)
-                .map_err(fail)?
-                .set_compatibility(CompatLevel::BestEffort);
-        }
-        let mut created = ruleset.create().map_err(fail)?;
-        if fs {
-            let read: Vec<PathBuf> = match &c.read {
-                None => vec![PathBuf::from("/")],
-                Some(paths) => paths
-                    .iter()
-                    .cloned()
-                    .chain(RUNTIME_PATHS.iter().map(PathBuf::from))
-                    .collect(),
-            };
-            let write: Vec<PathBuf> = c
-                .write
-                .iter()
-                .cloned()
-                .chain(WRITABLE_DEVICES.iter().map(PathBuf::from))
-                .collect();
-            created = created
-                .add_rules(path_beneath_rules(&read, AccessFs::from_read(abi)))
-                .map_err(fail)?
-                .add_rules(path_beneath_rules(&write, AccessFs::from_all(abi)))
-                .map_err(fail)?;
-        }
-        let ports = c.connect_ports.iter().flatten();
-        let status =
-            created
-                .add_rules(ports.map(|p| {
-                    Ok::<_, landlock::RulesetError>(NetPort::new(*p, AccessNet::ConnectTcp))
-                }))
-                .map_err(fail)?
-                .restrict_self()
-                .map_err(fail)?;
-        if status.ruleset == RulesetStatus::NotEnforced {
+    if let Some(created) = ruleset(c)? {
+        let status = created
+            .restrict_self()
+            .map_err(|e| format!("Landlock: {e}"))?;
+        if status.ruleset == landlock::RulesetStatus::NotEnforced {
             return Err("Landlock: the kernel did not enforce the ruleset".into());
         }
     }
@@ -316,94 +302,68 @@ fn restrict_thread(_rules: &Confinement) -> Result<(), String> {
     Err("Landlock exists on Linux only".into())
 }
 
-/// A thread confined once to a tool's [`Confinement`] that starts every child of that tool
-/// (see the module docs): a call hands it the command and gets the child back. Made at the
-/// tool's first call; it ends when the tool is dropped.
-///
-/// One thread per tool, kept: starting a thread and building its Landlock ruleset for each
-/// call cost ~150 µs more than handing the command to a waiting thread (docs/performance.md,
-/// the `command` sandbox). Its children start one after another, each taking the thread
-/// until its `exec` (a fraction of a millisecond).
-pub(crate) struct Spawner {
-    jobs: std::sync::mpsc::Sender<Job>,
-    /// The thread (it ends once `jobs` is dropped).
-    thread: std::thread::JoinHandle<()>,
-}
-
-/// A command for the [`Spawner`], the runtime its child's pipes belong to, and where the child
-/// goes.
-struct Job {
-    cmd: tokio::process::Command,
-    runtime: tokio::runtime::Handle,
-    reply: tokio::sync::oneshot::Sender<std::io::Result<tokio::process::Child>>,
-}
-
-impl Spawner {
-    /// Starts the thread and confines it to `rules`; the error is the confinement's.
-    pub(crate) fn start(rules: Confinement) -> Result<Spawner, String> {
-        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
-        let (confined, ready) = std::sync::mpsc::sync_channel(1);
-        let thread = std::thread::Builder::new()
-            .name("weft-sandbox".into())
-            .stack_size(256 * 1024)
-            .spawn(move || {
-                let restricted = restrict_thread(&rules);
-                let ok = restricted.is_ok();
-                let _ = confined.send(restricted);
-                if !ok {
-                    return;
-                }
-                while let Ok(mut job) = queue.recv() {
-                    let child = {
-                        let _entered = job.runtime.enter();
-                        job.cmd.spawn()
-                    };
-                    // A call abandoned meanwhile drops the child it did not get, which kills
-                    // it (`kill_on_drop`).
-                    let _ = job.reply.send(child);
-                }
-            })
-            .map_err(|e| format!("starting the sandbox thread: {e}"))?;
-        ready
-            .recv()
-            .map_err(|_| "the sandbox thread ended without an answer".to_string())??;
-        Ok(Spawner { jobs, thread })
+/// `c`'s Landlock ruleset, created with its rules (`None`: Landlock has nothing to restrict).
+#[cfg(target_os = "linux")]
+fn ruleset(c: &Confinement) -> Result<Option<landlock::RulesetCreated>, String> {
+    use landlock::{
+        ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
+        RulesetCreatedAttr, Scope, path_beneath_rules,
+    };
+    // V5: files and directories (V1), cross-directory renames and links (V2), truncation
+    // (V3), device ioctls (V5). An older kernel enforces what it knows (best effort).
+    let abi = ABI::V5;
+    let fail = |e: landlock::RulesetError| format!("Landlock: {e}");
+    let fs = !c.fs_unrestricted();
+    if !(fs || c.connect_ports.is_some() || c.offline) {
+        return Ok(None);
     }
-
-    /// Whether its thread still runs (it could only have ended by a panic).
-    pub(crate) fn is_alive(&self) -> bool {
-        !self.thread.is_finished()
+    let mut ruleset = Ruleset::default();
+    if fs {
+        ruleset = ruleset
+            .handle_access(AccessFs::from_all(abi))
+            .map_err(fail)?;
     }
-
-    /// A spawner whose thread has ended, as a panic would leave it.
-    #[cfg(test)]
-    pub(crate) fn ended() -> Spawner {
-        let (jobs, _) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(|| ());
-        while !thread.is_finished() {
-            std::thread::yield_now();
-        }
-        Spawner { jobs, thread }
+    if c.connect_ports.is_some() {
+        // Checked when the tool was built (`landlock_ports_available`).
+        ruleset = ruleset.handle_access(AccessNet::ConnectTcp).map_err(fail)?;
     }
-
-    /// Spawns `cmd` from the confined thread. The outer error is the confinement's, the inner
-    /// the spawn's.
-    pub(crate) async fn spawn(
-        &self,
-        cmd: tokio::process::Command,
-    ) -> Result<std::io::Result<tokio::process::Child>, String> {
-        let (reply, child) = tokio::sync::oneshot::channel();
-        self.jobs
-            .send(Job {
-                cmd,
-                runtime: tokio::runtime::Handle::current(),
-                reply,
-            })
-            .map_err(|_| "the sandbox thread has ended".to_string())?;
-        child
-            .await
-            .map_err(|_| "the sandbox thread ended without an answer".to_string())
+    if c.offline {
+        // Never best effort: without the scope the filter leaves abstract sockets open.
+        ruleset = ruleset
+            .set_compatibility(CompatLevel::HardRequirement)
+            .scope(Scope::AbstractUnixSocket)
+            .map_err(fail)?
+            .set_compatibility(CompatLevel::BestEffort);
     }
+    let mut created = ruleset.create().map_err(fail)?;
+    if fs {
+        let read: Vec<PathBuf> = match &c.read {
+            None => vec![PathBuf::from("/")],
+            Some(paths) => paths
+                .iter()
+                .cloned()
+                .chain(RUNTIME_PATHS.iter().map(PathBuf::from))
+                .collect(),
+        };
+        let write: Vec<PathBuf> = c
+            .write
+            .iter()
+            .cloned()
+            .chain(WRITABLE_DEVICES.iter().map(PathBuf::from))
+            .collect();
+        created = created
+            .add_rules(path_beneath_rules(&read, AccessFs::from_read(abi)))
+            .map_err(fail)?
+            .add_rules(path_beneath_rules(&write, AccessFs::from_all(abi)))
+            .map_err(fail)?;
+    }
+    let ports = c.connect_ports.iter().flatten();
+    created
+        .add_rules(
+            ports.map(|p| Ok::<_, landlock::RulesetError>(NetPort::new(*p, AccessNet::ConnectTcp))),
+        )
+        .map_err(fail)
+        .map(Some)
 }
 
 /// `unshare` and its flags (ending in `--`) that put a child in a network namespace without
@@ -481,36 +441,4 @@ fn probe_one(prefix: &[OsString], unshare: &Path) -> Result<(), String> {
         }
     };
     on_probe_thread(run)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Confinement, Spawner};
-
-    /// The spawner's thread outlives no tool: dropping the spawner ends it.
-    #[tokio::test]
-    async fn a_spawner_thread_ends_with_its_spawner() {
-        let s = Spawner::start(Confinement {
-            read: None,
-            write: Vec::new(),
-            connect_ports: None,
-            offline: false,
-        })
-        .unwrap();
-        let mut cmd = tokio::process::Command::new("/bin/true");
-        cmd.kill_on_drop(true);
-        let status = s.spawn(cmd).await.unwrap().unwrap().wait().await.unwrap();
-        assert!(status.success());
-        let Spawner { jobs, thread } = s;
-        assert!(!thread.is_finished(), "it waits for the next command");
-        drop(jobs);
-        let t = std::time::Instant::now();
-        while !thread.is_finished() {
-            assert!(
-                t.elapsed().as_secs() < 10,
-                "the thread outlived its spawner"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-    }
 }

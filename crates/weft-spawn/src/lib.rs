@@ -1,0 +1,689 @@
+//! Starts the child of a `command` tool from the calling thread, confined and limited, and
+//! waits for it through its pidfd. Linux only: elsewhere [`spawn`] says so (`Unsupported`).
+//!
+//! **Why not `std::process::Command`.** A Landlock domain and a seccomp filter bind the thread
+//! that installs them and what it starts afterwards, so a confined child needs either a
+//! thread confined for the purpose or code that runs between `clone` and `exec`. A thread of
+//! its own costs a hand-over per call (the caller's task parks, the thread wakes on another
+//! core, the reply wakes the task there: ~45 µs on a two-core machine, docs/performance.md);
+//! `std`'s `pre_exec` hook forces `fork`, whose copy of the page tables grows with weft's
+//! memory and leaves every page of the parent copy-on-write. [`spawn`] does what glibc's
+//! `posix_spawn` does — `clone(CLONE_VM | CLONE_VFORK)`: the child borrows weft's memory, the
+//! calling thread waits until it has called `execve` — with a child of its own that also
+//! applies the confinement and the limits:
+//!
+//! 1. every signal handler back to the default (`SIGPIPE` too; other ignored signals stay
+//!    ignored, as `std` leaves them), so no handler of weft's runs in the child;
+//! 2. a process group of its own (`setpgid(0, 0)`), so the caller can kill all it started;
+//! 3. the three pipes onto stdin, stdout and stderr; the working directory;
+//! 4. the resource limits (`prlimit64` on itself: `RLIMIT_AS`, `RLIMIT_CPU`);
+//! 5. `no_new_privs`, the Landlock ruleset (`landlock_restrict_self` with a ruleset file
+//!    descriptor made once per tool), the seccomp filter;
+//! 6. an empty signal mask, then `execve`.
+//!
+//! The child only makes system calls through libc's thin wrappers: no allocation, no lock, no
+//! unwinding, nothing written but its own stack (a guarded stack per thread, reused) and the
+//! two words that report a failed step. Everything it reads (paths, `argv`, `envp`, the
+//! filter) is built by the caller beforehand and outlives the call, since the caller's thread
+//! is suspended until the child has called `execve` or exited. Signals are blocked across
+//! `clone`, so none is handled in the child before step 1. A step that fails ends the child
+//! (`_exit(127)`) and [`spawn`] returns which step and its `errno` (an `execve` failure is
+//! [`Stage::Exec`], with `ENOENT` as [`io::ErrorKind::NotFound`]).
+//!
+//! The child comes with a pidfd (`CLONE_PIDFD`, Linux 5.2), so the caller waits for it on the
+//! runtime's reactor and never signals a recycled pid. A [`Child`] dropped before it was
+//! waited for kills its process group and is reaped in the background.
+
+#![cfg(unix)]
+
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
+
+/// One instruction of a seccomp filter (classic BPF).
+#[cfg(target_os = "linux")]
+pub use libc::sock_filter as SockFilter;
+
+/// One instruction of a seccomp filter (classic BPF; no seccomp off Linux).
+#[cfg(not(target_os = "linux"))]
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub struct SockFilter {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
+/// A resource limit of the child, set before `execve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// `RLIMIT_AS`, in bytes.
+    AddressSpace(u64),
+    /// `RLIMIT_CPU`, in seconds (`SIGXCPU` at the limit, `SIGKILL` a second later).
+    CpuSeconds(u64),
+}
+
+/// What to start and how to confine it.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec<'a> {
+    /// The program, a path (no `PATH` search).
+    pub program: &'a CStr,
+    /// The whole argument vector, `argv[0]` included.
+    pub argv: &'a [CString],
+    /// The whole environment, `NAME=value` each.
+    pub env: &'a [CString],
+    /// The working directory; `None`: the caller's.
+    pub cwd: Option<&'a CStr>,
+    pub limits: &'a [Limit],
+    /// A Landlock ruleset (`landlock_create_ruleset`'s file descriptor) the child restricts
+    /// itself to.
+    pub landlock: Option<BorrowedFd<'a>>,
+    /// A seccomp filter program the child installs (`SECCOMP_SET_MODE_FILTER`).
+    pub seccomp: Option<&'a [SockFilter]>,
+}
+
+/// Where starting a child failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// In the caller: the pipes, the runtime, `clone`.
+    Start,
+    /// In the child, before confinement: process group, stdio, working directory, limits.
+    Setup,
+    /// In the child: `no_new_privs`, Landlock or seccomp.
+    Confine,
+    /// `execve` itself (`NotFound`: no such program).
+    Exec,
+}
+
+/// A child that could not be started: where, and the system's error.
+#[derive(Debug)]
+pub struct Error {
+    pub stage: Stage,
+    /// The step that failed (`"execve"`, `"landlock_restrict_self"`, …).
+    pub step: &'static str,
+    pub source: io::Error,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.step, self.source)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// A started child: its pipes (taken by the caller) and its exit, through its pidfd.
+pub struct Child {
+    pid: libc::pid_t,
+    /// `None` once handed to the background reaper (on drop).
+    pidfd: Option<AsyncFd<OwnedFd>>,
+    /// Its exit status, once reaped (its pid may then belong to another process).
+    status: Option<ExitStatus>,
+    pub stdin: Option<pipe::Sender>,
+    pub stdout: Option<pipe::Receiver>,
+    pub stderr: Option<pipe::Receiver>,
+}
+
+impl fmt::Debug for Child {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Child")
+            .field("pid", &self.pid)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(target_os = "linux")]
+/// The steps of the child, as it reports a failure (0: none).
+const STEPS: &[(Stage, &str)] = &[
+    (Stage::Start, "none"),
+    (Stage::Setup, "setpgid"),
+    (Stage::Setup, "dup2"),
+    (Stage::Setup, "chdir"),
+    (Stage::Setup, "prlimit64"),
+    (Stage::Confine, "prctl(PR_SET_NO_NEW_PRIVS)"),
+    (Stage::Confine, "landlock_restrict_self"),
+    (Stage::Confine, "seccomp"),
+    (Stage::Setup, "sigprocmask"),
+    (Stage::Exec, "execve"),
+];
+#[cfg(target_os = "linux")]
+const SETPGID: c_int = 1;
+#[cfg(target_os = "linux")]
+const DUP2: c_int = 2;
+#[cfg(target_os = "linux")]
+const CHDIR: c_int = 3;
+#[cfg(target_os = "linux")]
+const PRLIMIT: c_int = 4;
+#[cfg(target_os = "linux")]
+const NO_NEW_PRIVS: c_int = 5;
+#[cfg(target_os = "linux")]
+const LANDLOCK: c_int = 6;
+#[cfg(target_os = "linux")]
+const SECCOMP: c_int = 7;
+#[cfg(target_os = "linux")]
+const SIGMASK: c_int = 8;
+#[cfg(target_os = "linux")]
+const EXECVE: c_int = 9;
+
+#[cfg(target_os = "linux")]
+/// What the child reads (prepared by [`spawn`], alive until the child has exec'd or exited)
+/// and the two words it writes when a step fails.
+struct Shared {
+    program: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    /// Null: the caller's.
+    cwd: *const c_char,
+    /// The child's ends of the stdin, stdout and stderr pipes.
+    stdio: [c_int; 3],
+    limits: [(libc::c_long, libc::rlimit64); 2],
+    n_limits: usize,
+    /// -1: none.
+    landlock: c_int,
+    /// Null: none.
+    seccomp: *const libc::sock_fprog,
+    failed_step: c_int,
+    errno: c_int,
+}
+
+#[cfg(target_os = "linux")]
+/// Bytes of the child's stack (below it, one guard page).
+const STACK_BYTES: usize = 64 * 1024;
+
+#[cfg(target_os = "linux")]
+/// A stack for the children this thread starts, mapped at its first [`spawn`]: only one
+/// child uses it at a time, since the thread is suspended until that child has exec'd.
+struct Stack {
+    base: *mut c_void,
+    len: usize,
+}
+
+#[cfg(target_os = "linux")]
+impl Stack {
+    fn map() -> io::Result<Stack> {
+        let page = page_size();
+        let len = STACK_BYTES + page;
+        // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Stack { base, len };
+        // SAFETY: the lowest page of the mapping just made becomes the guard.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The top of the stack (it grows down), 16-byte aligned (the mapping is page-aligned).
+    fn top(&self) -> *mut c_void {
+        self.base.wrapping_byte_add(self.len)
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unused once its thread ends.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p).ok().filter(|p| *p > 0).unwrap_or(4096)
+}
+
+#[cfg(target_os = "linux")]
+thread_local! {
+    static STACK: RefCell<Option<Stack>> = const { RefCell::new(None) };
+}
+
+fn errno() -> c_int {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+#[cfg(target_os = "linux")]
+/// A pipe, both ends close-on-exec: (read end, write end).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1 as c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both were just opened and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Off Linux: `Unsupported` (no `CLONE_PIDFD`, Landlock or seccomp).
+#[cfg(not(target_os = "linux"))]
+pub fn spawn(_spec: &Spec<'_>) -> Result<Child, Error> {
+    Err(Error {
+        stage: Stage::Start,
+        step: "spawn",
+        source: io::Error::new(
+            io::ErrorKind::Unsupported,
+            "command tools run on Linux only",
+        ),
+    })
+}
+
+/// Starts `spec`'s program (see the crate docs): stdin, stdout and stderr are pipes to the
+/// returned [`Child`], which is the leader of a process group of its own. Must be called on a
+/// tokio runtime (the pipes and the pidfd are registered with its reactor).
+#[cfg(target_os = "linux")]
+pub fn spawn(spec: &Spec<'_>) -> Result<Child, Error> {
+    let start = |step: &'static str, source: io::Error| Error {
+        stage: Stage::Start,
+        step,
+        source,
+    };
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(start(
+            "runtime",
+            io::Error::other("weft_spawn::spawn must be called on a tokio runtime"),
+        ));
+    }
+    let (in_child, in_ours) = pipe().map_err(|e| start("pipe2", e))?;
+    let (out_ours, out_child) = pipe().map_err(|e| start("pipe2", e))?;
+    let (err_ours, err_child) = pipe().map_err(|e| start("pipe2", e))?;
+    let stdin = pipe::Sender::from_owned_fd(in_ours).map_err(|e| start("stdin", e))?;
+    let stdout = pipe::Receiver::from_owned_fd(out_ours).map_err(|e| start("stdout", e))?;
+    let stderr = pipe::Receiver::from_owned_fd(err_ours).map_err(|e| start("stderr", e))?;
+
+    let argv: Vec<*const c_char> = spec
+        .argv
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const c_char> = spec
+        .env
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let fprog = match spec.seccomp {
+        Some(filter) => Some(libc::sock_fprog {
+            len: u16::try_from(filter.len()).map_err(|_| {
+                start(
+                    "seccomp",
+                    io::Error::other("the filter is over 65,535 instructions"),
+                )
+            })?,
+            filter: filter.as_ptr().cast_mut(),
+        }),
+        None => None,
+    };
+    let mut limits = [(
+        0,
+        libc::rlimit64 {
+            rlim_cur: 0,
+            rlim_max: 0,
+        },
+    ); 2];
+    if spec.limits.len() > limits.len() {
+        return Err(start("limits", io::Error::other("more than two limits")));
+    }
+    for (slot, limit) in limits.iter_mut().zip(spec.limits) {
+        let (resource, value) = match *limit {
+            Limit::AddressSpace(b) => (libc::RLIMIT_AS, b),
+            Limit::CpuSeconds(s) => (libc::RLIMIT_CPU, s),
+        };
+        *slot = (
+            libc::c_long::from(resource as i32),
+            libc::rlimit64 {
+                rlim_cur: value,
+                rlim_max: value,
+            },
+        );
+    }
+    let mut shared = Shared {
+        program: spec.program.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        cwd: spec.cwd.map_or(std::ptr::null(), CStr::as_ptr),
+        stdio: [
+            in_child.as_raw_fd(),
+            out_child.as_raw_fd(),
+            err_child.as_raw_fd(),
+        ],
+        limits,
+        n_limits: spec.limits.len(),
+        landlock: spec.landlock.map_or(-1, |fd| fd.as_raw_fd()),
+        seccomp: fprog
+            .as_ref()
+            .map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
+        failed_step: 0,
+        errno: 0,
+    };
+
+    let started = STACK.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = Some(Stack::map()?);
+        }
+        let top = cell
+            .as_ref()
+            .map(Stack::top)
+            .ok_or_else(io::Error::last_os_error)?;
+        let mut pidfd: c_int = -1;
+        // SAFETY: `child` runs on `top`'s stack, owned by this thread and used by one child at
+        // a time; it reads only `shared` and what its pointers point to, all alive until
+        // `clone` returns (CLONE_VFORK suspends this thread until the child has exec'd or
+        // exited), and writes only `shared`'s two failure words. Every signal is blocked
+        // across the call, so no handler runs in the child before it resets them; the mask
+        // is restored right after.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            let pid = libc::clone(
+                child,
+                top,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+                (&raw mut shared).cast::<c_void>(),
+                &raw mut pidfd,
+            );
+            let clone_errno = errno();
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            if pid < 0 {
+                return Err(io::Error::from_raw_os_error(clone_errno));
+            }
+            Ok((pid, OwnedFd::from_raw_fd(pidfd)))
+        }
+    });
+    drop((in_child, out_child, err_child));
+    let (pid, pidfd) = started.map_err(|e| start("clone", e))?;
+    // SAFETY: the child has exec'd or exited (CLONE_VFORK); it wrote these before either.
+    let (failed, failed_errno) = unsafe {
+        (
+            std::ptr::read_volatile(&raw const shared.failed_step),
+            std::ptr::read_volatile(&raw const shared.errno),
+        )
+    };
+    let mut child = Child {
+        pid,
+        pidfd: None,
+        status: None,
+        stdin: Some(stdin),
+        stdout: Some(stdout),
+        stderr: Some(stderr),
+    };
+    if failed != 0 {
+        // It has exited (`_exit(127)`): reaped at once.
+        child.reap_blocking();
+        let (stage, step) = usize::try_from(failed)
+            .ok()
+            .and_then(|i| STEPS.get(i))
+            .copied()
+            .unwrap_or((Stage::Start, "unknown"));
+        return Err(Error {
+            stage,
+            step,
+            source: io::Error::from_raw_os_error(failed_errno),
+        });
+    }
+    // SAFETY: an `OwnedFd` keeps its descriptor open and the same until it is dropped.
+    match unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) } {
+        Ok(fd) => child.pidfd = Some(fd),
+        Err(e) => {
+            child.kill();
+            child.reap_blocking();
+            return Err(start("registering the pidfd", e.into()));
+        }
+    }
+    Ok(child)
+}
+
+#[cfg(target_os = "linux")]
+/// The child between `clone` and `execve` (see the crate docs). Never returns.
+extern "C" fn child(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `Shared` of the suspended `spawn`, whose pointers are valid; only
+    // libc's system call wrappers are called (no allocation, no lock); a failure writes the
+    // step and errno and ends the child without running any of weft's code.
+    unsafe {
+        let s = &mut *arg.cast::<Shared>();
+        let fail = |s: &mut Shared, step: c_int| -> ! {
+            s.errno = errno();
+            s.failed_step = step;
+            libc::_exit(127)
+        };
+        // 1. Handlers back to the default (glibc refuses its own two signals, 32 and 33).
+        for sig in 1..65 {
+            if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+                continue;
+            }
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+                continue;
+            }
+            if sig == libc::SIGPIPE
+                || (old.sa_sigaction != libc::SIG_IGN && old.sa_sigaction != libc::SIG_DFL)
+            {
+                let mut dfl: libc::sigaction = std::mem::zeroed();
+                dfl.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            }
+        }
+        // 2.
+        if libc::setpgid(0, 0) != 0 {
+            fail(s, SETPGID);
+        }
+        // 3. A pipe end that is itself 0, 1 or 2 (weft started without them) is first moved
+        // above 2, so that no `dup2` overwrites an end still to be placed.
+        for i in 0..3 {
+            let fd = s.stdio[i];
+            if fd < 3 && fd != i as c_int {
+                let moved = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
+                if moved < 0 {
+                    fail(s, DUP2);
+                }
+                s.stdio[i] = moved;
+            }
+        }
+        for i in 0..3 {
+            let fd = s.stdio[i];
+            let ok = if fd == i as c_int {
+                libc::fcntl(fd, libc::F_SETFD, 0) == 0
+            } else {
+                libc::dup2(fd, i as c_int) == i as c_int
+            };
+            if !ok {
+                fail(s, DUP2);
+            }
+        }
+        if !s.cwd.is_null() && libc::chdir(s.cwd) != 0 {
+            fail(s, CHDIR);
+        }
+        // 4.
+        for i in 0..s.n_limits.min(s.limits.len()) {
+            let (resource, limit) = &s.limits[i];
+            if libc::syscall(
+                libc::SYS_prlimit64,
+                0 as libc::c_long,
+                *resource,
+                limit as *const libc::rlimit64,
+                std::ptr::null_mut::<libc::rlimit64>(),
+            ) != 0
+            {
+                fail(s, PRLIMIT);
+            }
+        }
+        // 5.
+        if s.landlock >= 0 || !s.seccomp.is_null() {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                fail(s, NO_NEW_PRIVS);
+            }
+            if s.landlock >= 0
+                && libc::syscall(libc::SYS_landlock_restrict_self, s.landlock, 0) != 0
+            {
+                fail(s, LANDLOCK);
+            }
+            if !s.seccomp.is_null()
+                && libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0,
+                    s.seccomp,
+                ) != 0
+            {
+                fail(s, SECCOMP);
+            }
+        }
+        // 6.
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
+            fail(s, SIGMASK);
+        }
+        libc::execve(s.program, s.argv, s.envp);
+        fail(s, EXECVE)
+    }
+}
+
+impl Child {
+    /// Its process id, until it has been reaped (then `None`: the id may be another's).
+    pub fn id(&self) -> Option<u32> {
+        if self.status.is_some() {
+            None
+        } else {
+            u32::try_from(self.pid).ok()
+        }
+    }
+
+    /// Sends `SIGKILL` to its process group and to itself (in case it left the group);
+    /// nothing once it has been reaped.
+    pub fn kill(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        // SAFETY: plain system calls; the pid and the group (led by it) are still ours,
+        // since it has not been reaped.
+        unsafe {
+            libc::kill(-self.pid, libc::SIGKILL);
+            libc::kill(self.pid, libc::SIGKILL);
+        }
+    }
+
+    /// Waits for it to exit (on the runtime, through its pidfd) and reaps it.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(s) = self.try_reap()? {
+                return Ok(s);
+            }
+            let Some(fd) = self.pidfd.as_ref() else {
+                return Err(io::Error::other("the child was handed to the reaper"));
+            };
+            let mut ready = fd.readable().await?;
+            ready.clear_ready();
+        }
+    }
+
+    /// Reaps it if it has exited.
+    fn try_reap(&mut self) -> io::Result<Option<ExitStatus>> {
+        if let Some(s) = self.status {
+            return Ok(Some(s));
+        }
+        let mut status: c_int = 0;
+        loop {
+            // SAFETY: a plain system call on our own unreaped child.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+            if r == self.pid {
+                let s = ExitStatus::from_raw(status);
+                self.status = Some(s);
+                return Ok(Some(s));
+            }
+            if r == 0 {
+                return Ok(None);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Reaps it, waiting as long as it takes (only for a child known to have exited or been
+    /// killed).
+    fn reap_blocking(&mut self) {
+        let mut status: c_int = 0;
+        loop {
+            // SAFETY: a plain system call on our own unreaped child.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            if r == self.pid {
+                self.status = Some(ExitStatus::from_raw(status));
+                return;
+            }
+            if r < 0 && errno() == libc::EINTR {
+                continue;
+            }
+            return;
+        }
+    }
+}
+
+impl Drop for Child {
+    /// A child not waited for is killed with its group and reaped in the background: on the
+    /// runtime once its pidfd says it exited, else on a thread of its own.
+    fn drop(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        self.kill();
+        if matches!(self.try_reap(), Ok(Some(_))) {
+            return;
+        }
+        let pid = self.pid;
+        let reap = move || {
+            let mut status: c_int = 0;
+            // SAFETY: a plain system call on our own unreaped, killed child.
+            while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && errno() == libc::EINTR {}
+        };
+        match (self.pidfd.take(), tokio::runtime::Handle::try_current()) {
+            (Some(fd), Ok(rt)) => {
+                rt.spawn(async move {
+                    let _ = fd.readable().await;
+                    reap();
+                });
+            }
+            _ => {
+                let _ = std::thread::Builder::new()
+                    .name("weft-reaper".into())
+                    .spawn(reap);
+            }
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests;

@@ -1,0 +1,238 @@
+//! The spawner against real programs: what the child gets (stdio, environment, working
+//! directory, process group, signal state, limits), how failures are reported, and that a
+//! dropped child is killed and reaped.
+
+use super::*;
+use std::os::fd::AsFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn c(s: &str) -> CString {
+    CString::new(s).expect("no NUL")
+}
+
+fn spec<'a>(program: &'a CStr, argv: &'a [CString]) -> Spec<'a> {
+    Spec {
+        program,
+        argv,
+        env: &[],
+        cwd: None,
+        limits: &[],
+        landlock: None,
+        seccomp: None,
+    }
+}
+
+/// Runs `spec` with `input` on stdin; its stdout, stderr and exit status.
+async fn run(spec: &Spec<'_>, input: &[u8]) -> (String, String, ExitStatus) {
+    let mut child = spawn(spec).expect("started");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input).await.expect("written");
+    drop(stdin);
+    let mut out = String::new();
+    let mut err = String::new();
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let (o, e) = tokio::join!(
+        stdout.read_to_string(&mut out),
+        stderr.read_to_string(&mut err)
+    );
+    o.expect("stdout read");
+    e.expect("stderr read");
+    let status = child.wait().await.expect("waited");
+    assert_eq!(child.id(), None, "a reaped child has no id");
+    (out, err, status)
+}
+
+#[tokio::test]
+async fn stdin_reaches_stdout_and_the_exit_status_comes_back() {
+    let prog = c("/bin/cat");
+    let argv = [c("cat")];
+    let (out, _, status) = run(&spec(&prog, &argv), b"{\"n\": 1}").await;
+    assert_eq!(out, "{\"n\": 1}");
+    assert!(status.success());
+
+    let prog = c("/bin/sh");
+    let argv = [c("sh"), c("-c"), c("echo oops >&2; exit 3")];
+    let (_, err, status) = run(&spec(&prog, &argv), b"").await;
+    assert_eq!(err, "oops\n");
+    assert_eq!(status.code(), Some(3));
+
+    let argv = [c("sh"), c("-c"), c("kill -9 $$")];
+    let (_, _, status) = run(&spec(&prog, &argv), b"").await;
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+}
+
+#[tokio::test]
+async fn the_child_gets_exactly_its_environment_and_working_directory() {
+    let prog = c("/usr/bin/env");
+    let argv = [c("env")];
+    let env = [c("A=1"), c("B=two words")];
+    let (out, _, _) = run(
+        &Spec {
+            env: &env,
+            ..spec(&prog, &argv)
+        },
+        b"",
+    )
+    .await;
+    assert_eq!(out, "A=1\nB=two words\n");
+
+    let prog = c("/bin/pwd");
+    let argv = [c("pwd"), c("-P")];
+    let dir = c("/usr/bin");
+    let (out, _, _) = run(
+        &Spec {
+            cwd: Some(&dir),
+            ..spec(&prog, &argv)
+        },
+        b"",
+    )
+    .await;
+    assert_eq!(out.trim(), "/usr/bin");
+}
+
+/// The test binary ignores `SIGPIPE` (Rust's runtime does) and blocks nothing; the child must
+/// neither ignore `SIGPIPE` nor block any signal, and leads a process group of its own.
+#[tokio::test]
+async fn the_child_has_default_signals_and_a_process_group_of_its_own() {
+    let prog = c("/bin/sh");
+    let argv = [
+        c("sh"),
+        c("-c"),
+        c("grep -E '^Sig(Blk|Ign)' /proc/$$/status; cut -d' ' -f1,5 /proc/$$/stat"),
+    ];
+    let mut child = spawn(&spec(&prog, &argv)).expect("started");
+    let pid = child.id().expect("pid");
+    drop(child.stdin.take());
+    let mut out = String::new();
+    let mut stdout = child.stdout.take().expect("stdout");
+    stdout.read_to_string(&mut out).await.expect("read");
+    assert!(child.wait().await.expect("waited").success());
+    let field = |name: &str| {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {out}"));
+        u64::from_str_radix(line.split_whitespace().nth(1).expect("mask"), 16).expect("hex")
+    };
+    assert_eq!(field("SigBlk:"), 0, "{out}");
+    let pipe_bit = 1u64 << (libc::SIGPIPE - 1);
+    assert_eq!(field("SigIgn:") & pipe_bit, 0, "SIGPIPE ignored: {out}");
+    let last = out.lines().last().expect("stat line");
+    assert_eq!(last, format!("{pid} {pid}"), "pid and process group");
+}
+
+#[tokio::test]
+async fn limits_are_the_childs_own() {
+    let prog = c("/bin/sh");
+    let argv = [c("sh"), c("-c"), c("ulimit -v; ulimit -t")];
+    let limits = [Limit::AddressSpace(256 * 1024 * 1024), Limit::CpuSeconds(7)];
+    let (out, err, status) = run(
+        &Spec {
+            limits: &limits,
+            ..spec(&prog, &argv)
+        },
+        b"",
+    )
+    .await;
+    assert!(status.success(), "{err}");
+    assert_eq!(out, "262144\n7\n");
+    // And not the caller's.
+    let mut own = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a plain system call reading this process's own limit.
+    unsafe { libc::getrlimit64(libc::RLIMIT_CPU, &mut own) };
+    assert_ne!(own.rlim_cur, 7);
+}
+
+#[tokio::test]
+async fn a_missing_program_is_an_exec_failure_not_found() {
+    let prog = c("/nonexistent/weft-no-such-program");
+    let argv = [c("x")];
+    let e = spawn(&spec(&prog, &argv)).expect_err("no such program");
+    assert_eq!(e.stage, Stage::Exec);
+    assert_eq!(e.step, "execve");
+    assert_eq!(e.source.kind(), io::ErrorKind::NotFound, "{e}");
+}
+
+/// A descriptor that is not a Landlock ruleset: the child fails at that step, and says so.
+#[tokio::test]
+async fn a_confinement_that_fails_is_reported_as_such() {
+    let null = std::fs::File::open("/dev/null").expect("open");
+    let prog = c("/bin/true");
+    let argv = [c("true")];
+    let e = spawn(&Spec {
+        landlock: Some(null.as_fd()),
+        ..spec(&prog, &argv)
+    })
+    .expect_err("not a ruleset");
+    assert_eq!(e.stage, Stage::Confine, "{e}");
+    assert_eq!(e.step, "landlock_restrict_self");
+
+    let bad_dir = c("/nonexistent/dir");
+    let e = spawn(&Spec {
+        cwd: Some(&bad_dir),
+        ..spec(&prog, &argv)
+    })
+    .expect_err("no such directory");
+    assert_eq!((e.stage, e.step), (Stage::Setup, "chdir"));
+    assert_eq!(e.source.kind(), io::ErrorKind::NotFound);
+}
+
+/// Whether `pid` is gone (reaped), rather than running or a zombie.
+fn gone(pid: u32) -> bool {
+    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_child_is_killed_with_its_group_and_reaped() {
+    let prog = c("/bin/sh");
+    // The shell starts a grandchild in its group and waits.
+    let argv = [c("sh"), c("-c"), c("sleep 60 & echo $!; wait")];
+    let mut child = spawn(&spec(&prog, &argv)).expect("started");
+    let pid = child.id().expect("pid");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while stdout.read(&mut byte).await.expect("read") == 1 && byte[0] != b'\n' {
+        line.push(byte[0]);
+    }
+    let grandchild: u32 = String::from_utf8(line).expect("utf8").parse().expect("pid");
+    drop(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !(gone(pid) && gone(grandchild)) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(gone(pid), "the child {pid} is still there (not reaped)");
+    // The grandchild is reparented and reaped by init once killed.
+    assert!(gone(grandchild), "the grandchild {grandchild} lives on");
+}
+
+/// Children started at once from several runtime threads each get their own pipes (the
+/// per-thread stack is used by one child at a time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_spawns_each_get_their_own_child() {
+    let calls = (0..32).map(|i| {
+        tokio::spawn(async move {
+            let prog = c("/bin/cat");
+            let argv = [c("cat")];
+            let input = format!("call {i}");
+            let (out, _, status) = run(&spec(&prog, &argv), input.as_bytes()).await;
+            assert!(status.success());
+            assert_eq!(out, input);
+        })
+    });
+    for call in calls.collect::<Vec<_>>() {
+        call.await.expect("call");
+    }
+}
+
+#[test]
+fn outside_a_runtime_it_says_so() {
+    let prog = c("/bin/true");
+    let argv = [c("true")];
+    let e = spawn(&spec(&prog, &argv)).expect_err("no runtime");
+    assert_eq!((e.stage, e.step), (Stage::Start, "runtime"));
+}
