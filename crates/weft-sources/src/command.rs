@@ -543,16 +543,35 @@ impl Inner {
             ));
         }
         let conf = self.confinement.as_ref();
-        let spec = weft_spawn::Spec {
-            program: &self.exec,
-            argv: &self.argv,
-            env: &env,
-            cwd: self.cwd.as_deref(),
-            limits: &self.limits,
-            landlock: conf.and_then(|c| c.landlock.as_ref()).map(|fd| fd.as_fd()),
-            seccomp: conf.and_then(|c| c.seccomp.as_deref()),
+        let landlock = conf.and_then(|c| c.landlock.clone());
+        let started = if conf.is_some_and(|c| c.offline) {
+            crate::sandbox::offline_spawner()
+                .map_err(|e| {
+                    ToolError::fatal(
+                        "command_sandbox_failed",
+                        format!("confining `{}`: {e}", self.shown),
+                    )
+                })?
+                .spawn(weft_spawn::OwnedSpec {
+                    program: self.exec.clone(),
+                    argv: self.argv.clone(),
+                    env,
+                    cwd: self.cwd.clone(),
+                    limits: self.limits.clone(),
+                    landlock,
+                })
+        } else {
+            weft_spawn::spawn(&weft_spawn::Spec {
+                program: &self.exec,
+                argv: &self.argv,
+                env: &env,
+                cwd: self.cwd.as_deref(),
+                limits: &self.limits,
+                landlock: landlock.as_deref().map(AsFd::as_fd),
+                seccomp: None,
+            })
         };
-        let mut child = weft_spawn::spawn(&spec).map_err(|e| {
+        let not_started = |e: weft_spawn::Error| {
             let code = match e.stage {
                 weft_spawn::Stage::Confine => "command_sandbox_failed",
                 weft_spawn::Stage::Exec if e.source.kind() == std::io::ErrorKind::NotFound => {
@@ -561,7 +580,8 @@ impl Inner {
                 _ => "command_spawn_failed",
             };
             ToolError::fatal(code, format!("starting `{}`: {e}", self.shown))
-        })?;
+        };
+        let mut child = started.map_err(not_started)?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
@@ -578,6 +598,8 @@ impl Inner {
         let out = read_limited(stdout, self.max_output, &self.shown);
         let err = async { Ok(read_tail(stderr, STDERR_KEEP).await) };
         let wait = async {
+            // From the offline spawner the start is known here: the pipes work meanwhile.
+            child.started().await.map_err(not_started)?;
             child.wait().await.map_err(|e| {
                 ToolError::retryable("command_io", format!("waiting for `{}`: {e}", self.shown))
             })
@@ -757,11 +779,7 @@ except OSError as e:
         let ns = CommandSource::open_with("t", &def(false), namespace).unwrap();
         assert!(
             ns.inner.exec.to_bytes().ends_with(b"/unshare")
-                && ns
-                    .inner
-                    .confinement
-                    .as_ref()
-                    .is_some_and(|c| c.seccomp.is_none()),
+                && ns.inner.confinement.as_ref().is_some_and(|c| !c.offline),
             "the child starts under `unshare`, without the filter"
         );
         let e = ns

@@ -4,10 +4,12 @@
 //! what a definition asks; this module makes it so or says why not.
 //!
 //! **Built once, applied in each child.** When the tool is built, its Landlock ruleset is
-//! made (a file descriptor) and the filter compiled ([`Prepared`]); `weft-spawn` starts each
-//! child from the calling thread and, between `clone` and `execve`, restricts the child
-//! alone to that ruleset and installs the filter: no thread of weft is ever restricted, and
-//! nothing but the child's own system calls runs there.
+//! made (a file descriptor, [`Prepared`]); `weft-spawn` starts each child and, between
+//! `clone` and `execve`, restricts the child alone to that ruleset. The seccomp filter is
+//! compiled once and installed once, on one thread of weft's that does nothing but start the
+//! children without network ([`offline_spawner`]): they inherit it, where installing it in
+//! each child would cost ~55 µs (the kernel compiles every filter it is given). No runtime
+//! thread of weft is ever restricted.
 //!
 //! **No network** ([`NetCut::Filter`], where the kernel has Landlock ABI 6, Linux 6.12): a
 //! seccomp filter refuses `socket` for every family but `AF_UNIX` (IPv4, IPv6, netlink, packet,
@@ -238,40 +240,55 @@ fn probe_landlock() -> Result<(), String> {
     Err("Landlock exists on Linux only".into())
 }
 
-/// A [`Confinement`] made ready for every child of a tool (`weft_spawn::Spec`): the
-/// Landlock ruleset's file descriptor and the seccomp filter.
+/// A [`Confinement`] made ready for every child of a tool: the Landlock ruleset's file
+/// descriptor (each child restricts itself to it) and whether the child starts from the
+/// [`offline_spawner`] (whose seccomp filter it inherits).
 #[derive(Debug, Default)]
 pub(crate) struct Prepared {
-    pub(crate) landlock: Option<std::os::fd::OwnedFd>,
-    pub(crate) seccomp: Option<Vec<weft_spawn::SockFilter>>,
+    pub(crate) landlock: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+    pub(crate) offline: bool,
 }
 
-/// Builds `c`'s ruleset and filter, once per tool.
+/// Builds `c`'s ruleset once per tool (and starts the offline spawner when it needs it).
 #[cfg(target_os = "linux")]
 pub(crate) fn prepare(c: &Confinement) -> Result<Prepared, String> {
     let landlock = match ruleset(c)? {
         None => None,
-        Some(created) => Some(
+        Some(created) => Some(std::sync::Arc::new(
             Option::<std::os::fd::OwnedFd>::from(created)
                 .ok_or("Landlock: the kernel did not enforce the ruleset")?,
-        ),
+        )),
     };
-    let seccomp = if c.offline {
-        let program = offline_filter()?.iter();
-        Some(
-            program
+    if c.offline {
+        offline_spawner()?;
+    }
+    Ok(Prepared {
+        landlock,
+        offline: c.offline,
+    })
+}
+
+/// The thread every child without network starts from: it has the seccomp filter of
+/// [`NetCut::Filter`], which its children inherit (installing it in each child costs ~55 µs,
+/// docs/performance.md). Started once per process.
+#[cfg(target_os = "linux")]
+pub(crate) fn offline_spawner() -> Result<&'static weft_spawn::Spawner, String> {
+    static SPAWNER: OnceLock<Result<weft_spawn::Spawner, String>> = OnceLock::new();
+    SPAWNER
+        .get_or_init(|| {
+            let program: Vec<weft_spawn::SockFilter> = offline_filter()?
+                .iter()
                 .map(|i| weft_spawn::SockFilter {
                     code: i.code,
                     jt: i.jt,
                     jf: i.jf,
                     k: i.k,
                 })
-                .collect(),
-        )
-    } else {
-        None
-    };
-    Ok(Prepared { landlock, seccomp })
+                .collect();
+            weft_spawn::Spawner::start(&program).map_err(|e| format!("seccomp: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 #[cfg(not(target_os = "linux"))]

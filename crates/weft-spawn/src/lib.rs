@@ -40,7 +40,7 @@ use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::fmt;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
@@ -125,25 +125,47 @@ impl std::error::Error for Error {
     }
 }
 
-/// A started child: its pipes (taken by the caller) and its exit, through its pidfd.
+/// A started child: its pipes (taken by the caller) and its process.
 pub struct Child {
-    pid: libc::pid_t,
-    /// `None` once handed to the background reaper (on drop).
-    pidfd: Option<AsyncFd<OwnedFd>>,
-    /// Its exit status, once reaped (its pid may then belong to another process).
-    status: Option<ExitStatus>,
+    process: Process,
+    /// [`Child::kill`] came while a [`Spawner`] was still starting it.
+    kill_asked: bool,
     pub stdin: Option<pipe::Sender>,
     pub stdout: Option<pipe::Receiver>,
     pub stderr: Option<pipe::Receiver>,
 }
 
+enum Process {
+    /// Being started by a [`Spawner`]: its answer.
+    Pending(tokio::sync::oneshot::Receiver<Result<Proc, Error>>),
+    Started(Proc),
+    /// Its start failed (and [`Child::started`] said so).
+    Failed,
+}
+
 impl fmt::Debug for Child {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.process {
+            Process::Pending(_) => "starting".to_string(),
+            Process::Started(p) => format!("pid {} ({:?})", p.pid, p.status),
+            Process::Failed => "failed".to_string(),
+        };
         f.debug_struct("Child")
-            .field("pid", &self.pid)
-            .field("status", &self.status)
+            .field("process", &state)
             .finish_non_exhaustive()
     }
+}
+
+/// A child process of ours until it is reaped: its pid stays ours (no other process can get
+/// it) until then. Dropped unreaped, it kills the child's group and has it reaped in the
+/// background — whoever drops it: a [`Child`], or a [`Spawner`] whose caller has gone.
+struct Proc {
+    pid: libc::pid_t,
+    /// The pidfd, until it is registered with the runtime (at the first wait).
+    pidfd: Option<OwnedFd>,
+    watch: Option<AsyncFd<OwnedFd>>,
+    /// Its exit status, once reaped.
+    status: Option<ExitStatus>,
 }
 
 #[cfg(target_os = "linux")]
@@ -296,11 +318,22 @@ pub fn spawn(_spec: &Spec<'_>) -> Result<Child, Error> {
     })
 }
 
-/// Starts `spec`'s program (see the crate docs): stdin, stdout and stderr are pipes to the
-/// returned [`Child`], which is the leader of a process group of its own. Must be called on a
-/// tokio runtime (the pipes and the pidfd are registered with its reactor).
+/// Starts `spec`'s program from the calling thread (see the crate docs): stdin, stdout and
+/// stderr are pipes to the returned [`Child`], which is the leader of a process group of its
+/// own. Must be called on a tokio runtime (the pipes and the pidfd are registered with its
+/// reactor).
 #[cfg(target_os = "linux")]
 pub fn spawn(spec: &Spec<'_>) -> Result<Child, Error> {
+    let (mut child, theirs) = pipes()?;
+    let started = start_child(spec, &theirs);
+    drop(theirs);
+    child.process = Process::Started(started?);
+    Ok(child)
+}
+
+/// A [`Child`] without its process yet, and the child's ends of its three pipes.
+#[cfg(target_os = "linux")]
+fn pipes() -> Result<(Child, [OwnedFd; 3]), Error> {
     let start = |step: &'static str, source: io::Error| Error {
         stage: Stage::Start,
         step,
@@ -309,16 +342,30 @@ pub fn spawn(spec: &Spec<'_>) -> Result<Child, Error> {
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(start(
             "runtime",
-            io::Error::other("weft_spawn::spawn must be called on a tokio runtime"),
+            io::Error::other("weft_spawn must be called on a tokio runtime"),
         ));
     }
     let (in_child, in_ours) = pipe().map_err(|e| start("pipe2", e))?;
     let (out_ours, out_child) = pipe().map_err(|e| start("pipe2", e))?;
     let (err_ours, err_child) = pipe().map_err(|e| start("pipe2", e))?;
-    let stdin = pipe::Sender::from_owned_fd(in_ours).map_err(|e| start("stdin", e))?;
-    let stdout = pipe::Receiver::from_owned_fd(out_ours).map_err(|e| start("stdout", e))?;
-    let stderr = pipe::Receiver::from_owned_fd(err_ours).map_err(|e| start("stderr", e))?;
+    let child = Child {
+        process: Process::Failed,
+        kill_asked: false,
+        stdin: Some(pipe::Sender::from_owned_fd(in_ours).map_err(|e| start("stdin", e))?),
+        stdout: Some(pipe::Receiver::from_owned_fd(out_ours).map_err(|e| start("stdout", e))?),
+        stderr: Some(pipe::Receiver::from_owned_fd(err_ours).map_err(|e| start("stderr", e))?),
+    };
+    Ok((child, [in_child, out_child, err_child]))
+}
 
+/// Clones and execs the child with `stdio` as its stdin, stdout and stderr; needs no runtime.
+#[cfg(target_os = "linux")]
+fn start_child(spec: &Spec<'_>, stdio: &[OwnedFd; 3]) -> Result<Proc, Error> {
+    let start = |step: &'static str, source: io::Error| Error {
+        stage: Stage::Start,
+        step,
+        source,
+    };
     let argv: Vec<*const c_char> = spec
         .argv
         .iter()
@@ -372,9 +419,9 @@ pub fn spawn(spec: &Spec<'_>) -> Result<Child, Error> {
         envp: envp.as_ptr(),
         cwd: spec.cwd.map_or(std::ptr::null(), CStr::as_ptr),
         stdio: [
-            in_child.as_raw_fd(),
-            out_child.as_raw_fd(),
-            err_child.as_raw_fd(),
+            stdio[0].as_raw_fd(),
+            stdio[1].as_raw_fd(),
+            stdio[2].as_raw_fd(),
         ],
         limits,
         n_limits: spec.limits.len(),
@@ -422,7 +469,6 @@ pub fn spawn(spec: &Spec<'_>) -> Result<Child, Error> {
             Ok((pid, OwnedFd::from_raw_fd(pidfd)))
         }
     });
-    drop((in_child, out_child, err_child));
     let (pid, pidfd) = started.map_err(|e| start("clone", e))?;
     // SAFETY: the child has exec'd or exited (CLONE_VFORK); it wrote these before either.
     let (failed, failed_errno) = unsafe {
@@ -431,17 +477,15 @@ pub fn spawn(spec: &Spec<'_>) -> Result<Child, Error> {
             std::ptr::read_volatile(&raw const shared.errno),
         )
     };
-    let mut child = Child {
+    let mut proc = Proc {
         pid,
-        pidfd: None,
+        pidfd: Some(pidfd),
+        watch: None,
         status: None,
-        stdin: Some(stdin),
-        stdout: Some(stdout),
-        stderr: Some(stderr),
     };
     if failed != 0 {
         // It has exited (`_exit(127)`): reaped at once.
-        child.reap_blocking();
+        proc.reap_blocking();
         let (stage, step) = usize::try_from(failed)
             .ok()
             .and_then(|i| STEPS.get(i))
@@ -453,16 +497,7 @@ pub fn spawn(spec: &Spec<'_>) -> Result<Child, Error> {
             source: io::Error::from_raw_os_error(failed_errno),
         });
     }
-    // SAFETY: an `OwnedFd` keeps its descriptor open and the same until it is dropped.
-    match unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) } {
-        Ok(fd) => child.pidfd = Some(fd),
-        Err(e) => {
-            child.kill();
-            child.reap_blocking();
-            return Err(start("registering the pidfd", e.into()));
-        }
-    }
-    Ok(child)
+    Ok(proc)
 }
 
 #[cfg(target_os = "linux")]
@@ -572,18 +607,70 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
 }
 
 impl Child {
-    /// Its process id, until it has been reaped (then `None`: the id may be another's).
+    /// Its process id, once started and until reaped (then `None`: the id may be another's).
     pub fn id(&self) -> Option<u32> {
-        if self.status.is_some() {
-            None
-        } else {
-            u32::try_from(self.pid).ok()
+        match &self.process {
+            Process::Started(p) if p.status.is_none() => u32::try_from(p.pid).ok(),
+            _ => None,
+        }
+    }
+
+    /// Waits until it has been started (at once unless a [`Spawner`] starts it): a failed start
+    /// is this error, the one [`spawn`] would have returned.
+    pub async fn started(&mut self) -> Result<(), Error> {
+        if let Process::Pending(answer) = &mut self.process {
+            let answer = answer.await.unwrap_or_else(|_| {
+                Err(Error {
+                    stage: Stage::Start,
+                    step: "spawner",
+                    source: io::Error::other("the spawner thread has ended"),
+                })
+            });
+            match answer {
+                Ok(p) => {
+                    self.process = Process::Started(p);
+                    if self.kill_asked {
+                        self.kill();
+                    }
+                }
+                Err(e) => {
+                    self.process = Process::Failed;
+                    return Err(e);
+                }
+            }
+        }
+        match self.process {
+            Process::Failed => Err(Error {
+                stage: Stage::Start,
+                step: "spawn",
+                source: io::Error::other("the child did not start"),
+            }),
+            _ => Ok(()),
         }
     }
 
     /// Sends `SIGKILL` to its process group and to itself (in case it left the group);
-    /// nothing once it has been reaped.
+    /// nothing once it has been reaped. One still being started is killed once it is.
     pub fn kill(&mut self) {
+        match &mut self.process {
+            Process::Started(p) => p.kill(),
+            Process::Pending(_) => self.kill_asked = true,
+            Process::Failed => {}
+        }
+    }
+
+    /// Waits for it to exit (on the runtime, through its pidfd) and reaps it.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        self.started().await.map_err(io::Error::other)?;
+        match &mut self.process {
+            Process::Started(p) => p.wait().await,
+            _ => Err(io::Error::other("the child did not start")),
+        }
+    }
+}
+
+impl Proc {
+    fn kill(&mut self) {
         if self.status.is_some() {
             return;
         }
@@ -595,16 +682,30 @@ impl Child {
         }
     }
 
-    /// Waits for it to exit (on the runtime, through its pidfd) and reaps it.
-    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+    async fn wait(&mut self) -> io::Result<ExitStatus> {
         loop {
             if let Some(s) = self.try_reap()? {
                 return Ok(s);
             }
-            let Some(fd) = self.pidfd.as_ref() else {
-                return Err(io::Error::other("the child was handed to the reaper"));
+            if self.watch.is_none() {
+                let fd = self
+                    .pidfd
+                    .take()
+                    .ok_or_else(|| io::Error::other("the pidfd is gone"))?;
+                // SAFETY: an `OwnedFd` keeps its descriptor open and the same until dropped.
+                let watch = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) };
+                match watch {
+                    Ok(w) => self.watch = Some(w),
+                    Err(e) => {
+                        let e: io::Error = e.into();
+                        return Err(e);
+                    }
+                }
+            }
+            let Some(watch) = self.watch.as_ref() else {
+                return Err(io::Error::other("the pidfd is gone"));
             };
-            let mut ready = fd.readable().await?;
+            let mut ready = watch.readable().await?;
             ready.clear_ready();
         }
     }
@@ -652,9 +753,9 @@ impl Child {
     }
 }
 
-impl Drop for Child {
-    /// A child not waited for is killed with its group and reaped in the background: on the
-    /// runtime once its pidfd says it exited, else on a thread of its own.
+impl Drop for Proc {
+    /// Unreaped, it is killed with its group and reaped in the background: on the runtime
+    /// once its pidfd says it exited, else on a thread of its own.
     fn drop(&mut self) {
         if self.status.is_some() {
             return;
@@ -669,10 +770,11 @@ impl Drop for Child {
             // SAFETY: a plain system call on our own unreaped, killed child.
             while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && errno() == libc::EINTR {}
         };
-        match (self.pidfd.take(), tokio::runtime::Handle::try_current()) {
-            (Some(fd), Ok(rt)) => {
+        let rt = tokio::runtime::Handle::try_current();
+        match (self.watch.take(), rt) {
+            (Some(watch), Ok(rt)) => {
                 rt.spawn(async move {
-                    let _ = fd.readable().await;
+                    let _ = watch.readable().await;
                     reap();
                 });
             }
@@ -682,6 +784,130 @@ impl Drop for Child {
                     .spawn(reap);
             }
         }
+    }
+}
+
+/// A thread with a seccomp filter of its own that starts children, which inherit the filter:
+/// installing a filter costs each child ~55 µs (the kernel compiles it and builds its cache),
+/// handing the start to a thread that has it once costs less, and the caller does not wait
+/// for the thread — it writes to and reads from the child's pipes at once, and
+/// [`Child::started`] says whether the start worked. One thread for all the children with
+/// that filter: their starts take turns (each holds it until its `execve`).
+#[cfg(target_os = "linux")]
+pub struct Spawner {
+    jobs: std::sync::mpsc::Sender<Job>,
+}
+
+/// What a [`Spawner`] starts: a [`Spec`] whose parts it owns (the filter is the spawner's).
+#[derive(Debug, Clone)]
+pub struct OwnedSpec {
+    pub program: CString,
+    pub argv: Vec<CString>,
+    pub env: Vec<CString>,
+    pub cwd: Option<CString>,
+    pub limits: Vec<Limit>,
+    pub landlock: Option<std::sync::Arc<OwnedFd>>,
+}
+
+#[cfg(target_os = "linux")]
+struct Job {
+    spec: OwnedSpec,
+    stdio: [OwnedFd; 3],
+    answer: tokio::sync::oneshot::Sender<Result<Proc, Error>>,
+}
+
+#[cfg(target_os = "linux")]
+impl Spawner {
+    /// Starts the thread and installs `seccomp` on it; the error is the filter's.
+    pub fn start(seccomp: &[SockFilter]) -> Result<Spawner, Error> {
+        let fail = |step: &'static str, source: io::Error| Error {
+            stage: Stage::Confine,
+            step,
+            source,
+        };
+        let filter = seccomp.to_vec();
+        let len = u16::try_from(filter.len())
+            .map_err(|_| fail("seccomp", io::Error::other("over 65,535 instructions")))?;
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        let (ready_tx, ready) = std::sync::mpsc::sync_channel::<Result<(), Error>>(1);
+        std::thread::Builder::new()
+            .name("weft-spawner".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let prog = libc::sock_fprog {
+                    len,
+                    filter: filter.as_ptr().cast_mut(),
+                };
+                // SAFETY: plain system calls restricting this thread; `prog` points into
+                // `filter`, alive across the call.
+                let installed = unsafe {
+                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                        Err(fail(
+                            "prctl(PR_SET_NO_NEW_PRIVS)",
+                            io::Error::last_os_error(),
+                        ))
+                    } else if libc::syscall(
+                        libc::SYS_seccomp,
+                        libc::SECCOMP_SET_MODE_FILTER,
+                        0,
+                        &raw const prog,
+                    ) != 0
+                    {
+                        Err(fail("seccomp", io::Error::last_os_error()))
+                    } else {
+                        Ok(())
+                    }
+                };
+                let ok = installed.is_ok();
+                let _ = ready_tx.send(installed);
+                if !ok {
+                    return;
+                }
+                while let Ok(job) = queue.recv() {
+                    let s = &job.spec;
+                    let spec = Spec {
+                        program: &s.program,
+                        argv: &s.argv,
+                        env: &s.env,
+                        cwd: s.cwd.as_deref(),
+                        limits: &s.limits,
+                        landlock: s.landlock.as_deref().map(AsFd::as_fd),
+                        seccomp: None,
+                    };
+                    let started = start_child(&spec, &job.stdio);
+                    drop(job.stdio);
+                    // A caller gone meanwhile drops the answer: its child is killed and reaped.
+                    let _ = job.answer.send(started);
+                }
+            })
+            .map_err(|e| fail("starting the spawner thread", e))?;
+        ready.recv().map_err(|_| {
+            fail(
+                "starting the spawner thread",
+                io::Error::other("it ended without an answer"),
+            )
+        })??;
+        Ok(Spawner { jobs })
+    }
+
+    /// Has the thread start `spec`'s program; returns at once with its pipes (see
+    /// [`Child::started`]). Must be called on a tokio runtime.
+    pub fn spawn(&self, spec: OwnedSpec) -> Result<Child, Error> {
+        let (mut child, stdio) = pipes()?;
+        let (answer, pending) = tokio::sync::oneshot::channel();
+        self.jobs
+            .send(Job {
+                spec,
+                stdio,
+                answer,
+            })
+            .map_err(|_| Error {
+                stage: Stage::Start,
+                step: "spawner",
+                source: io::Error::other("the spawner thread has ended"),
+            })?;
+        child.process = Process::Pending(pending);
+        Ok(child)
     }
 }
 

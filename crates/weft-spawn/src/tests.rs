@@ -92,15 +92,12 @@ async fn the_child_gets_exactly_its_environment_and_working_directory() {
 }
 
 /// The test binary ignores `SIGPIPE` (Rust's runtime does) and blocks nothing; the child must
-/// neither ignore `SIGPIPE` nor block any signal, and leads a process group of its own.
+/// neither ignore `SIGPIPE` nor block any signal, and leads a process group of its own. (`cat`
+/// reads its own status: a shell blocks signals around its own forks.)
 #[tokio::test]
 async fn the_child_has_default_signals_and_a_process_group_of_its_own() {
-    let prog = c("/bin/sh");
-    let argv = [
-        c("sh"),
-        c("-c"),
-        c("grep -E '^Sig(Blk|Ign)' /proc/$$/status; cut -d' ' -f1,5 /proc/$$/stat"),
-    ];
+    let prog = c("/bin/cat");
+    let argv = [c("cat"), c("/proc/self/status"), c("/proc/self/stat")];
     let mut child = spawn(&spec(&prog, &argv)).expect("started");
     let pid = child.id().expect("pid");
     drop(child.stdin.take());
@@ -118,8 +115,12 @@ async fn the_child_has_default_signals_and_a_process_group_of_its_own() {
     assert_eq!(field("SigBlk:"), 0, "{out}");
     let pipe_bit = 1u64 << (libc::SIGPIPE - 1);
     assert_eq!(field("SigIgn:") & pipe_bit, 0, "SIGPIPE ignored: {out}");
-    let last = out.lines().last().expect("stat line");
-    assert_eq!(last, format!("{pid} {pid}"), "pid and process group");
+    // /proc/self/stat: pid (comm) state ppid pgrp …
+    let stat = out.lines().last().expect("stat line");
+    let after_comm = stat.rsplit_once(") ").expect("comm").1;
+    let pgrp = after_comm.split(' ').nth(2).expect("pgrp");
+    assert!(stat.starts_with(&format!("{pid} ")), "{stat}");
+    assert_eq!(pgrp, pid.to_string(), "its own process group: {stat}");
 }
 
 #[tokio::test]
@@ -235,4 +236,128 @@ fn outside_a_runtime_it_says_so() {
     let argv = [c("true")];
     let e = spawn(&spec(&prog, &argv)).expect_err("no runtime");
     assert_eq!((e.stage, e.step), (Stage::Start, "runtime"));
+}
+
+/// A filter refusing `socket` with `EACCES`, every other call allowed.
+fn no_sockets() -> Vec<SockFilter> {
+    let stmt = |code: u32, k: u32| SockFilter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let nr = u32::try_from(libc::SYS_socket).expect("small");
+    vec![
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0),
+        SockFilter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: nr,
+        },
+        stmt(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::EACCES as u32,
+        ),
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+    ]
+}
+
+fn owned(argv: &[&str]) -> OwnedSpec {
+    OwnedSpec {
+        program: c(argv[0]),
+        argv: argv.iter().map(|a| c(a)).collect(),
+        env: Vec::new(),
+        cwd: None,
+        limits: Vec::new(),
+        landlock: None,
+    }
+}
+
+/// Opens a TCP socket to a closed port with bash's `/dev/tcp`; its stderr.
+const TCP: &str = "exec 3<>/dev/tcp/127.0.0.1/9; echo connected";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawners_children_inherit_its_filter_and_its_caller_keeps_none() {
+    let spawner = Spawner::start(&no_sockets()).expect("filter installed");
+    let mut child = spawner
+        .spawn(owned(&["/bin/bash", "-c", TCP]))
+        .expect("handed over");
+    let mut err = String::new();
+    let mut stderr = child.stderr.take().expect("stderr");
+    stderr.read_to_string(&mut err).await.expect("read");
+    child.started().await.expect("started");
+    child.wait().await.expect("waited");
+    assert!(err.contains("Permission denied"), "{err}");
+
+    // The same program started by `spawn` (no filter) gets its socket, refused by the port.
+    let prog = c("/bin/bash");
+    let argv = [c("bash"), c("-c"), c(TCP)];
+    let (_, err, _) = run(&spec(&prog, &argv), b"").await;
+    assert!(err.contains("Connection refused"), "{err}");
+    // With the filter given to `spawn`, installed in the child itself: refused again.
+    let filter = no_sockets();
+    let (_, err, _) = run(
+        &Spec {
+            seccomp: Some(&filter),
+            ..spec(&prog, &argv)
+        },
+        b"",
+    )
+    .await;
+    assert!(err.contains("Permission denied"), "{err}");
+    // And the caller's threads are unrestricted.
+    std::net::TcpListener::bind("127.0.0.1:0").expect("a socket here");
+}
+
+#[tokio::test]
+async fn a_spawners_failed_start_comes_through_started() {
+    let spawner = Spawner::start(&no_sockets()).expect("filter installed");
+    let mut child = spawner
+        .spawn(owned(&["/nonexistent/weft-no-such-program"]))
+        .expect("handed over");
+    let mut out = Vec::new();
+    let mut stdout = child.stdout.take().expect("stdout");
+    stdout.read_to_end(&mut out).await.expect("end of output");
+    assert!(out.is_empty());
+    let e = child.started().await.expect_err("no such program");
+    assert_eq!((e.stage, e.step), (Stage::Exec, "execve"));
+    assert_eq!(e.source.kind(), io::ErrorKind::NotFound);
+    assert!(child.wait().await.is_err());
+}
+
+/// A kill that comes while the spawner is still starting the child is carried out once it
+/// has; a child dropped while being started is killed and reaped all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_killed_or_dropped_while_starting_does_not_live_on() {
+    let spawner = Spawner::start(&no_sockets()).expect("filter installed");
+    let mut child = spawner
+        .spawn(owned(&["/bin/sleep", "61.25"]))
+        .expect("handed over");
+    child.kill();
+    let status = child.wait().await.expect("waited");
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+
+    for _ in 0..8 {
+        drop(
+            spawner
+                .spawn(owned(&["/bin/sleep", "61.75"]))
+                .expect("handed over"),
+        );
+    }
+    let running = || {
+        std::fs::read_dir("/proc")
+            .expect("proc")
+            .filter_map(Result::ok)
+            .filter(|e| {
+                std::fs::read(e.path().join("cmdline"))
+                    .is_ok_and(|c| c.windows(5).any(|w| w == b"61.75"))
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while running() > 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(running(), 0, "a dropped child lives on (or is a zombie)");
 }
