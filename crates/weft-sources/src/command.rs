@@ -49,9 +49,8 @@
 //! tool's `timeout_ms` passes, the output cap is hit, or the step is abandoned — the whole
 //! group is killed (`SIGKILL`), so neither the program nor what it started lives on.
 //! stderr is read to its end but only its last 4 KiB are kept. `memory_mb` and
-//! `cpu_seconds` become `RLIMIT_AS` and `RLIMIT_CPU` of the child through `prlimit`
-//! (util-linux), looked up on weft's `PATH` when the tool is built: with limits configured
-//! and no `prlimit`, the tool does not build (it never runs unlimited).
+//! `cpu_seconds` become `RLIMIT_AS` and `RLIMIT_CPU` of the child, set by the child itself
+//! before it executes the program (`weft-spawn`): no helper program, no extra process.
 //!
 //! **The sandbox** (the step security profile of a command, enforced; the mechanics are in
 //! `sandbox.rs`). A command tool is confined by default, because a demanding operator expects
@@ -121,10 +120,10 @@ pub struct CommandDef {
     /// Largest stdout accepted, in bytes (default 1 MiB); past it the child is killed.
     #[serde(default = "default_max_output_bytes")]
     pub max_output_bytes: u64,
-    /// Address-space limit of the child in MiB (`RLIMIT_AS`, through `prlimit`).
+    /// Address-space limit of the child in MiB (`RLIMIT_AS`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
-    /// CPU-time limit of the child in seconds (`RLIMIT_CPU`, through `prlimit`).
+    /// CPU-time limit of the child in seconds (`RLIMIT_CPU`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_seconds: Option<u64>,
     /// Whether the child has weft's network (default `false`: a namespace without
@@ -231,14 +230,14 @@ struct Inner {
     max_output: usize,
     /// `python3 tool.py`, as configured.
     shown: String,
-    /// The child's confinement (its Landlock ruleset and seccomp filter), if any.
+    /// The child's confinement (its Landlock ruleset; without network, the seccomp spawner).
     confinement: Option<Prepared>,
     /// The program itself, when `exec` is a wrapper (`unshare`).
     wrapped: Option<PathBuf>,
 }
 
 impl CommandSource {
-    /// The source `def` describes for tool `name`: resolves the program (and `prlimit`).
+    /// The source `def` describes for tool `name`: resolves the program, builds its sandbox.
     pub(crate) fn open(name: &str, def: &CommandDef) -> Result<Self, Error> {
         Self::open_with(name, def, crate::sandbox::net_cut)
     }
@@ -358,7 +357,7 @@ impl CommandSource {
     }
 }
 
-/// The confinement of `def`'s child on the spawning thread (`None`: unrestricted), its paths
+/// The confinement of `def`'s child (`None`: unrestricted), its paths
 /// resolved and checked; `offline`: the network cut there too ([`NetCut::Filter`]).
 fn confinement(
     def: &CommandDef,

@@ -20,8 +20,8 @@
 //! a 32-bit program is killed at its first system call (`SIGSYS`), and x32 calls of `socket`
 //! are refused outright. Costs microseconds per call.
 //!
-//! **The fallback** ([`NetCut::Namespace`]) comes from `unshare` (util-linux, like
-//! `prlimit`): the child runs `unshare --net -- [prlimit …] program …`, so it starts in a
+//! **The fallback** ([`NetCut::Namespace`]) comes from `unshare` (util-linux): the child
+//! runs `unshare --net -- program …`, so it starts in a
 //! namespace whose only interface, `lo`, is down: no address, not even 127.0.0.1, is
 //! reachable. Not running as root, the namespace needs a user namespace too (`--user`,
 //! `--map-current-user` where the kernel lets it write the map under Landlock, else unmapped).

@@ -22,8 +22,8 @@
 //! 6. an empty signal mask, then `execve`.
 //!
 //! The child only makes system calls through libc's thin wrappers: no allocation, no lock, no
-//! unwinding, nothing written but its own stack (a guarded stack per thread, reused) and the
-//! two words that report a failed step. Everything it reads (paths, `argv`, `envp`, the
+//! unwinding, nothing written but its own stack (a guarded stack per thread, reused), `errno`
+//! and the block it shares with the caller (its pipe ends, the failed step and its `errno`). Everything it reads (paths, `argv`, `envp`, the
 //! filter) is built by the caller beforehand and outlives the call, since the caller's thread
 //! is suspended until the child has called `execve` or exited. Signals are blocked across
 //! `clone`, so none is handled in the child before step 1. A step that fails ends the child
@@ -33,6 +33,13 @@
 //! The child comes with a pidfd (`CLONE_PIDFD`, Linux 5.2), so the caller waits for it on the
 //! runtime's reactor and never signals a recycled pid. A [`Child`] dropped before it was
 //! waited for kills its process group and is reaped in the background.
+//!
+//! **A seccomp filter from a thread ([`Spawner`]).** The kernel compiles a filter each time
+//! one is installed (~55 µs per child here, docs/performance.md), while a child inherits its
+//! parent thread's filter for nothing. A [`Spawner`] is a thread that installs a filter once
+//! and starts children the same way (Landlock and limits still in each child). The caller
+//! does not wait for it: it gets the pipes at once, writes and reads, and [`Child::started`]
+//! says how the start went (a failed start closes the child's ends of the pipes).
 
 #![cfg(unix)]
 
