@@ -175,8 +175,8 @@ struct Proc {
     status: Option<ExitStatus>,
 }
 
-#[cfg(target_os = "linux")]
 /// The steps of the child, as it reports a failure (0: none).
+#[cfg(target_os = "linux")]
 const STEPS: &[(Stage, &str)] = &[
     (Stage::Start, "none"),
     (Stage::Setup, "setpgid"),
@@ -189,28 +189,24 @@ const STEPS: &[(Stage, &str)] = &[
     (Stage::Setup, "sigprocmask"),
     (Stage::Exec, "execve"),
 ];
+/// The numbers the child reports a failed step by (0: none), indexes of [`STEPS`].
 #[cfg(target_os = "linux")]
-const SETPGID: c_int = 1;
-#[cfg(target_os = "linux")]
-const DUP2: c_int = 2;
-#[cfg(target_os = "linux")]
-const CHDIR: c_int = 3;
-#[cfg(target_os = "linux")]
-const PRLIMIT: c_int = 4;
-#[cfg(target_os = "linux")]
-const NO_NEW_PRIVS: c_int = 5;
-#[cfg(target_os = "linux")]
-const LANDLOCK: c_int = 6;
-#[cfg(target_os = "linux")]
-const SECCOMP: c_int = 7;
-#[cfg(target_os = "linux")]
-const SIGMASK: c_int = 8;
-#[cfg(target_os = "linux")]
-const EXECVE: c_int = 9;
+mod step {
+    use std::ffi::c_int;
+    pub(super) const SETPGID: c_int = 1;
+    pub(super) const DUP2: c_int = 2;
+    pub(super) const CHDIR: c_int = 3;
+    pub(super) const PRLIMIT: c_int = 4;
+    pub(super) const NO_NEW_PRIVS: c_int = 5;
+    pub(super) const LANDLOCK: c_int = 6;
+    pub(super) const SECCOMP: c_int = 7;
+    pub(super) const SIGMASK: c_int = 8;
+    pub(super) const EXECVE: c_int = 9;
+}
 
-#[cfg(target_os = "linux")]
 /// What the child reads (prepared by [`spawn`], alive until the child has exec'd or exited)
 /// and the two words it writes when a step fails.
+#[cfg(target_os = "linux")]
 struct Shared {
     program: *const c_char,
     argv: *const *const c_char,
@@ -229,13 +225,13 @@ struct Shared {
     errno: c_int,
 }
 
-#[cfg(target_os = "linux")]
 /// Bytes of the child's stack (below it, one guard page).
+#[cfg(target_os = "linux")]
 const STACK_BYTES: usize = 64 * 1024;
 
-#[cfg(target_os = "linux")]
 /// A stack for the children this thread starts, mapped at its first [`spawn`]: only one
 /// child uses it at a time, since the thread is suspended until that child has exec'd.
+#[cfg(target_os = "linux")]
 struct Stack {
     base: *mut c_void,
     len: usize,
@@ -300,8 +296,8 @@ fn errno() -> c_int {
         .unwrap_or(libc::EIO)
 }
 
-#[cfg(target_os = "linux")]
 /// A pipe, both ends close-on-exec: (read end, write end).
+#[cfg(target_os = "linux")]
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [-1 as c_int; 2];
     // SAFETY: `fds` has room for the two descriptors pipe2 writes.
@@ -365,6 +361,16 @@ fn pipes() -> Result<(Child, [OwnedFd; 3]), Error> {
     Ok((child, [in_child, out_child, err_child]))
 }
 
+/// `strings` as `execve` takes them: pointers, then a null one.
+#[cfg(target_os = "linux")]
+fn pointers(strings: &[CString]) -> Vec<*const c_char> {
+    strings
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
 /// Clones and execs the child with `stdio` as its stdin, stdout and stderr; needs no runtime.
 #[cfg(target_os = "linux")]
 fn start_child(spec: &Spec<'_>, stdio: &[OwnedFd; 3]) -> Result<Proc, Error> {
@@ -373,18 +379,8 @@ fn start_child(spec: &Spec<'_>, stdio: &[OwnedFd; 3]) -> Result<Proc, Error> {
         step,
         source,
     };
-    let argv: Vec<*const c_char> = spec
-        .argv
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    let envp: Vec<*const c_char> = spec
-        .env
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
+    let argv = pointers(spec.argv);
+    let envp = pointers(spec.env);
     let fprog = match spec.seccomp {
         Some(filter) => Some(libc::sock_fprog {
             len: u16::try_from(filter.len()).map_err(|_| {
@@ -507,8 +503,8 @@ fn start_child(spec: &Spec<'_>, stdio: &[OwnedFd; 3]) -> Result<Proc, Error> {
     Ok(proc)
 }
 
-#[cfg(target_os = "linux")]
 /// The child between `clone` and `execve` (see the crate docs). Never returns.
+#[cfg(target_os = "linux")]
 extern "C" fn child(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the `Shared` of the suspended `spawn`, whose pointers are valid; only
     // libc's system call wrappers are called (no allocation, no lock); a failure writes the
@@ -539,7 +535,7 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
         }
         // 2.
         if libc::setpgid(0, 0) != 0 {
-            fail(s, SETPGID);
+            fail(s, step::SETPGID);
         }
         // 3. A pipe end that is itself 0, 1 or 2 (weft started without them) is first moved
         // above 2, so that no `dup2` overwrites an end still to be placed.
@@ -548,7 +544,7 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
             if fd < 3 && fd != i as c_int {
                 let moved = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
                 if moved < 0 {
-                    fail(s, DUP2);
+                    fail(s, step::DUP2);
                 }
                 s.stdio[i] = moved;
             }
@@ -561,11 +557,11 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
                 libc::dup2(fd, i as c_int) == i as c_int
             };
             if !ok {
-                fail(s, DUP2);
+                fail(s, step::DUP2);
             }
         }
         if !s.cwd.is_null() && libc::chdir(s.cwd) != 0 {
-            fail(s, CHDIR);
+            fail(s, step::CHDIR);
         }
         // 4.
         for i in 0..s.n_limits.min(s.limits.len()) {
@@ -578,18 +574,18 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
                 std::ptr::null_mut::<libc::rlimit64>(),
             ) != 0
             {
-                fail(s, PRLIMIT);
+                fail(s, step::PRLIMIT);
             }
         }
         // 5.
         if s.landlock >= 0 || !s.seccomp.is_null() {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                fail(s, NO_NEW_PRIVS);
+                fail(s, step::NO_NEW_PRIVS);
             }
             if s.landlock >= 0
                 && libc::syscall(libc::SYS_landlock_restrict_self, s.landlock, 0) != 0
             {
-                fail(s, LANDLOCK);
+                fail(s, step::LANDLOCK);
             }
             if !s.seccomp.is_null()
                 && libc::syscall(
@@ -599,17 +595,17 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
                     s.seccomp,
                 ) != 0
             {
-                fail(s, SECCOMP);
+                fail(s, step::SECCOMP);
             }
         }
         // 6.
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
-            fail(s, SIGMASK);
+            fail(s, step::SIGMASK);
         }
         libc::execve(s.program, s.argv, s.envp);
-        fail(s, EXECVE)
+        fail(s, step::EXECVE)
     }
 }
 
