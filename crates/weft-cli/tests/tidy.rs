@@ -13,7 +13,7 @@ use common::root;
 
 /// The layers, bottom first: a crate may depend on crates of lower layers only.
 const LAYERS: &[&[&str]] = &[
-    &["weft-alloc", "weft-core", "weft-ui"],
+    &["weft-alloc", "weft-spawn", "weft-core", "weft-ui"],
     &["weft-analysis", "weft-tools", "weft-store"],
     &[
         "weft-builtins",
