@@ -543,22 +543,15 @@ impl Inner {
         }
         let conf = self.confinement.as_ref();
         let landlock = conf.and_then(|c| c.landlock.clone());
-        let started = if conf.is_some_and(|c| c.offline) {
-            crate::sandbox::offline_spawner()
-                .map_err(|e| {
-                    ToolError::fatal(
-                        "command_sandbox_failed",
-                        format!("confining `{}`: {e}", self.shown),
-                    )
-                })?
-                .spawn(weft_spawn::OwnedSpec {
-                    program: self.exec.clone(),
-                    argv: self.argv.clone(),
-                    env,
-                    cwd: self.cwd.clone(),
-                    limits: self.limits.clone(),
-                    landlock,
-                })
+        let started = if let Some(spawner) = conf.and_then(|c| c.spawner) {
+            spawner.spawn(weft_spawn::OwnedSpec {
+                program: self.exec.clone(),
+                argv: self.argv.clone(),
+                env,
+                cwd: self.cwd.clone(),
+                limits: self.limits.clone(),
+                landlock,
+            })
         } else {
             weft_spawn::spawn(&weft_spawn::Spec {
                 program: &self.exec,
@@ -567,7 +560,6 @@ impl Inner {
                 cwd: self.cwd.as_deref(),
                 limits: &self.limits,
                 landlock: landlock.as_deref().map(AsFd::as_fd),
-                seccomp: None,
             })
         };
         let not_started = |e: weft_spawn::Error| {
@@ -778,7 +770,11 @@ except OSError as e:
         let ns = CommandSource::open_with("t", &def(false), namespace).unwrap();
         assert!(
             ns.inner.exec.to_bytes().ends_with(b"/unshare")
-                && ns.inner.confinement.as_ref().is_some_and(|c| !c.offline),
+                && ns
+                    .inner
+                    .confinement
+                    .as_ref()
+                    .is_some_and(|c| c.spawner.is_none()),
             "the child starts under `unshare`, without the filter"
         );
         let e = ns

@@ -241,12 +241,12 @@ fn probe_landlock() -> Result<(), String> {
 }
 
 /// A [`Confinement`] made ready for every child of a tool: the Landlock ruleset's file
-/// descriptor (each child restricts itself to it) and whether the child starts from the
-/// [`offline_spawner`] (whose seccomp filter it inherits).
-#[derive(Debug, Default)]
+/// descriptor (each child restricts itself to it) and, without network, the
+/// [`offline_spawner`] its children start from (they inherit its seccomp filter).
+#[derive(Debug)]
 pub(crate) struct Prepared {
     pub(crate) landlock: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
-    pub(crate) offline: bool,
+    pub(crate) spawner: Option<&'static weft_spawn::Spawner>,
 }
 
 /// Builds `c`'s ruleset once per tool (and starts the offline spawner when it needs it).
@@ -259,20 +259,15 @@ pub(crate) fn prepare(c: &Confinement) -> Result<Prepared, String> {
                 .ok_or("Landlock: the kernel did not enforce the ruleset")?,
         )),
     };
-    if c.offline {
-        offline_spawner()?;
-    }
-    Ok(Prepared {
-        landlock,
-        offline: c.offline,
-    })
+    let spawner = c.offline.then(offline_spawner).transpose()?;
+    Ok(Prepared { landlock, spawner })
 }
 
 /// The thread every child without network starts from: it has the seccomp filter of
 /// [`NetCut::Filter`], which its children inherit (installing it in each child costs ~55 µs,
 /// docs/performance.md). Started once per process.
 #[cfg(target_os = "linux")]
-pub(crate) fn offline_spawner() -> Result<&'static weft_spawn::Spawner, String> {
+fn offline_spawner() -> Result<&'static weft_spawn::Spawner, String> {
     static SPAWNER: OnceLock<Result<weft_spawn::Spawner, String>> = OnceLock::new();
     SPAWNER
         .get_or_init(|| {

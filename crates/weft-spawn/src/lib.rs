@@ -17,18 +17,18 @@
 //! 2. a process group of its own (`setpgid(0, 0)`), so the caller can kill all it started;
 //! 3. the three pipes onto stdin, stdout and stderr; the working directory;
 //! 4. the resource limits (`prlimit64` on itself: `RLIMIT_AS`, `RLIMIT_CPU`);
-//! 5. `no_new_privs`, the Landlock ruleset (`landlock_restrict_self` with a ruleset file
-//!    descriptor made once per tool), the seccomp filter;
+//! 5. `no_new_privs` and the Landlock ruleset (`landlock_restrict_self` with a ruleset file
+//!    descriptor made once per tool);
 //! 6. an empty signal mask, then `execve`.
 //!
 //! The child only makes system calls through libc's thin wrappers: no allocation, no lock, no
 //! unwinding, nothing written but its own stack (a guarded stack per thread, reused), `errno`
-//! and the block it shares with the caller (its pipe ends, the failed step and its `errno`). Everything it reads (paths, `argv`, `envp`, the
-//! filter) is built by the caller beforehand and outlives the call, since the caller's thread
-//! is suspended until the child has called `execve` or exited. Signals are blocked across
-//! `clone`, so none is handled in the child before step 1. A step that fails ends the child
-//! (`_exit(127)`) and [`spawn`] returns which step and its `errno` (an `execve` failure is
-//! [`Stage::Exec`], with `ENOENT` as [`io::ErrorKind::NotFound`]).
+//! and the block it shares with the caller (its pipe ends, the failed step and its `errno`).
+//! Everything it reads (paths, `argv`, `envp`, the limits) is built by the caller beforehand
+//! and outlives the call, since the caller's thread is suspended until the child has called
+//! `execve` or exited. Signals are blocked across `clone`, so none is handled in the child before
+//! step 1. A step that fails ends the child (`_exit(127)`) and [`spawn`] returns which step and its
+//! `errno` (an `execve` failure is [`Stage::Exec`], with `ENOENT` as [`io::ErrorKind::NotFound`]).
 //!
 //! The child comes with a pidfd (`CLONE_PIDFD`, Linux 5.2), so the caller waits for it on the
 //! runtime's reactor and never signals a recycled pid. A [`Child`] dropped before it was
@@ -36,8 +36,9 @@
 //!
 //! **A seccomp filter from a thread ([`Spawner`]).** The kernel compiles a filter each time
 //! one is installed (~55 µs per child here, docs/performance.md), while a child inherits its
-//! parent thread's filter for nothing. A [`Spawner`] is a thread that installs a filter once
-//! and starts children the same way (Landlock and limits still in each child). The caller
+//! parent thread's filter for nothing. So there is no filter step in the child: a
+//! [`Spawner`] is a thread that installs a filter once and starts children the same way
+//! (Landlock and limits still in each child). The caller
 //! does not wait for it: it gets the pipes at once, writes and reads, and [`Child::started`]
 //! says how the start went (a failed start closes the child's ends of the pipes).
 
@@ -94,8 +95,6 @@ pub struct Spec<'a> {
     /// A Landlock ruleset (`landlock_create_ruleset`'s file descriptor) the child restricts
     /// itself to.
     pub landlock: Option<BorrowedFd<'a>>,
-    /// A seccomp filter program the child installs (`SECCOMP_SET_MODE_FILTER`).
-    pub seccomp: Option<&'a [SockFilter]>,
 }
 
 /// Where starting a child failed.
@@ -105,7 +104,7 @@ pub enum Stage {
     Start,
     /// In the child, before confinement: process group, stdio, working directory, limits.
     Setup,
-    /// In the child: `no_new_privs`, Landlock or seccomp.
+    /// In the child: `no_new_privs` or Landlock; on a [`Spawner`]'s thread, its filter.
     Confine,
     /// `execve` itself (`NotFound`: no such program).
     Exec,
@@ -185,7 +184,6 @@ const STEPS: &[(Stage, &str)] = &[
     (Stage::Setup, "prlimit64"),
     (Stage::Confine, "prctl(PR_SET_NO_NEW_PRIVS)"),
     (Stage::Confine, "landlock_restrict_self"),
-    (Stage::Confine, "seccomp"),
     (Stage::Setup, "sigprocmask"),
     (Stage::Exec, "execve"),
 ];
@@ -199,9 +197,8 @@ mod step {
     pub(super) const PRLIMIT: c_int = 4;
     pub(super) const NO_NEW_PRIVS: c_int = 5;
     pub(super) const LANDLOCK: c_int = 6;
-    pub(super) const SECCOMP: c_int = 7;
-    pub(super) const SIGMASK: c_int = 8;
-    pub(super) const EXECVE: c_int = 9;
+    pub(super) const SIGMASK: c_int = 7;
+    pub(super) const EXECVE: c_int = 8;
 }
 
 /// What the child reads (prepared by [`spawn`], alive until the child has exec'd or exited)
@@ -220,7 +217,6 @@ struct Shared {
     /// -1: none.
     landlock: c_int,
     /// Null: none.
-    seccomp: *const libc::sock_fprog,
     failed_step: c_int,
     errno: c_int,
 }
@@ -381,18 +377,6 @@ fn start_child(spec: &Spec<'_>, stdio: &[OwnedFd; 3]) -> Result<Proc, Error> {
     };
     let argv = pointers(spec.argv);
     let envp = pointers(spec.env);
-    let fprog = match spec.seccomp {
-        Some(filter) => Some(libc::sock_fprog {
-            len: u16::try_from(filter.len()).map_err(|_| {
-                start(
-                    "seccomp",
-                    io::Error::other("the filter is over 65,535 instructions"),
-                )
-            })?,
-            filter: filter.as_ptr().cast_mut(),
-        }),
-        None => None,
-    };
     let mut limits = [(
         0,
         libc::rlimit64 {
@@ -429,9 +413,6 @@ fn start_child(spec: &Spec<'_>, stdio: &[OwnedFd; 3]) -> Result<Proc, Error> {
         limits,
         n_limits: spec.limits.len(),
         landlock: spec.landlock.map_or(-1, |fd| fd.as_raw_fd()),
-        seccomp: fprog
-            .as_ref()
-            .map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
         failed_step: 0,
         errno: 0,
     };
@@ -578,24 +559,12 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
             }
         }
         // 5.
-        if s.landlock >= 0 || !s.seccomp.is_null() {
+        if s.landlock >= 0 {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 fail(s, step::NO_NEW_PRIVS);
             }
-            if s.landlock >= 0
-                && libc::syscall(libc::SYS_landlock_restrict_self, s.landlock, 0) != 0
-            {
+            if libc::syscall(libc::SYS_landlock_restrict_self, s.landlock, 0) != 0 {
                 fail(s, step::LANDLOCK);
-            }
-            if !s.seccomp.is_null()
-                && libc::syscall(
-                    libc::SYS_seccomp,
-                    libc::SECCOMP_SET_MODE_FILTER,
-                    0,
-                    s.seccomp,
-                ) != 0
-            {
-                fail(s, step::SECCOMP);
             }
         }
         // 6.
@@ -801,6 +770,13 @@ pub struct Spawner {
     jobs: std::sync::mpsc::Sender<Job>,
 }
 
+#[cfg(target_os = "linux")]
+impl fmt::Debug for Spawner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Spawner").finish_non_exhaustive()
+    }
+}
+
 /// What a [`Spawner`] starts: a [`Spec`] whose parts it owns (the filter is the spawner's).
 #[derive(Debug, Clone)]
 pub struct OwnedSpec {
@@ -875,7 +851,6 @@ impl Spawner {
                         cwd: s.cwd.as_deref(),
                         limits: &s.limits,
                         landlock: s.landlock.as_deref().map(AsFd::as_fd),
-                        seccomp: None,
                     };
                     let started = start_child(&spec, &job.stdio);
                     drop(job.stdio);
