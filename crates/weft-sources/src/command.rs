@@ -56,11 +56,13 @@
 //! `sandbox.rs`). A command tool is confined by default, because a demanding operator expects
 //! a program an LLM-written plan can call to reach no more than it was given:
 //! - *Network*: `network = false` (the default) cuts the child off every network: no host, not
-//!   even loopback, TCP and UDP alike, nor abstract Unix sockets outside it. A seccomp filter
-//!   refuses it any socket but a Unix one ("Permission denied") and Landlock's scope the
-//!   abstract sockets (Linux 6.12); on an older kernel it runs in a network namespace without
-//!   interfaces instead (`unshare --net`, a second process per call, ~1 ms). A Unix socket at a
-//!   path it may see stays reachable either way. `network = true` gives it weft's network,
+//!   even loopback, TCP and UDP alike, nor abstract Unix sockets outside it. The child joins a
+//!   network namespace without interfaces ("Network is unreachable"), made once per process
+//!   with a user namespace that maps weft's user and group to themselves (so its ids and file
+//!   access are unchanged; as root, it loses the machine-wide capabilities). Where user
+//!   namespaces are off, a seccomp filter refuses it any socket but a Unix one ("Permission
+//!   denied") and Landlock's scope the abstract sockets (Linux 6.12). A Unix socket at a path
+//!   it may see stays reachable either way. `network = true` gives it weft's network,
 //!   and `connect_ports = [443]` with it the TCP ports it may connect to (Landlock, Linux
 //!   6.7; UDP is not restricted). A command cannot be limited to some hosts (the kernel cannot
 //!   tell hosts apart below a proxy): let it call an `http` tool's endpoint, or give it the
@@ -74,8 +76,8 @@
 //!   `write_paths = ["/"]` without `read_paths` lifts the restriction. Paths must exist when
 //!   the tool is built (relative ones are against `cwd`).
 //!
-//! Landlock needs Linux 5.13 with `landlock` among its LSMs; the network cut needs Linux 6.12
-//! (Landlock ABI 6) and seccomp, or else `unshare` and, not running as root, user namespaces.
+//! Landlock needs Linux 5.13 with `landlock` among its LSMs; the network cut needs user
+//! namespaces, or else Linux 6.12 (Landlock ABI 6) and seccomp.
 //! A machine that cannot enforce what the definition implies refuses to build the tool
 //! (`invalid_tool`, naming the setting that would lift the restriction) — it never runs the
 //! command less confined than its profile says.
@@ -218,7 +220,7 @@ pub(crate) struct CommandSource {
 }
 
 struct Inner {
-    /// What is started: `unshare` for the namespace fallback, else the program.
+    /// The program (a path).
     exec: CString,
     /// The whole argument vector, `argv[0]` (the path of `exec`) included.
     argv: Vec<CString>,
@@ -232,8 +234,8 @@ struct Inner {
     shown: String,
     /// The child's confinement (its Landlock ruleset; without network, the seccomp spawner).
     confinement: Option<Prepared>,
-    /// The program itself, when `exec` is a wrapper (`unshare`).
-    wrapped: Option<PathBuf>,
+    /// Without network: the namespaces the child joins ([`NetCut::Namespace`]).
+    namespaces: Option<&'static weft_spawn::Namespaces>,
 }
 
 impl CommandSource {
@@ -313,21 +315,14 @@ impl CommandSource {
             .map(|c| crate::sandbox::prepare(&c))
             .transpose()
             .map_err(|e| invalid(format!("the command's sandbox cannot be built: {e}")))?;
-        let args = def.args.iter().map(OsString::from);
-        let (exec, wrapped, argv): (PathBuf, _, Vec<OsString>) = match cut {
-            Some(NetCut::Namespace(prefix)) => {
-                let mut prefix = prefix.into_iter();
-                let unshare = PathBuf::from(prefix.next().unwrap_or_default());
-                let mut all: Vec<OsString> = prefix.collect();
-                all.push(program.clone().into_os_string());
-                all.extend(args);
-                (unshare, Some(program), all)
-            }
-            _ => (program, None, args.collect()),
+        let namespaces = match cut {
+            Some(NetCut::Namespace(ns)) => Some(ns),
+            _ => None,
         };
+        let exec = program;
         let exec_c = c_string(exec.as_os_str()).map_err(invalid)?;
         let argv = std::iter::once(Ok(exec_c.clone()))
-            .chain(argv.iter().map(|a| c_string(a)))
+            .chain(def.args.iter().map(|a| c_string(std::ffi::OsStr::new(a))))
             .collect::<Result<Vec<_>, _>>()
             .map_err(invalid)?;
         let cwd = def
@@ -351,7 +346,7 @@ impl CommandSource {
                 max_output: usize::try_from(def.max_output_bytes).unwrap_or(usize::MAX),
                 shown,
                 confinement,
-                wrapped,
+                namespaces,
             }),
         })
     }
@@ -531,16 +526,6 @@ impl Inner {
                 )
             })?);
         }
-        // A wrapper would start and then fail to run a program gone since the build; say
-        // it as a direct start would.
-        if let Some(p) = &self.wrapped
-            && !p.exists()
-        {
-            return Err(ToolError::fatal(
-                "command_not_found",
-                format!("starting `{}`: {} does not exist", self.shown, p.display()),
-            ));
-        }
         let conf = self.confinement.as_ref();
         let landlock = conf.and_then(|c| c.landlock.clone());
         let started = if let Some(spawner) = conf.and_then(|c| c.spawner) {
@@ -560,6 +545,7 @@ impl Inner {
                 cwd: self.cwd.as_deref(),
                 limits: &self.limits,
                 landlock: landlock.as_deref().map(AsFd::as_fd),
+                namespaces: self.namespaces,
             })
         };
         let not_started = |e: weft_spawn::Error| {
@@ -716,16 +702,27 @@ mod tests {
     use super::{CommandDef, CommandSource, NetCut};
     use crate::Source;
 
-    /// Connects to the loopback port in the args and says so, or exits 3 with the error.
-    const CONNECT: &str = r#"
+    /// Tries a TCP connection, a UDP datagram and an abstract Unix socket, each to the peer
+    /// the args name; says of each "reached" or the system's error.
+    const REACH: &str = r#"
 import json, socket, sys
-port = json.load(sys.stdin)["port"]
-try:
-    socket.create_connection(("127.0.0.1", port), timeout=5).close()
-    print(json.dumps({"connected": True}))
-except OSError as e:
-    print(f"connect failed: {e}", file=sys.stderr)
-    sys.exit(3)
+a = json.load(sys.stdin)
+def tcp():
+    socket.create_connection(("127.0.0.1", a["tcp"]), timeout=5).close()
+def udp():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"x", ("127.0.0.1", a["udp"]))
+def abstract():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect("\0" + a["abstract"])
+out = {}
+for name, f in [("tcp", tcp), ("udp", udp), ("abstract", abstract)]:
+    try:
+        f()
+        out[name] = "reached"
+    except OSError as e:
+        out[name] = e.strerror
+print(json.dumps(out))
 "#;
 
     /// stderr keeps exactly its last bytes however much comes; stdout is refused one byte
@@ -749,51 +746,99 @@ except OSError as e:
         );
     }
 
-    /// The namespace that stands in for the seccomp filter where the kernel lacks what the
-    /// filter needs (this machine has it, so `open` never picks the namespace here).
+    /// Both ways of cutting the network refuse TCP, UDP and abstract Unix sockets, each with
+    /// its own errors: the namespace (what `open` picks here) and the filter that stands in for
+    /// it where user namespaces are off. Given the network, the same program reaches all three.
     #[tokio::test]
-    async fn the_namespace_fallback_cuts_the_network_too() {
+    async fn the_namespace_and_the_filter_both_cut_the_network() {
+        use std::os::linux::net::SocketAddrExt;
         let out = std::process::Command::new("python3")
             .args(["-c", "import sys; print(sys.executable)"])
             .output()
             .expect("python3 is on the machine");
         let python = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        tcp.set_nonblocking(true).unwrap();
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        udp.set_nonblocking(true).unwrap();
+        let name = format!("weft-command-test-{}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let unix = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+        unix.set_nonblocking(true).unwrap();
+        // What reached the three peers since last asked.
+        let arrived = || {
+            let mut buf = [0u8; 8];
+            let n = |mut f: Box<dyn FnMut() -> bool + '_>| (0..).take_while(|_| f()).count();
+            [
+                n(Box::new(|| tcp.accept().is_ok())),
+                n(Box::new(|| udp.recv(&mut buf).is_ok())),
+                n(Box::new(|| unix.accept().is_ok())),
+            ]
+        };
+        let args = json!({"tcp": tcp.local_addr().unwrap().port(),
+            "udp": udp.local_addr().unwrap().port(), "abstract": name});
         let def = |network: bool| -> CommandDef {
-            serde_json::from_value(json!({"program": &python, "args": ["-c", CONNECT],
+            serde_json::from_value(json!({"program": &python, "args": ["-c", REACH],
                 "network": network}))
             .unwrap()
         };
-        let namespace = || crate::sandbox::netns_prefix().map(NetCut::Namespace);
-
-        let ns = CommandSource::open_with("t", &def(false), namespace).unwrap();
+        let namespace = || crate::sandbox::namespaces().map(NetCut::Namespace);
         assert!(
-            ns.inner.exec.to_bytes().ends_with(b"/unshare")
-                && ns
-                    .inner
-                    .confinement
-                    .as_ref()
-                    .is_some_and(|c| c.spawner.is_none()),
-            "the child starts under `unshare`, without the filter"
+            matches!(crate::sandbox::net_cut(), Ok(NetCut::Namespace(_))),
+            "this machine makes user namespaces, so the namespace is the default"
         );
-        let e = ns
-            .call(ToolContext::detached("t"), json!({"port": port}))
-            .await
-            .unwrap_err();
-        assert_eq!(e.code, "command_failed", "{e}");
-        assert!(
-            e.message.contains("connect failed") && e.message.contains("unreachable"),
-            "{e}"
-        );
+        let unreachable = "Network is unreachable";
+        let cuts = [
+            (
+                "namespace",
+                namespace().unwrap(),
+                // The machine's abstract sockets are not in the namespace.
+                [unreachable, unreachable, "Connection refused"],
+            ),
+            (
+                "filter",
+                NetCut::Filter,
+                // Landlock's scope refuses the abstract socket.
+                [
+                    "Permission denied",
+                    "Permission denied",
+                    "Operation not permitted",
+                ],
+            ),
+        ];
+        for (cut_name, cut, errors) in cuts {
+            let tool = CommandSource::open_with("t", &def(false), || Ok(cut)).unwrap();
+            let conf = tool.inner.confinement.as_ref();
+            assert_eq!(
+                (
+                    tool.inner.namespaces.is_some(),
+                    conf.is_some_and(|c| c.spawner.is_some())
+                ),
+                (cut_name == "namespace", cut_name == "filter"),
+                "{cut_name}: what the child starts with"
+            );
+            let got = tool
+                .call(ToolContext::detached("t"), args.clone())
+                .await
+                .unwrap();
+            assert_eq!(
+                got,
+                json!({"tcp": errors[0], "udp": errors[1], "abstract": errors[2]}),
+                "{cut_name}"
+            );
+            assert_eq!(arrived(), [0, 0, 0], "{cut_name}: nothing arrived");
+        }
 
-        // The same program with the network connects: the failure above is the namespace's.
+        // The same program with the network reaches all three: the refusals above are the
+        // cuts'.
         let open = CommandSource::open_with("t", &def(true), namespace).unwrap();
         assert_eq!(
-            open.call(ToolContext::detached("t"), json!({"port": port}))
+            open.call(ToolContext::detached("t"), args.clone())
                 .await
                 .unwrap(),
-            json!({"connected": true})
+            json!({"tcp": "reached", "udp": "reached", "abstract": "reached"})
         );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(arrived(), [1, 1, 1], "each peer reached once");
     }
 }

@@ -1,38 +1,40 @@
 //! The confinement of a `command` tool's child (its step security profile, enforced): the
-//! filesystem through Landlock, the network through a seccomp filter (or, on kernels without
-//! what that needs, a network namespace without interfaces). See the `command` module docs for
-//! what a definition asks; this module makes it so or says why not.
+//! filesystem through Landlock, the network through a network namespace the child joins (or,
+//! where user namespaces are off, a seccomp filter). See the `command` module docs for what a
+//! definition asks; this module makes it so or says why not.
 //!
 //! **Built once, applied in each child.** When the tool is built, its Landlock ruleset is
 //! made (a file descriptor, [`Prepared`]); `weft-spawn` starts each child and, between
-//! `clone` and `execve`, restricts the child alone to that ruleset. The seccomp filter is
-//! compiled once and installed once, on one thread of weft's that does nothing but start the
-//! children without network ([`offline_spawner`]): they inherit it, where installing it in
-//! each child would cost ~55 µs (the kernel compiles every filter it is given). No runtime
-//! thread of weft is ever restricted.
+//! `clone` and `execve`, restricts the child alone to that ruleset and has it join the
+//! namespaces. No runtime thread of weft is ever restricted.
 //!
-//! **No network** ([`NetCut::Filter`], where the kernel has Landlock ABI 6, Linux 6.12): a
-//! seccomp filter refuses `socket` for every family but `AF_UNIX` (IPv4, IPv6, netlink, packet,
-//! …: `EACCES`, "Permission denied") and `io_uring_setup` (whose rings can open sockets past
-//! the filter), and Landlock's scope refuses connecting to abstract Unix sockets made outside
-//! the child's domain. A Unix socket at a path stays reachable where the filesystem rules let
-//! the child see it, as in a namespace. The filter only knows the machine's own architecture:
-//! a 32-bit program is killed at its first system call (`SIGSYS`), and x32 calls of `socket`
-//! are refused outright. Costs microseconds per call.
+//! **No network** ([`NetCut::Namespace`]): one user namespace and one network namespace it
+//! owns are made once per process ([`weft_spawn::Namespaces`]); every child without network
+//! joins them (two `setns` calls). The network namespace's only interface, `lo`, is down: no
+//! address, not even 127.0.0.1, is reachable, TCP and UDP alike ("Network is unreachable"),
+//! and the machine's abstract Unix sockets are not there. The user namespace maps weft's
+//! user and group to themselves, so the child's ids and file access are as without it; the
+//! capabilities a child has inside reach that network namespace only, so it cannot leave
+//! it. A Unix socket at a path stays reachable where the filesystem rules let the child see
+//! it. Costs a few microseconds per call.
 //!
-//! **The fallback** ([`NetCut::Namespace`]) comes from `unshare` (util-linux): the child
-//! runs `unshare --net -- program …`, so it starts in a
-//! namespace whose only interface, `lo`, is down: no address, not even 127.0.0.1, is
-//! reachable. Not running as root, the namespace needs a user namespace too (`--user`,
-//! `--map-current-user` where the kernel lets it write the map under Landlock, else unmapped).
-//! Which form works is found once per process by running it. It costs a second process per
-//! call (~1 ms here, docs/performance.md).
+//! **The fallback** ([`NetCut::Filter`], where user namespaces cannot be made or joined — off
+//! by `user.max_user_namespaces`, or refused to unprivileged users by an LSM — and the kernel
+//! has Landlock ABI 6, Linux 6.12): a seccomp filter refuses `socket` for every family but
+//! `AF_UNIX` (IPv4, IPv6, netlink, packet, …: `EACCES`, "Permission denied") and
+//! `io_uring_setup` (whose rings can open sockets past the filter), and Landlock's scope
+//! refuses connecting to abstract Unix sockets made outside the child's domain. The filter
+//! only knows the machine's own architecture: a 32-bit program is killed at its first
+//! system call (`SIGSYS`), and x32 calls of `socket` are refused outright. The filter is
+//! compiled once and installed once, on one thread of weft's that does nothing but start
+//! these children ([`offline_spawner`]): they inherit it, where installing it in each child
+//! would cost ~55 µs (the kernel compiles every filter it is given). The hand-over to that
+//! thread costs up to ~50 µs a call (docs/performance.md).
 //!
 //! Both are checked when the tool is built: a restriction the definition implies that this
 //! machine cannot enforce (no Landlock in the kernel, neither way to cut the network) is a
 //! build error naming the setting that would lift it, never a run without it.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -87,25 +89,38 @@ impl Confinement {
 }
 
 /// How a command without network (`network = false`) is cut off from it on this machine.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) enum NetCut {
-    /// In the child: a seccomp filter and Landlock's abstract-socket scope.
+    /// The child joins a network namespace without interfaces.
+    Namespace(&'static weft_spawn::Namespaces),
+    /// In the child: a seccomp filter (from the offline spawner) and Landlock's
+    /// abstract-socket scope.
     Filter,
-    /// A second process: `unshare` and its flags (ending in `--`) before the program.
-    Namespace(Vec<OsString>),
 }
 
-/// The way this machine cuts a command off the network (the filter where the kernel has
-/// what it needs, else a namespace), or why neither works. Found once per process.
+/// The way this machine cuts a command off the network (the namespaces where they can be
+/// made and joined, else the filter), or why neither works. Found once per process.
 pub(crate) fn net_cut() -> Result<NetCut, String> {
     static CUT: OnceLock<Result<NetCut, String>> = OnceLock::new();
-    CUT.get_or_init(|| match filter_available() {
-        Ok(()) => Ok(NetCut::Filter),
-        Err(filter) => netns_prefix()
-            .map(NetCut::Namespace)
-            .map_err(|ns| format!("{filter}; and a network namespace cannot be made: {ns}")),
+    CUT.get_or_init(|| match namespaces() {
+        Ok(ns) => Ok(NetCut::Namespace(ns)),
+        Err(ns) => filter_available()
+            .map(|()| NetCut::Filter)
+            .map_err(|filter| format!("{ns}; and {filter}")),
     })
     .clone()
+}
+
+/// The namespaces of [`NetCut::Namespace`], made once per process; why they cannot be.
+pub(crate) fn namespaces() -> Result<&'static weft_spawn::Namespaces, String> {
+    static NAMESPACES: OnceLock<Result<weft_spawn::Namespaces, String>> = OnceLock::new();
+    NAMESPACES
+        .get_or_init(|| {
+            weft_spawn::Namespaces::create()
+                .map_err(|e| format!("a user and network namespace cannot be made here ({e})"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 /// Whether [`NetCut::Filter`] works here: Landlock's abstract-socket scope (ABI 6) and a
@@ -376,81 +391,4 @@ fn ruleset(c: &Confinement) -> Result<Option<landlock::RulesetCreated>, String> 
         )
         .map_err(fail)
         .map(Some)
-}
-
-/// `unshare` and its flags (ending in `--`) that put a child in a network namespace without
-/// interfaces here, or why none does. Found once per process, by running them.
-pub(crate) fn netns_prefix() -> Result<Vec<OsString>, String> {
-    static PREFIX: OnceLock<Result<Vec<OsString>, String>> = OnceLock::new();
-    PREFIX.get_or_init(probe_netns).clone()
-}
-
-fn probe_netns() -> Result<Vec<OsString>, String> {
-    // Also where util-linux installs it: the sandbox should not hang on weft's PATH.
-    let unshare = crate::command::find_on_path("unshare")
-        .or_else(|| {
-            ["/usr/bin/unshare", "/bin/unshare"]
-                .iter()
-                .map(PathBuf::from)
-                .find(|p| p.is_file())
-        })
-        .ok_or("`unshare` (util-linux) is neither on weft's PATH nor in /usr/bin")?;
-    let candidates: [&[&str]; 3] = [
-        &["--net"],
-        &["--user", "--map-current-user", "--net"],
-        &["--user", "--net"],
-    ];
-    let mut first_error = None;
-    for flags in candidates {
-        let mut prefix: Vec<OsString> = vec![unshare.clone().into_os_string()];
-        prefix.extend(flags.iter().map(OsString::from));
-        prefix.push("--".into());
-        match probe_one(&prefix, &unshare) {
-            Ok(()) => return Ok(prefix),
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    Err(first_error.unwrap_or_default())
-}
-
-/// Runs `prefix unshare --version` as a sandboxed call would (under Landlock when this
-/// kernel has it, since Landlock decides whether `unshare` may write a user namespace's map).
-fn probe_one(prefix: &[OsString], unshare: &Path) -> Result<(), String> {
-    let prefix = prefix.to_vec();
-    let unshare = unshare.to_path_buf();
-    let run = move || -> Result<(), String> {
-        if landlock_available().is_ok() {
-            restrict_thread(&Confinement {
-                read: None,
-                write: Vec::new(),
-                connect_ports: None,
-                offline: false,
-            })?;
-        }
-        let (exec, rest) = prefix.split_first().ok_or("empty prefix")?;
-        let out = std::process::Command::new(exec)
-            .args(rest)
-            .arg(&unshare)
-            .arg("--version")
-            .env_clear()
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| format!("running `unshare`: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "`{}` failed: {}",
-                prefix
-                    .iter()
-                    .map(|s| s.to_string_lossy())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
-    };
-    on_probe_thread(run)
 }

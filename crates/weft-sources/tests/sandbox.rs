@@ -1,7 +1,8 @@
 //! The `command` source's sandbox against real processes: a program reading outside its
 //! `read_paths`, writing outside its `write_paths`, or reaching anything over a network
-//! without network (TCP, UDP, an abstract Unix socket) is refused by the kernel (Landlock,
-//! the seccomp filter or, where the kernel lacks what the filter needs, a network namespace),
+//! without network (TCP, UDP, an abstract Unix socket) is refused by the kernel (Landlock and
+//! the network namespace here; the seccomp filter that stands in for it is checked in
+//! `command.rs`'s unit tests),
 //! while the same program with the restriction lifted succeeds — so each refusal is the
 //! sandbox's doing.
 
@@ -213,16 +214,16 @@ async fn opening_a_socket_without_network_fails() {
     let p = script(&dir, "connect.py", &format!("#!{}\n{PY_CONNECT}", python()));
     let (port, accepted) = counting_listener().await;
 
-    // Given the network, the same program connects: the failure below is the namespace's.
+    // Given the network, the same program connects: the failure below is the sandbox's.
     let networked = tool(json!({"program": p, "network": true}));
     assert_eq!(
         networked.call(ctx(), json!({"port": port})).await.unwrap(),
         json!({"connected": true})
     );
 
-    // The default: no network at all, not even loopback. The filter refuses the socket
-    // ("Permission denied"); a namespace, where the kernel lacks the filter's needs, has no
-    // route ("unreachable").
+    // The default: no network at all, not even loopback. The namespace has no route
+    // ("unreachable"); the filter, where user namespaces are off, refuses the socket
+    // ("Permission denied").
     let offline = tool(json!({"program": p}));
     let e = offline
         .call(ctx(), json!({"port": port}))
@@ -298,8 +299,8 @@ async fn without_network_udp_and_abstract_sockets_are_refused_and_socket_pairs_w
     );
 }
 
-/// A tool's children all start from its one confined thread: calls made at once each get their
-/// own child and answer, and every one of them is confined.
+/// Calls made at once each get a child and an answer of their own, and every one of them is
+/// confined.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_each_get_a_confined_child_of_their_own() {
     let dir = scratch("concurrent");

@@ -17,8 +17,9 @@
 //! 2. a process group of its own (`setpgid(0, 0)`), so the caller can kill all it started;
 //! 3. the three pipes onto stdin, stdout and stderr; the working directory;
 //! 4. the resource limits (`prlimit64` on itself: `RLIMIT_AS`, `RLIMIT_CPU`);
-//! 5. `no_new_privs` and the Landlock ruleset (`landlock_restrict_self` with a ruleset file
-//!    descriptor made once per tool);
+//! 5. the namespaces it joins (`setns`: a user namespace, then the network namespace it owns,
+//!    both made once per process by [`Namespaces::create`]), `no_new_privs` and the Landlock
+//!    ruleset (`landlock_restrict_self` with a ruleset file descriptor made once per tool);
 //! 6. an empty signal mask, then `execve`.
 //!
 //! The child only makes system calls through libc's thin wrappers: no allocation, no lock, no
@@ -95,6 +96,8 @@ pub struct Spec<'a> {
     /// A Landlock ruleset (`landlock_create_ruleset`'s file descriptor) the child restricts
     /// itself to.
     pub landlock: Option<BorrowedFd<'a>>,
+    /// A user namespace and its network namespace the child joins (`setns`).
+    pub namespaces: Option<&'a Namespaces>,
 }
 
 /// Where starting a child failed.
@@ -182,6 +185,8 @@ const STEPS: &[(Stage, &str)] = &[
     (Stage::Setup, "dup2"),
     (Stage::Setup, "chdir"),
     (Stage::Setup, "prlimit64"),
+    (Stage::Confine, "setns(CLONE_NEWUSER)"),
+    (Stage::Confine, "setns(CLONE_NEWNET)"),
     (Stage::Confine, "prctl(PR_SET_NO_NEW_PRIVS)"),
     (Stage::Confine, "landlock_restrict_self"),
     (Stage::Setup, "sigprocmask"),
@@ -195,10 +200,12 @@ mod step {
     pub(super) const DUP2: c_int = 2;
     pub(super) const CHDIR: c_int = 3;
     pub(super) const PRLIMIT: c_int = 4;
-    pub(super) const NO_NEW_PRIVS: c_int = 5;
-    pub(super) const LANDLOCK: c_int = 6;
-    pub(super) const SIGMASK: c_int = 7;
-    pub(super) const EXECVE: c_int = 8;
+    pub(super) const SETNS_USER: c_int = 5;
+    pub(super) const SETNS_NET: c_int = 6;
+    pub(super) const NO_NEW_PRIVS: c_int = 7;
+    pub(super) const LANDLOCK: c_int = 8;
+    pub(super) const SIGMASK: c_int = 9;
+    pub(super) const EXECVE: c_int = 10;
 }
 
 /// What the child reads (prepared by [`spawn`], alive until the child has exec'd or exited)
@@ -216,7 +223,12 @@ struct Shared {
     n_limits: usize,
     /// -1: none.
     landlock: c_int,
-    /// Null: none.
+    /// The user and network namespaces to join; -1: none.
+    userns: c_int,
+    netns: c_int,
+    /// False: end (`_exit(0)`) where `execve` would come (a check that the steps work).
+    exec: bool,
+    /// 0: none.
     failed_step: c_int,
     errno: c_int,
 }
@@ -324,7 +336,7 @@ pub fn spawn(_spec: &Spec<'_>) -> Result<Child, Error> {
 #[cfg(target_os = "linux")]
 pub fn spawn(spec: &Spec<'_>) -> Result<Child, Error> {
     let (mut child, theirs) = pipes()?;
-    let started = start_child(spec, &theirs);
+    let started = start_child(spec, &theirs, true);
     drop(theirs);
     child.process = Process::Started(started?);
     Ok(child)
@@ -368,8 +380,9 @@ fn pointers(strings: &[CString]) -> Vec<*const c_char> {
 }
 
 /// Clones and execs the child with `stdio` as its stdin, stdout and stderr; needs no runtime.
+/// Without `exec`, the child ends with status 0 where it would call `execve`.
 #[cfg(target_os = "linux")]
-fn start_child(spec: &Spec<'_>, stdio: &[OwnedFd; 3]) -> Result<Proc, Error> {
+fn start_child(spec: &Spec<'_>, stdio: &[OwnedFd; 3], exec: bool) -> Result<Proc, Error> {
     let start = |step: &'static str, source: io::Error| Error {
         stage: Stage::Start,
         step,
@@ -413,6 +426,9 @@ fn start_child(spec: &Spec<'_>, stdio: &[OwnedFd; 3]) -> Result<Proc, Error> {
         limits,
         n_limits: spec.limits.len(),
         landlock: spec.landlock.map_or(-1, |fd| fd.as_raw_fd()),
+        userns: spec.namespaces.map_or(-1, |n| n.user.as_raw_fd()),
+        netns: spec.namespaces.map_or(-1, |n| n.net.as_raw_fd()),
+        exec,
         failed_step: 0,
         errno: 0,
     };
@@ -558,7 +574,14 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
                 fail(s, step::PRLIMIT);
             }
         }
-        // 5.
+        // 5. The user namespace first: it owns the network namespace, and joining it gives the
+        // child the capability that joining that one takes (in it alone).
+        if s.userns >= 0 && libc::setns(s.userns, libc::CLONE_NEWUSER) != 0 {
+            fail(s, step::SETNS_USER);
+        }
+        if s.netns >= 0 && libc::setns(s.netns, libc::CLONE_NEWNET) != 0 {
+            fail(s, step::SETNS_NET);
+        }
         if s.landlock >= 0 {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 fail(s, step::NO_NEW_PRIVS);
@@ -572,6 +595,9 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
         libc::sigemptyset(&mut none);
         if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
             fail(s, step::SIGMASK);
+        }
+        if !s.exec {
+            libc::_exit(0);
         }
         libc::execve(s.program, s.argv, s.envp);
         fail(s, step::EXECVE)
@@ -759,6 +785,167 @@ impl Drop for Proc {
     }
 }
 
+/// A user namespace and a network namespace it owns, made once, that children join
+/// ([`Spec::namespaces`]): the network namespace has no interface but a loopback that is down,
+/// so nothing is reachable from it — no host, not even 127.0.0.1, TCP and UDP alike — and its
+/// abstract Unix sockets are its own. Joining costs each child two `setns` calls, where
+/// making a network namespace per child would cost far more (the kernel sets up and later
+/// tears down its whole network stack).
+///
+/// The user namespace maps weft's own user and group to themselves (as root, every id to
+/// itself), so the child's ids, and whose files it may touch, are as without it; the
+/// capabilities it gains there reach that namespace's network namespace and nothing of the
+/// machine's (so it cannot leave it). Not running as root, `setgroups` is denied in it.
+#[derive(Debug)]
+pub struct Namespaces {
+    user: OwnedFd,
+    net: OwnedFd,
+}
+
+/// Off Linux: `Unsupported`.
+#[cfg(not(target_os = "linux"))]
+impl Namespaces {
+    pub fn create() -> Result<Namespaces, Error> {
+        Err(Error {
+            stage: Stage::Start,
+            step: "namespaces",
+            source: io::Error::new(io::ErrorKind::Unsupported, "namespaces are Linux's"),
+        })
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Namespaces {
+    /// Makes them (through a child that holds them while its id maps are written, then is
+    /// killed) and checks that a child can join them; the error says which step failed here
+    /// (user namespaces may be off: `user.max_user_namespaces`, or refused by the LSM).
+    pub fn create() -> Result<Namespaces, Error> {
+        let fail = |step: &'static str, source: io::Error| Error {
+            stage: Stage::Confine,
+            step,
+            source,
+        };
+        let stack = Stack::map().map_err(|e| fail("mmap", e))?;
+        let top = stack.top();
+        // SAFETY: `hold` runs on `stack`, which only it uses and which outlives it (the
+        // `Holder` kills and reaps it before unmapping it); it touches nothing else. Every
+        // signal is blocked across the call, so the child never runs a handler (it is ended by
+        // SIGKILL, which cannot be blocked); the mask is restored right after.
+        let pid = unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            let pid = libc::clone(
+                hold,
+                top,
+                libc::CLONE_VM | libc::CLONE_NEWUSER | libc::CLONE_NEWNET,
+                std::ptr::null_mut(),
+            );
+            let clone_errno = errno();
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            if pid < 0 {
+                return Err(fail(
+                    "clone(CLONE_NEWUSER | CLONE_NEWNET)",
+                    io::Error::from_raw_os_error(clone_errno),
+                ));
+            }
+            pid
+        };
+        let holder = Holder { pid, _stack: stack };
+        let open = |ns: &str| {
+            std::fs::File::open(format!("/proc/{pid}/ns/{ns}"))
+                .map(OwnedFd::from)
+                .map_err(|e| fail("open /proc/<pid>/ns", e))
+        };
+        let namespaces = Namespaces {
+            user: open("user")?,
+            net: open("net")?,
+        };
+        // SAFETY: plain system calls without arguments.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let write = |file: &str, text: &str| {
+            std::fs::write(format!("/proc/{pid}/{file}"), text)
+                .map_err(|e| fail("writing the user namespace's id maps", e))
+        };
+        if uid == 0 {
+            write("uid_map", "0 0 4294967295")?;
+            write("gid_map", "0 0 4294967295")?;
+        } else {
+            write("setgroups", "deny")?;
+            write("uid_map", &format!("{uid} {uid} 1"))?;
+            write("gid_map", &format!("{gid} {gid} 1"))?;
+        }
+        drop(holder);
+        namespaces.check_join()?;
+        Ok(namespaces)
+    }
+
+    /// Starts a child that joins them and ends where it would call `execve`.
+    fn check_join(&self) -> Result<(), Error> {
+        let null = || {
+            std::fs::File::open("/dev/null")
+                .map(OwnedFd::from)
+                .map_err(|e| Error {
+                    stage: Stage::Start,
+                    step: "open /dev/null",
+                    source: e,
+                })
+        };
+        let stdio = [null()?, null()?, null()?];
+        let spec = Spec {
+            program: c"/",
+            argv: &[],
+            env: &[],
+            cwd: None,
+            limits: &[],
+            landlock: None,
+            namespaces: Some(self),
+        };
+        let mut proc = start_child(&spec, &stdio, false)?;
+        proc.reap_blocking();
+        match proc.status {
+            Some(s) if s.success() => Ok(()),
+            other => Err(Error {
+                stage: Stage::Confine,
+                step: "joining the namespaces",
+                source: io::Error::other(format!("the check child ended with {other:?}")),
+            }),
+        }
+    }
+}
+
+/// The child holding new namespaces while they are set up: killed, then reaped, then its
+/// stack unmapped.
+#[cfg(target_os = "linux")]
+struct Holder {
+    pid: libc::pid_t,
+    _stack: Stack,
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let mut status: c_int = 0;
+        // SAFETY: plain system calls on our own unreaped child (its exit signal is none, so
+        // only `__WALL` waits for it).
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            while libc::waitpid(self.pid, &mut status, libc::__WALL) < 0 && errno() == libc::EINTR {
+            }
+        }
+    }
+}
+
+/// What the holder runs: nothing, until it is killed.
+#[cfg(target_os = "linux")]
+extern "C" fn hold(_: *mut c_void) -> c_int {
+    loop {
+        // SAFETY: a plain system call; every signal is blocked, so only SIGKILL ends it.
+        unsafe { libc::pause() };
+    }
+}
+
 /// A thread with a seccomp filter of its own that starts children, which inherit the filter:
 /// installing a filter costs each child ~55 µs (the kernel compiles it and builds its cache),
 /// handing the start to a thread that has it once costs less, and the caller does not wait
@@ -851,8 +1038,9 @@ impl Spawner {
                         cwd: s.cwd.as_deref(),
                         limits: &s.limits,
                         landlock: s.landlock.as_deref().map(AsFd::as_fd),
+                        namespaces: None,
                     };
-                    let started = start_child(&spec, &job.stdio);
+                    let started = start_child(&spec, &job.stdio, true);
                     drop(job.stdio);
                     // A caller gone meanwhile drops the answer: its child is killed and reaped.
                     let _ = job.answer.send(started);

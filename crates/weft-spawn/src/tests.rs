@@ -18,6 +18,7 @@ fn spec<'a>(program: &'a CStr, argv: &'a [CString]) -> Spec<'a> {
         cwd: None,
         limits: &[],
         landlock: None,
+        namespaces: None,
     }
 }
 
@@ -165,6 +166,7 @@ async fn a_confinement_that_fails_is_reported_as_such() {
     let argv = [c("true")];
     let e = spawn(&Spec {
         landlock: Some(null.as_fd()),
+        namespaces: None,
         ..spec(&prog, &argv)
     })
     .expect_err("not a ruleset");
@@ -348,4 +350,104 @@ async fn a_child_killed_or_dropped_while_starting_does_not_live_on() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert_eq!(running(), 0, "a dropped child lives on (or is a zombie)");
+}
+
+/// Children that join the namespaces reach no address, TCP or UDP, not even loopback, while
+/// keeping weft's user and group; all of them share the one network namespace, not weft's.
+#[tokio::test]
+async fn children_joining_the_namespaces_have_no_network_and_keep_their_ids() {
+    let ns = Namespaces::create().expect("namespaces made");
+    let prog = c("/bin/bash");
+    // A failed `exec` redirection does not end bash: each says so and the script goes on.
+    let script =
+        "exec 3<>/dev/tcp/127.0.0.1/9 || echo tcp; exec 4<>/dev/udp/127.0.0.1/9 || echo udp";
+    let argv = [c("bash"), c("-c"), c(script)];
+    let joined = Spec {
+        namespaces: Some(&ns),
+        ..spec(&prog, &argv)
+    };
+    let (out, err, _) = run(&joined, b"").await;
+    assert_eq!(out, "tcp\nudp\n", "{err}");
+    assert_eq!(err.matches("Network is unreachable").count(), 4, "{err}");
+    // Without them, the same program reaches the loopback: the closed port refuses TCP, and
+    // UDP is sent.
+    let (out, err, _) = run(&spec(&prog, &argv), b"").await;
+    assert_eq!(out, "tcp\n", "{err}");
+    assert!(err.contains("Connection refused"), "{err}");
+
+    let argv = [
+        c("bash"),
+        c("-c"),
+        c("id -u; id -g; readlink /proc/self/ns/net /proc/self/ns/user"),
+    ];
+    let ids = |out: &str| out.lines().map(str::to_string).collect::<Vec<_>>();
+    let ours = ids(&run(&spec(&prog, &argv), b"").await.0);
+    let joined = Spec {
+        namespaces: Some(&ns),
+        ..spec(&prog, &argv)
+    };
+    let first = ids(&run(&joined, b"").await.0);
+    eprintln!("uid {}", first[0]);
+    let second = ids(&run(&joined, b"").await.0);
+    assert_eq!(first[..2], ours[..2], "the same uid and gid");
+    assert_ne!(first[2], ours[2], "another network namespace");
+    assert_ne!(first[3], ours[3], "another user namespace");
+    assert_eq!(first, second, "one network namespace for all");
+}
+
+/// Not running as root, the namespaces are made with other id maps (the user's own ids, and
+/// `setgroups` denied): the test above runs again, from a copy of this test binary, as
+/// `nobody`.
+#[test]
+fn the_namespaces_work_for_a_user_other_than_root_too() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: a plain system call.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not running as root: the test above ran as another user already");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("weft-spawn-nobody-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let exe = dir.join("tests");
+    std::fs::copy(std::env::current_exe().expect("this binary"), &exe).expect("copied");
+    for p in [&dir, &exe] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let name = "tests::children_joining_the_namespaces_have_no_network_and_keep_their_ids";
+    let out = std::process::Command::new(&exe)
+        .args(["--exact", name, "--nocapture"])
+        .current_dir(&dir)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("ran");
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "{text}");
+    assert!(text.contains("uid 65534"), "{text}");
+}
+
+/// A namespace file descriptor that is not one is refused in the child, as the confinement.
+#[tokio::test]
+async fn a_namespace_that_cannot_be_joined_is_reported_as_confine() {
+    let null = |_| OwnedFd::from(std::fs::File::open("/dev/null").expect("null"));
+    let bad = Namespaces {
+        user: null(0),
+        net: null(1),
+    };
+    let prog = c("/bin/true");
+    let argv = [c("true")];
+    let e = spawn(&Spec {
+        namespaces: Some(&bad),
+        ..spec(&prog, &argv)
+    })
+    .expect_err("not a namespace");
+    assert_eq!((e.stage, e.step), (Stage::Confine, "setns(CLONE_NEWUSER)"));
+    assert_eq!(e.source.raw_os_error(), Some(libc::EINVAL));
 }
