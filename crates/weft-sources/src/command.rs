@@ -536,6 +536,7 @@ impl Inner {
                 cwd: self.cwd.clone(),
                 limits: self.limits.clone(),
                 landlock,
+                input: input.clone(),
             })
         } else {
             weft_spawn::spawn(&weft_spawn::Spec {
@@ -546,6 +547,7 @@ impl Inner {
                 limits: &self.limits,
                 landlock: landlock.as_deref().map(AsFd::as_fd),
                 namespaces: self.namespaces,
+                input: &input,
             })
         };
         let not_started = |e: weft_spawn::Error| {
@@ -563,11 +565,15 @@ impl Inner {
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
 
+        // The input is in the pipe already, as much as it holds: the rest is written here.
+        let rest = input.get(child.input_written..).unwrap_or_default();
         let feed = async {
             if let Some(mut w) = stdin {
                 // A child that exits without reading its stdin is not an error here; its
                 // exit status says what happened.
-                let _ = w.write_all(&input).await;
+                if !rest.is_empty() {
+                    let _ = w.write_all(rest).await;
+                }
                 drop(w);
             }
             Ok(())

@@ -202,6 +202,24 @@ async fn a_shell_tool_found_relative_to_its_cwd() {
     );
 }
 
+/// Args of any size reach the program whole: a small one is in the pipe before the child
+/// starts, a large one (over what a pipe holds) is finished by the call while the child reads.
+#[tokio::test]
+async fn args_of_any_size_reach_the_program_whole() {
+    let echo = tool(
+        json!({"program": "/bin/cat", "max_output_bytes": 4_000_000}),
+        json!({}),
+    );
+    for len in [0, 10, 65_536, 3_000_000] {
+        let text: String = (0..len)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let args = json!({"text": text});
+        let got = echo.call(ctx(), args.clone()).await.unwrap();
+        assert!(got == args, "{len} characters came back changed");
+    }
+}
+
 #[tokio::test]
 async fn output_that_is_not_one_json_value_is_fatal() {
     let dir = scratch("bad-json");

@@ -31,6 +31,11 @@
 //! step 1. A step that fails ends the child (`_exit(127)`) and [`spawn`] returns which step and its
 //! `errno` (an `execve` failure is [`Stage::Exec`], with `ENOENT` as [`io::ErrorKind::NotFound`]).
 //!
+//! Before `clone`, the caller puts the child's input ([`Spec::input`]) into the stdin pipe, as
+//! much as the pipe holds: the child can read it, answer and exit while the caller is still on
+//! its way back to the runtime, instead of waiting for the runtime to report the pipe writable
+//! and the caller to be polled again.
+//!
 //! The child comes with a pidfd (`CLONE_PIDFD`, Linux 5.2), so the caller waits for it on the
 //! runtime's reactor and never signals a recycled pid. A [`Child`] dropped before it was
 //! waited for kills its process group and is reaped in the background.
@@ -98,6 +103,10 @@ pub struct Spec<'a> {
     pub landlock: Option<BorrowedFd<'a>>,
     /// A user namespace and its network namespace the child joins (`setns`).
     pub namespaces: Option<&'a Namespaces>,
+    /// Written to the child's stdin before it starts, as much as the pipe holds
+    /// ([`Child::input_written`] says how much): the child finds its input at once, without
+    /// waiting for the caller to be polled again.
+    pub input: &'a [u8],
 }
 
 /// Where starting a child failed.
@@ -136,6 +145,9 @@ impl std::error::Error for Error {
 
 /// A started child: its pipes (taken by the caller) and its process.
 pub struct Child {
+    /// How much of the input ([`Spec::input`]) is already in the stdin pipe; the caller
+    /// writes the rest, if any, and closes [`Child::stdin`].
+    pub input_written: usize,
     process: Process,
     /// [`Child::kill`] came while a [`Spawner`] was still starting it.
     kill_asked: bool,
@@ -335,16 +347,17 @@ pub fn spawn(_spec: &Spec<'_>) -> Result<Child, Error> {
 /// reactor).
 #[cfg(target_os = "linux")]
 pub fn spawn(spec: &Spec<'_>) -> Result<Child, Error> {
-    let (mut child, theirs) = pipes()?;
+    let (mut child, theirs) = pipes(spec.input)?;
     let started = start_child(spec, &theirs, true);
     drop(theirs);
     child.process = Process::Started(started?);
     Ok(child)
 }
 
-/// A [`Child`] without its process yet, and the child's ends of its three pipes.
+/// A [`Child`] without its process yet, with as much of `input` in its stdin pipe as it
+/// holds, and the child's ends of its three pipes.
 #[cfg(target_os = "linux")]
-fn pipes() -> Result<(Child, [OwnedFd; 3]), Error> {
+fn pipes(input: &[u8]) -> Result<(Child, [OwnedFd; 3]), Error> {
     let start = |step: &'static str, source: io::Error| Error {
         stage: Stage::Start,
         step,
@@ -359,7 +372,9 @@ fn pipes() -> Result<(Child, [OwnedFd; 3]), Error> {
     let (in_child, in_ours) = pipe().map_err(|e| start("pipe2", e))?;
     let (out_ours, out_child) = pipe().map_err(|e| start("pipe2", e))?;
     let (err_ours, err_child) = pipe().map_err(|e| start("pipe2", e))?;
+    let input_written = prefill(&in_ours, input).map_err(|e| start("write", e))?;
     let child = Child {
+        input_written,
         process: Process::Failed,
         kill_asked: false,
         stdin: Some(pipe::Sender::from_owned_fd(in_ours).map_err(|e| start("stdin", e))?),
@@ -367,6 +382,36 @@ fn pipes() -> Result<(Child, [OwnedFd; 3]), Error> {
         stderr: Some(pipe::Receiver::from_owned_fd(err_ours).map_err(|e| start("stderr", e))?),
     };
     Ok((child, [in_child, out_child, err_child]))
+}
+
+/// Writes as much of `input` to the pipe `fd` as it takes without blocking (it is made
+/// non-blocking, as the runtime needs it anyway); how much.
+#[cfg(target_os = "linux")]
+fn prefill(fd: &OwnedFd, input: &[u8]) -> io::Result<usize> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: plain system calls on a pipe end this function's caller owns; `write` reads
+    // `input`'s initialized bytes only.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut done = 0;
+        while done < input.len() {
+            let rest = &input[done..];
+            let n = libc::write(fd, rest.as_ptr().cast(), rest.len());
+            if n >= 0 {
+                done += n.unsigned_abs();
+                continue;
+            }
+            match errno() {
+                libc::EINTR => continue,
+                libc::EAGAIN => break,
+                e => return Err(io::Error::from_raw_os_error(e)),
+            }
+        }
+        Ok(done)
+    }
 }
 
 /// `strings` as `execve` takes them: pointers, then a null one.
@@ -901,6 +946,7 @@ impl Namespaces {
             limits: &[],
             landlock: None,
             namespaces: Some(self),
+            input: &[],
         };
         let mut proc = start_child(&spec, &stdio, false)?;
         proc.reap_blocking();
@@ -973,6 +1019,8 @@ pub struct OwnedSpec {
     pub cwd: Option<CString>,
     pub limits: Vec<Limit>,
     pub landlock: Option<std::sync::Arc<OwnedFd>>,
+    /// As [`Spec::input`].
+    pub input: Vec<u8>,
 }
 
 #[cfg(target_os = "linux")]
@@ -1039,6 +1087,7 @@ impl Spawner {
                         limits: &s.limits,
                         landlock: s.landlock.as_deref().map(AsFd::as_fd),
                         namespaces: None,
+                        input: &[],
                     };
                     let started = start_child(&spec, &job.stdio, true);
                     drop(job.stdio);
@@ -1058,8 +1107,8 @@ impl Spawner {
 
     /// Has the thread start `spec`'s program; returns at once with its pipes (see
     /// [`Child::started`]). Must be called on a tokio runtime.
-    pub fn spawn(&self, spec: OwnedSpec) -> Result<Child, Error> {
-        let (mut child, stdio) = pipes()?;
+    pub fn spawn(&self, mut spec: OwnedSpec) -> Result<Child, Error> {
+        let (mut child, stdio) = pipes(&std::mem::take(&mut spec.input))?;
         let (answer, pending) = tokio::sync::oneshot::channel();
         self.jobs
             .send(Job {
