@@ -414,6 +414,38 @@ fn prefill(fd: &OwnedFd, input: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// `clone` with every signal blocked across the call, so that no handler of weft's runs in
+/// the child (which starts with the mask blocked); the caller's mask is restored after.
+///
+/// # Safety
+/// As `clone(2)` with `CLONE_VM`: `f` runs on the stack below `top`, which must stay mapped
+/// and unused by anything else until the child has exec'd or exited, and may touch only what
+/// stays alive and unshared that long (through `arg`); `pidfd` must be valid for writing when
+/// `flags` has `CLONE_PIDFD`.
+#[cfg(target_os = "linux")]
+unsafe fn clone_blocked(
+    f: extern "C" fn(*mut c_void) -> c_int,
+    top: *mut c_void,
+    flags: c_int,
+    arg: *mut c_void,
+    pidfd: *mut c_int,
+) -> io::Result<libc::pid_t> {
+    // SAFETY: the caller's part is above; the masks are plain values on this stack.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let pid = libc::clone(f, top, flags, arg, pidfd);
+        let clone_errno = errno();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(io::Error::from_raw_os_error(clone_errno));
+        }
+        Ok(pid)
+    }
+}
+
 /// `strings` as `execve` takes them: pointers, then a null one.
 #[cfg(target_os = "linux")]
 fn pointers(strings: &[CString]) -> Vec<*const c_char> {
@@ -491,26 +523,16 @@ fn start_child(spec: &Spec<'_>, stdio: &[OwnedFd; 3], exec: bool) -> Result<Proc
         // SAFETY: `child` runs on `top`'s stack, owned by this thread and used by one child at
         // a time; it reads only `shared` and what its pointers point to, all alive until
         // `clone` returns (CLONE_VFORK suspends this thread until the child has exec'd or
-        // exited), and writes only `shared`'s two failure words. Every signal is blocked
-        // across the call, so no handler runs in the child before it resets them; the mask
-        // is restored right after.
+        // exited), and writes only `shared`'s two failure words. On success the kernel
+        // stored a new pidfd, owned by nothing else.
         unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-            let pid = libc::clone(
+            let pid = clone_blocked(
                 child,
                 top,
                 libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
                 (&raw mut shared).cast::<c_void>(),
                 &raw mut pidfd,
-            );
-            let clone_errno = errno();
-            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-            if pid < 0 {
-                return Err(io::Error::from_raw_os_error(clone_errno));
-            }
+            )?;
             Ok((pid, OwnedFd::from_raw_fd(pidfd)))
         }
     });
@@ -873,30 +895,18 @@ impl Namespaces {
         let stack = Stack::map().map_err(|e| fail("mmap", e))?;
         let top = stack.top();
         // SAFETY: `hold` runs on `stack`, which only it uses and which outlives it (the
-        // `Holder` kills and reaps it before unmapping it); it touches nothing else. Every
-        // signal is blocked across the call, so the child never runs a handler (it is ended by
-        // SIGKILL, which cannot be blocked); the mask is restored right after.
+        // `Holder` kills and reaps it before unmapping it); it touches nothing else, and with
+        // every signal blocked only SIGKILL ends it.
         let pid = unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-            let pid = libc::clone(
+            clone_blocked(
                 hold,
                 top,
                 libc::CLONE_VM | libc::CLONE_NEWUSER | libc::CLONE_NEWNET,
                 std::ptr::null_mut(),
-            );
-            let clone_errno = errno();
-            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-            if pid < 0 {
-                return Err(fail(
-                    "clone(CLONE_NEWUSER | CLONE_NEWNET)",
-                    io::Error::from_raw_os_error(clone_errno),
-                ));
-            }
-            pid
-        };
+                std::ptr::null_mut(),
+            )
+        }
+        .map_err(|e| fail("clone(CLONE_NEWUSER | CLONE_NEWNET)", e))?;
         let holder = Holder { pid, _stack: stack };
         let open = |ns: &str| {
             std::fs::File::open(format!("/proc/{pid}/ns/{ns}"))
