@@ -464,7 +464,7 @@ fn c_string(s: &std::ffi::OsStr) -> Result<CString, String> {
 }
 
 /// The first executable `name` on weft's `PATH` (`/usr/bin:/bin` when it is unset).
-pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
+fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
     std::env::split_paths(&path)
         .filter(|d| d.is_absolute())

@@ -124,22 +124,17 @@ pub(crate) fn namespaces() -> Result<&'static weft_spawn::Namespaces, String> {
 }
 
 /// Whether [`NetCut::Filter`] works here: Landlock's abstract-socket scope (ABI 6) and a
-/// seccomp filter, both installed on a thread that ends at once.
+/// seccomp filter, both installed on a thread of its own that ends at once (the probe
+/// restricts its thread).
 fn filter_available() -> Result<(), String> {
-    on_probe_thread(|| {
+    let probe = || {
         restrict_thread(&Confinement {
             read: None,
             write: vec![PathBuf::from("/")],
             connect_ports: None,
             offline: true,
         })
-    })
-}
-
-/// Runs `probe` on a thread of its own that ends with it (a probe restricts its thread).
-fn on_probe_thread(
-    probe: impl FnOnce() -> Result<(), String> + Send + 'static,
-) -> Result<(), String> {
+    };
     std::thread::Builder::new()
         .name("weft-sandbox-probe".into())
         .spawn(probe)

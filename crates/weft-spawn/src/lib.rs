@@ -372,46 +372,41 @@ fn pipes(input: &[u8]) -> Result<(Child, [OwnedFd; 3]), Error> {
     let (in_child, in_ours) = pipe().map_err(|e| start("pipe2", e))?;
     let (out_ours, out_child) = pipe().map_err(|e| start("pipe2", e))?;
     let (err_ours, err_child) = pipe().map_err(|e| start("pipe2", e))?;
-    let input_written = prefill(&in_ours, input).map_err(|e| start("write", e))?;
+    let stdin = pipe::Sender::from_owned_fd(in_ours).map_err(|e| start("stdin", e))?;
+    let input_written = prefill(&stdin, input).map_err(|e| start("write", e))?;
     let child = Child {
         input_written,
         process: Process::Failed,
         kill_asked: false,
-        stdin: Some(pipe::Sender::from_owned_fd(in_ours).map_err(|e| start("stdin", e))?),
+        stdin: Some(stdin),
         stdout: Some(pipe::Receiver::from_owned_fd(out_ours).map_err(|e| start("stdout", e))?),
         stderr: Some(pipe::Receiver::from_owned_fd(err_ours).map_err(|e| start("stderr", e))?),
     };
     Ok((child, [in_child, out_child, err_child]))
 }
 
-/// Writes as much of `input` to the pipe `fd` as it takes without blocking (it is made
-/// non-blocking, as the runtime needs it anyway); how much.
+/// Writes as much of `input` to the pipe `stdin` as it takes without blocking (the runtime
+/// has made it non-blocking); how much.
 #[cfg(target_os = "linux")]
-fn prefill(fd: &OwnedFd, input: &[u8]) -> io::Result<usize> {
-    let fd = fd.as_raw_fd();
-    // SAFETY: plain system calls on a pipe end this function's caller owns; `write` reads
-    // `input`'s initialized bytes only.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut done = 0;
-        while done < input.len() {
-            let rest = &input[done..];
-            let n = libc::write(fd, rest.as_ptr().cast(), rest.len());
-            if n >= 0 {
-                done += n.unsigned_abs();
-                continue;
-            }
-            match errno() {
-                libc::EINTR => continue,
+fn prefill(stdin: &pipe::Sender, input: &[u8]) -> io::Result<usize> {
+    let fd = stdin.as_raw_fd();
+    let mut done = 0;
+    while done < input.len() {
+        let rest = &input[done..];
+        // SAFETY: a plain system call on a pipe end the caller owns; it reads `rest`'s
+        // initialized bytes only.
+        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+        match n {
+            1.. => done += n.unsigned_abs(),
+            0 => break,
+            _ => match errno() {
+                libc::EINTR => {}
                 libc::EAGAIN => break,
                 e => return Err(io::Error::from_raw_os_error(e)),
-            }
+            },
         }
-        Ok(done)
     }
+    Ok(done)
 }
 
 /// `clone` with every signal blocked across the call, so that no handler of weft's runs in
