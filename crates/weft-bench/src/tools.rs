@@ -1,5 +1,6 @@
 //! `weft bench tools`: what weft adds to a call of each kind of declared tool (issue #24's goal:
-//! under 50 µs p99 added by weft itself), and the throughput of `worker` calls over NATS.
+//! under 50 µs p99 added by weft itself), and the throughput of `command` calls and of
+//! `worker` calls over NATS.
 //!
 //! For each kind the same endpoint is called three ways, one call at a time, the ways taking
 //! turns within each sample (their order rotating, so drift hits them alike):
@@ -18,8 +19,8 @@
 //! - **tool**: the declared tool alone (its source and the declared-tool wrapper), outside
 //!   the engine — for `mcp`, the tool `weft_sources::discover` finds on another instance of
 //!   the server;
-//! - **weft**: a one-step instance whose step calls the tool declared as `[[tools.declared]]`
-//!   declares it (`mcp`: discovered from a `[[tools.mcp]]` entry, on a server instance of the
+//! - **weft**: a one-step instance whose step calls the tool, declared as a
+//!   `[[tools.declared]]` entry (`mcp`: discovered from a `[[tools.mcp]]` entry, on a server instance of the
 //!   node's own; `WEFT_BENCH_TOOLS_MCP_ONE_SERVER=1` has every `mcp_http` way call one server
 //!   instance), on a node `weft-node` assembles (registry, tool-call chain, engine dispatch,
 //!   the declared-tool wrapper: timeout, output rules), from `start` until `wait` returns the
@@ -32,6 +33,8 @@
 //! difference is p50(weft) − p50(direct) and p99(weft) − p99(direct). Worker throughput:
 //! 20,000 calls, 256 in flight, through the engine (one instance per call), through the
 //! declared tool alone and with a raw async-nats client, all against the same two workers.
+//! Command throughput: 2,000 calls (`WEFT_BENCH_TOOLS_COMMAND_THROUGHPUT`; 0 skips it), 16 in
+//! flight, the same three ways as the latency figures.
 //!
 //! The worker parts need NATS (`WEFT_TEST_NATS_URL`, default `nats://127.0.0.1:4222`) and the
 //! Python venv of `scripts/python-env.sh` (`WEFT_TEST_PYTHON`); the `mcp` kinds the venv of
@@ -898,6 +901,16 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
         send(&out, kind_line(kind, direct.as_ref(), &td, &md, Some(&dur)))?;
     }
 
+    let n = command_throughput_calls();
+    if n > 0 {
+        eprintln!("weft bench tools: command throughput …");
+        let tool = node
+            .registry()
+            .get("t.command")
+            .cloned()
+            .ok_or("t.command is not registered")?;
+        send(&out, command_throughput(&engine, tool, n).await?)?;
+    }
     if let Some(c) = &nats_client {
         eprintln!("weft bench tools: worker throughput …");
         let tool = node
@@ -952,6 +965,55 @@ where
     let secs = t.elapsed().as_secs_f64();
     results.into_iter().collect::<Result<Vec<()>, String>>()?;
     Ok(n as f64 / secs)
+}
+
+/// Calls in the `command` throughput (`WEFT_BENCH_TOOLS_COMMAND_THROUGHPUT`, default 2,000).
+fn command_throughput_calls() -> usize {
+    std::env::var("WEFT_BENCH_TOOLS_COMMAND_THROUGHPUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2_000)
+}
+
+/// `command` calls per second, 16 at a time (so children and the runtime's threads contend
+/// for the cores): through the engine (an instance per call), through the declared tool
+/// alone, and as tokio's `Command` (the direct way).
+async fn command_throughput(
+    engine: &Engine,
+    tool: Arc<dyn Tool>,
+    n: usize,
+) -> Result<Value, String> {
+    let c = 16;
+    let compiled = engine
+        .compile_value(plan("command", "t.command"))
+        .map_err(|e| e.to_string())?;
+    let shape = Shape::of("command");
+    let via_engine = |i: usize| {
+        let (engine, compiled) = (engine.clone(), Arc::clone(&compiled));
+        async move { via_engine(&engine, &compiled, i, shape).await }
+    };
+    let via_tool = |i: usize| {
+        let tool = Arc::clone(&tool);
+        async move { via_tool(&tool, i, shape).await }
+    };
+    // Warm-up, then each way in turn.
+    rate(n / 10, c, via_engine).await?;
+    let engine_rate = rate(n, c, via_engine).await?;
+    let tool_rate = rate(n, c, via_tool).await?;
+    let direct_rate = rate(n, c, direct_command).await?;
+    Ok(line(
+        "tools_command_throughput",
+        "calls_per_second",
+        engine_rate,
+        "calls/s",
+        json!({
+            "calls": n,
+            "in_flight": c,
+            "engine_calls_per_second": round(engine_rate),
+            "declared_tool_calls_per_second": round(tool_rate),
+            "direct_calls_per_second": round(direct_rate),
+        }),
+    ))
 }
 
 /// Worker calls per second with two Python workers: through the engine (an instance per

@@ -536,7 +536,7 @@ impl Inner {
                 cwd: self.cwd.clone(),
                 limits: self.limits.clone(),
                 landlock,
-                input: input.clone(),
+                input: Some(input.clone()),
             })
         } else {
             weft_spawn::spawn(&weft_spawn::Spec {
@@ -547,7 +547,7 @@ impl Inner {
                 limits: &self.limits,
                 landlock: landlock.as_deref().map(AsFd::as_fd),
                 namespaces: self.namespaces,
-                input: &input,
+                input: Some(&input),
             })
         };
         let not_started = |e: weft_spawn::Error| {
@@ -565,7 +565,8 @@ impl Inner {
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
 
-        // The input is in the pipe already, as much as it holds: the rest is written here.
+        // The input is in the pipe already, as much as it holds (and stdin closed when that
+        // was all): the rest is written here.
         let rest = input.get(child.input_written..).unwrap_or_default();
         let feed = async {
             if let Some(mut w) = stdin {

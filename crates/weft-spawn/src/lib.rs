@@ -32,9 +32,20 @@
 //! `errno` (an `execve` failure is [`Stage::Exec`], with `ENOENT` as [`io::ErrorKind::NotFound`]).
 //!
 //! Before `clone`, the caller puts the child's input ([`Spec::input`]) into the stdin pipe, as
-//! much as the pipe holds: the child can read it, answer and exit while the caller is still on
-//! its way back to the runtime, instead of waiting for the runtime to report the pipe writable
-//! and the caller to be polled again.
+//! much as the pipe holds, and closes its end when that was all: the child can read it, see
+//! its end, answer and exit while the caller is still on its way back to the runtime, instead
+//! of waiting for the runtime to report the pipe writable and the caller to be polled again.
+//!
+//! **Who runs first.** The kernel mostly starts a child on its parent's core, and the `execve` that
+//! ends `CLONE_VFORK` wakes the parent there, which takes the core back: the child then waits
+//! while the caller goes on (through weft's engine, tens of µs) until it parks. So when a
+//! child that has exec'd is the only one of this process's children alive, [`spawn`] yields
+//! the core to it (`sched_yield`): it runs at once, and the caller follows on the other core
+//! or after it. With several alive the caller is the one starting and reaping them all, and
+//! giving its core away at each start cost a fifth of the calls per second. Measured
+//! (docs/performance.md, tool sources, 2026-11-28): a lone child's wait for the core after
+//! `execve` went from ~28 µs to ~2 µs at p50, a `command` tool call through the engine
+//! 20–30 µs sooner.
 //!
 //! The child comes with a pidfd (`CLONE_PIDFD`, Linux 5.2), so the caller waits for it on the
 //! runtime's reactor and never signals a recycled pid. A [`Child`] dropped before it was
@@ -57,6 +68,8 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+#[cfg(target_os = "linux")]
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
@@ -103,10 +116,12 @@ pub struct Spec<'a> {
     pub landlock: Option<BorrowedFd<'a>>,
     /// A user namespace and its network namespace the child joins (`setns`).
     pub namespaces: Option<&'a Namespaces>,
-    /// Written to the child's stdin before it starts, as much as the pipe holds
-    /// ([`Child::input_written`] says how much): the child finds its input at once, without
-    /// waiting for the caller to be polled again.
-    pub input: &'a [u8],
+    /// `Some`: the child's whole stdin. It is written before the child starts, as much as
+    /// the pipe holds ([`Child::input_written`] says how much); when all of it fits, the
+    /// caller's end is closed too ([`Child::stdin`] is `None`), so the child reads its input
+    /// and then the end of it without waiting for the caller to be polled again. `None`:
+    /// nothing is written and the caller writes stdin through [`Child::stdin`].
+    pub input: Option<&'a [u8]>,
 }
 
 /// Where starting a child failed.
@@ -146,7 +161,7 @@ impl std::error::Error for Error {
 /// A started child: its pipes (taken by the caller) and its process.
 pub struct Child {
     /// How much of the input ([`Spec::input`]) is already in the stdin pipe; the caller
-    /// writes the rest, if any, and closes [`Child::stdin`].
+    /// writes the rest and closes [`Child::stdin`], which is `None` when nothing is left.
     pub input_written: usize,
     process: Process,
     /// [`Child::kill`] came while a [`Spawner`] was still starting it.
@@ -187,6 +202,38 @@ struct Proc {
     watch: Option<AsyncFd<OwnedFd>>,
     /// Its exit status, once reaped.
     status: Option<ExitStatus>,
+    /// Counts it in [`LIVE`] while it exists (`None`: a child that never exec'd).
+    _live: Option<Live>,
+}
+
+/// Children started (exec'd) whose [`Proc`] still exists, in this process.
+#[cfg(target_os = "linux")]
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// How many children [`spawn`] and [`Spawner::spawn`] started (past `execve`) whose [`Child`]
+/// has not been dropped yet, in this process.
+#[cfg(target_os = "linux")]
+pub fn alive() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// One child counted in [`LIVE`].
+#[cfg(target_os = "linux")]
+struct Live;
+
+#[cfg(target_os = "linux")]
+impl Live {
+    /// Counts a child; how many there are with it.
+    fn count() -> (Live, usize) {
+        (Live, LIVE.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for Live {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The steps of the child, as it reports a failure (0: none).
@@ -355,9 +402,10 @@ pub fn spawn(spec: &Spec<'_>) -> Result<Child, Error> {
 }
 
 /// A [`Child`] without its process yet, with as much of `input` in its stdin pipe as it
-/// holds, and the child's ends of its three pipes.
+/// holds (and its end of that pipe closed when that was all), and the child's ends of its
+/// three pipes.
 #[cfg(target_os = "linux")]
-fn pipes(input: &[u8]) -> Result<(Child, [OwnedFd; 3]), Error> {
+fn pipes(input: Option<&[u8]>) -> Result<(Child, [OwnedFd; 3]), Error> {
     let start = |step: &'static str, source: io::Error| Error {
         stage: Stage::Start,
         step,
@@ -373,12 +421,16 @@ fn pipes(input: &[u8]) -> Result<(Child, [OwnedFd; 3]), Error> {
     let (out_ours, out_child) = pipe().map_err(|e| start("pipe2", e))?;
     let (err_ours, err_child) = pipe().map_err(|e| start("pipe2", e))?;
     let stdin = pipe::Sender::from_owned_fd(in_ours).map_err(|e| start("stdin", e))?;
-    let input_written = prefill(&stdin, input).map_err(|e| start("write", e))?;
+    let input_written = match input {
+        Some(input) => prefill(&stdin, input).map_err(|e| start("write", e))?,
+        None => 0,
+    };
+    let whole = input.is_some_and(|i| i.len() == input_written);
     let child = Child {
         input_written,
         process: Process::Failed,
         kill_asked: false,
-        stdin: Some(stdin),
+        stdin: (!whole).then_some(stdin),
         stdout: Some(pipe::Receiver::from_owned_fd(out_ours).map_err(|e| start("stdout", e))?),
         stderr: Some(pipe::Receiver::from_owned_fd(err_ours).map_err(|e| start("stderr", e))?),
     };
@@ -544,6 +596,7 @@ fn start_child(spec: &Spec<'_>, stdio: &[OwnedFd; 3], exec: bool) -> Result<Proc
         pidfd: Some(pidfd),
         watch: None,
         status: None,
+        _live: None,
     };
     if failed != 0 {
         // It has exited (`_exit(127)`): reaped at once.
@@ -558,6 +611,17 @@ fn start_child(spec: &Spec<'_>, stdio: &[OwnedFd; 3], exec: bool) -> Result<Proc
             step,
             source: io::Error::from_raw_os_error(failed_errno),
         });
+    }
+    if exec {
+        let (live, n) = Live::count();
+        proc._live = Some(live);
+        if n == 1 {
+            // The child has just exec'd on this thread's core and this thread, woken by it,
+            // took the core back: a lone child gets it (see the crate docs, "Who runs
+            // first").
+            // SAFETY: a plain system call without arguments.
+            unsafe { libc::sched_yield() };
+        }
     }
     Ok(proc)
 }
@@ -951,7 +1015,7 @@ impl Namespaces {
             limits: &[],
             landlock: None,
             namespaces: Some(self),
-            input: &[],
+            input: None,
         };
         let mut proc = start_child(&spec, &stdio, false)?;
         proc.reap_blocking();
@@ -1025,7 +1089,7 @@ pub struct OwnedSpec {
     pub limits: Vec<Limit>,
     pub landlock: Option<std::sync::Arc<OwnedFd>>,
     /// As [`Spec::input`].
-    pub input: Vec<u8>,
+    pub input: Option<Vec<u8>>,
 }
 
 #[cfg(target_os = "linux")]
@@ -1092,7 +1156,7 @@ impl Spawner {
                         limits: &s.limits,
                         landlock: s.landlock.as_deref().map(AsFd::as_fd),
                         namespaces: None,
-                        input: &[],
+                        input: None,
                     };
                     let started = start_child(&spec, &job.stdio, true);
                     drop(job.stdio);
@@ -1113,7 +1177,7 @@ impl Spawner {
     /// Has the thread start `spec`'s program; returns at once with its pipes (see
     /// [`Child::started`]). Must be called on a tokio runtime.
     pub fn spawn(&self, mut spec: OwnedSpec) -> Result<Child, Error> {
-        let (mut child, stdio) = pipes(&std::mem::take(&mut spec.input))?;
+        let (mut child, stdio) = pipes(spec.input.take().as_deref())?;
         let (answer, pending) = tokio::sync::oneshot::channel();
         self.jobs
             .send(Job {

@@ -19,7 +19,7 @@ fn spec<'a>(program: &'a CStr, argv: &'a [CString]) -> Spec<'a> {
         limits: &[],
         landlock: None,
         namespaces: None,
-        input: &[],
+        input: None,
     }
 }
 
@@ -168,7 +168,7 @@ async fn a_confinement_that_fails_is_reported_as_such() {
     let e = spawn(&Spec {
         landlock: Some(null.as_fd()),
         namespaces: None,
-        input: &[],
+        input: None,
         ..spec(&prog, &argv)
     })
     .expect_err("not a ruleset");
@@ -274,7 +274,7 @@ fn owned(argv: &[&str]) -> OwnedSpec {
         cwd: None,
         limits: Vec::new(),
         landlock: None,
-        input: Vec::new(),
+        input: None,
     }
 }
 
@@ -455,36 +455,39 @@ async fn a_namespace_that_cannot_be_joined_is_reported_as_confine() {
     assert_eq!(e.source.raw_os_error(), Some(libc::EINVAL));
 }
 
-/// The input goes into the stdin pipe before the child starts, as much as the pipe holds:
-/// all of a small one (the caller only closes stdin), the first part of a large one (the
-/// caller writes the rest); the child reads it whole either way.
+/// The input goes into the stdin pipe before the child starts, as much as the pipe holds.
+/// All of a small one (or of none): stdin is closed too, so the child reads it and its end
+/// with nothing more from the caller. The first part of a large one: the caller writes the
+/// rest and closes stdin. The child reads it whole either way.
 #[tokio::test]
 async fn the_input_is_in_the_pipe_before_the_child_starts() {
     let prog = c("/bin/cat");
     let argv = [c("cat")];
     let small = b"{\"n\": 1}".to_vec();
     let large: Vec<u8> = (0..1_000_000u32).map(|i| b'a' + (i % 26) as u8).collect();
-    for input in [small, large] {
+    for input in [Vec::new(), small, large] {
         let mut child = spawn(&Spec {
-            input: &input,
+            input: Some(&input),
             ..spec(&prog, &argv)
         })
         .expect("started");
         let written = child.input_written;
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut out = Vec::new();
         if input.len() < 4096 {
             assert_eq!(written, input.len(), "a small input is written whole");
+            assert!(child.stdin.is_none(), "stdin is closed once all is written");
+            stdout.read_to_end(&mut out).await.expect("read");
         } else {
             assert!(written > 0 && written < input.len(), "{written}");
+            let mut stdin = child.stdin.take().expect("stdin, for the rest");
+            let rest = input[written..].to_vec();
+            let feed = async move {
+                stdin.write_all(&rest).await.expect("the rest written");
+            };
+            let (_, read) = tokio::join!(feed, stdout.read_to_end(&mut out));
+            read.expect("read");
         }
-        let mut stdin = child.stdin.take().expect("stdin");
-        let mut stdout = child.stdout.take().expect("stdout");
-        let rest = input[written..].to_vec();
-        let feed = async move {
-            stdin.write_all(&rest).await.expect("the rest written");
-        };
-        let mut out = Vec::new();
-        let (_, read) = tokio::join!(feed, stdout.read_to_end(&mut out));
-        read.expect("read");
         assert!(child.wait().await.expect("waited").success());
         assert_eq!(out.len(), input.len());
         assert!(out == input, "the output is the input");
