@@ -967,6 +967,30 @@ where
     Ok(n as f64 / secs)
 }
 
+/// Calls per second through the engine (an instance of `compiled` per call, after a tenth as
+/// many untimed) and then through `tool` alone, `n` calls, `c` at a time.
+async fn engine_and_tool_rates(
+    engine: &Engine,
+    compiled: &Arc<CompiledPlan>,
+    tool: &Arc<dyn Tool>,
+    shape: Shape,
+    n: usize,
+    c: usize,
+) -> Result<(f64, f64), String> {
+    let via_engine = |i: usize| {
+        let (engine, compiled) = (engine.clone(), Arc::clone(compiled));
+        async move { via_engine(&engine, &compiled, i, shape).await }
+    };
+    let via_tool = |i: usize| {
+        let tool = Arc::clone(tool);
+        async move { via_tool(&tool, i, shape).await }
+    };
+    rate(n / 10, c, via_engine).await?;
+    let engine_rate = rate(n, c, via_engine).await?;
+    let tool_rate = rate(n, c, via_tool).await?;
+    Ok((engine_rate, tool_rate))
+}
+
 /// Calls in the `command` throughput (`WEFT_BENCH_TOOLS_COMMAND_THROUGHPUT`, default 2,000).
 fn command_throughput_calls() -> usize {
     std::env::var("WEFT_BENCH_TOOLS_COMMAND_THROUGHPUT")
@@ -987,19 +1011,8 @@ async fn command_throughput(
     let compiled = engine
         .compile_value(plan("command", "t.command"))
         .map_err(|e| e.to_string())?;
-    let shape = Shape::of("command");
-    let via_engine = |i: usize| {
-        let (engine, compiled) = (engine.clone(), Arc::clone(&compiled));
-        async move { via_engine(&engine, &compiled, i, shape).await }
-    };
-    let via_tool = |i: usize| {
-        let tool = Arc::clone(&tool);
-        async move { via_tool(&tool, i, shape).await }
-    };
-    // Warm-up, then each way in turn.
-    rate(n / 10, c, via_engine).await?;
-    let engine_rate = rate(n, c, via_engine).await?;
-    let tool_rate = rate(n, c, via_tool).await?;
+    let (engine_rate, tool_rate) =
+        engine_and_tool_rates(engine, &compiled, &tool, Shape::of("command"), n, c).await?;
     let direct_rate = rate(n, c, direct_command).await?;
     Ok(line(
         "tools_command_throughput",
@@ -1032,19 +1045,9 @@ async fn throughput(
     let compiled = engine
         .compile_value(plan("worker", "bench.echo"))
         .map_err(|e| e.to_string())?;
-    let via_engine = |i: usize| {
-        let (engine, compiled) = (engine.clone(), Arc::clone(&compiled));
-        async move { via_engine(&engine, &compiled, i, Shape::Echo).await }
-    };
-    let via_tool = |i: usize| {
-        let tool = Arc::clone(&tool);
-        async move { via_tool(&tool, i, Shape::Echo).await }
-    };
+    let (engine_rate, tool_rate) =
+        engine_and_tool_rates(engine, &compiled, &tool, Shape::Echo, n, c).await?;
     let via_raw = |i: usize| direct_worker(raw, subject, tenant(), "bench.echo", i);
-    // Warm-up, then each way in turn.
-    rate(n / 10, c, via_engine).await?;
-    let engine_rate = rate(n, c, via_engine).await?;
-    let tool_rate = rate(n, c, via_tool).await?;
     let raw_rate = rate(n, c, via_raw).await?;
     Ok(line(
         "tools_worker_throughput",
