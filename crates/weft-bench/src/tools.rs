@@ -20,12 +20,13 @@
 //!   the engine — for `mcp`, the tool `weft_sources::discover` finds on another instance of
 //!   the server;
 //! - **weft**: a one-step instance whose step calls the tool, declared as a
-//!   `[[tools.declared]]` entry (`mcp`: discovered from a `[[tools.mcp]]` entry, on a server instance of the
-//!   node's own; `WEFT_BENCH_TOOLS_MCP_ONE_SERVER=1` has every `mcp_http` way call one server
-//!   instance), on a node `weft-node` assembles (registry, tool-call chain, engine dispatch,
-//!   the declared-tool wrapper: timeout, output rules), from `start` until `wait` returns the
-//!   checked result — in memory, and on the durable SQLite journal as a second figure (which
-//!   includes the fsync'd commits the durability contract requires).
+//!   `[[tools.declared]]` entry (`mcp`: discovered from a `[[tools.mcp]]` entry, on a server
+//!   instance of the node's own; `WEFT_BENCH_TOOLS_MCP_ONE_SERVER=1` has every `mcp_http`
+//!   way call one server instance), on a node `weft-node` assembles (registry, tool-call
+//!   chain, engine dispatch, the declared-tool wrapper: timeout, output rules), from `start`
+//!   until `wait` returns the checked result — in memory, and on the durable SQLite journal
+//!   as a second figure (which includes the fsync'd commits the durability contract
+//!   requires).
 //!
 //! The measuring code runs as a task of a two-worker runtime, as a server's handlers do.
 //!
