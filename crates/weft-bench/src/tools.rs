@@ -76,24 +76,27 @@ fn tenant() -> &'static str {
     T.get_or_init(|| format!("bench{}", std::process::id()))
 }
 
+/// The count `WEFT_BENCH_TOOLS_<name>` sets, else `default`.
+fn count(name: &str, default: usize) -> usize {
+    std::env::var(format!("WEFT_BENCH_TOOLS_{name}"))
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Samples per kind (direct and weft each), after a tenth as many untimed.
 fn samples(kind: &str) -> usize {
-    let env = std::env::var(format!("WEFT_BENCH_TOOLS_{}", kind.to_ascii_uppercase()))
-        .ok()
-        .and_then(|s| s.parse().ok());
-    env.unwrap_or(match kind {
+    let default = match kind {
         "fixed" => 20_000,
         "command" => 1_000,
         _ => 5_000,
-    })
+    };
+    count(&kind.to_ascii_uppercase(), default)
 }
 
 /// Samples of the durable figure (each has fsync'd commits).
 fn durable_samples() -> usize {
-    std::env::var("WEFT_BENCH_TOOLS_DURABLE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(500)
+    count("DURABLE", 500)
 }
 
 /// Runs `tools`: one JSON line per kind and one for worker throughput, on `out`.
@@ -902,7 +905,7 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
         send(&out, kind_line(kind, direct.as_ref(), &td, &md, Some(&dur)))?;
     }
 
-    let n = command_throughput_calls();
+    let n = count("COMMAND_THROUGHPUT", 2_000);
     if n > 0 {
         eprintln!("weft bench tools: command throughput …");
         let tool = node
@@ -968,16 +971,21 @@ where
     Ok(n as f64 / secs)
 }
 
-/// Calls per second through the engine (an instance of `compiled` per call, after a tenth as
-/// many untimed) and then through `tool` alone, `n` calls, `c` at a time.
+/// Calls per second of `kind`'s tool `action` through the engine (an instance of the one-step
+/// plan per call, after a tenth as many untimed) and then through `tool` alone, `n` calls, `c`
+/// at a time.
 async fn engine_and_tool_rates(
     engine: &Engine,
-    compiled: &Arc<CompiledPlan>,
+    (kind, action): (&str, &str),
     tool: &Arc<dyn Tool>,
-    shape: Shape,
     n: usize,
     c: usize,
 ) -> Result<(f64, f64), String> {
+    let compiled = engine
+        .compile_value(plan(kind, action))
+        .map_err(|e| e.to_string())?;
+    let compiled = &compiled;
+    let shape = Shape::of(kind);
     let via_engine = |i: usize| {
         let (engine, compiled) = (engine.clone(), Arc::clone(compiled));
         async move { via_engine(&engine, &compiled, i, shape).await }
@@ -992,14 +1000,6 @@ async fn engine_and_tool_rates(
     Ok((engine_rate, tool_rate))
 }
 
-/// Calls in the `command` throughput (`WEFT_BENCH_TOOLS_COMMAND_THROUGHPUT`, default 2,000).
-fn command_throughput_calls() -> usize {
-    std::env::var("WEFT_BENCH_TOOLS_COMMAND_THROUGHPUT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2_000)
-}
-
 /// `command` calls per second, 16 at a time (so children and the runtime's threads contend
 /// for the cores): through the engine (an instance per call), through the declared tool
 /// alone, and as tokio's `Command` (the direct way).
@@ -1009,11 +1009,8 @@ async fn command_throughput(
     n: usize,
 ) -> Result<Value, String> {
     let c = 16;
-    let compiled = engine
-        .compile_value(plan("command", "t.command"))
-        .map_err(|e| e.to_string())?;
     let (engine_rate, tool_rate) =
-        engine_and_tool_rates(engine, &compiled, &tool, Shape::of("command"), n, c).await?;
+        engine_and_tool_rates(engine, ("command", "t.command"), &tool, n, c).await?;
     let direct_rate = rate(n, c, direct_command).await?;
     Ok(line(
         "tools_command_throughput",
@@ -1038,16 +1035,10 @@ async fn throughput(
     subject: &str,
     tool: Arc<dyn Tool>,
 ) -> Result<Value, String> {
-    let n: usize = std::env::var("WEFT_BENCH_TOOLS_THROUGHPUT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20_000);
+    let n = count("THROUGHPUT", 20_000);
     let c = 256;
-    let compiled = engine
-        .compile_value(plan("worker", "bench.echo"))
-        .map_err(|e| e.to_string())?;
     let (engine_rate, tool_rate) =
-        engine_and_tool_rates(engine, &compiled, &tool, Shape::Echo, n, c).await?;
+        engine_and_tool_rates(engine, ("worker", "bench.echo"), &tool, n, c).await?;
     let via_raw = |i: usize| direct_worker(raw, subject, tenant(), "bench.echo", i);
     let raw_rate = rate(n, c, via_raw).await?;
     Ok(line(
