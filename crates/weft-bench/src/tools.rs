@@ -971,16 +971,23 @@ where
     Ok(n as f64 / secs)
 }
 
-/// Calls per second of `kind`'s tool `action` through the engine (an instance of the one-step
-/// plan per call, after a tenth as many untimed) and then through `tool` alone, `n` calls, `c`
-/// at a time.
-async fn engine_and_tool_rates(
+/// The JSON line `name` of calls per second of `kind`'s tool `action`, `n` calls, `c` at a
+/// time: through the engine (an instance of the one-step plan per call, after a tenth as many
+/// untimed), through `tool` alone, and the direct way `direct` (reported under its key), with
+/// `extra`'s fields added.
+async fn rates_line<F, Fut>(
     engine: &Engine,
+    name: &str,
     (kind, action): (&str, &str),
     tool: &Arc<dyn Tool>,
-    n: usize,
-    c: usize,
-) -> Result<(f64, f64), String> {
+    (n, c): (usize, usize),
+    (direct_key, direct): (&str, F),
+    extra: Value,
+) -> Result<Value, String>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
     let compiled = engine
         .compile_value(plan(kind, action))
         .map_err(|e| e.to_string())?;
@@ -997,7 +1004,24 @@ async fn engine_and_tool_rates(
     rate(n / 10, c, via_engine).await?;
     let engine_rate = rate(n, c, via_engine).await?;
     let tool_rate = rate(n, c, via_tool).await?;
-    Ok((engine_rate, tool_rate))
+    let direct_rate = rate(n, c, direct).await?;
+    let mut fields = json!({
+        "calls": n,
+        "in_flight": c,
+        "engine_calls_per_second": round(engine_rate),
+        "declared_tool_calls_per_second": round(tool_rate),
+        direct_key: round(direct_rate),
+    });
+    if let (Some(f), Value::Object(more)) = (fields.as_object_mut(), extra) {
+        f.extend(more);
+    }
+    Ok(line(
+        name,
+        "calls_per_second",
+        engine_rate,
+        "calls/s",
+        fields,
+    ))
 }
 
 /// `command` calls per second, 16 at a time (so children and the runtime's threads contend
@@ -1008,23 +1032,16 @@ async fn command_throughput(
     tool: Arc<dyn Tool>,
     n: usize,
 ) -> Result<Value, String> {
-    let c = 16;
-    let (engine_rate, tool_rate) =
-        engine_and_tool_rates(engine, ("command", "t.command"), &tool, n, c).await?;
-    let direct_rate = rate(n, c, direct_command).await?;
-    Ok(line(
+    rates_line(
+        engine,
         "tools_command_throughput",
-        "calls_per_second",
-        engine_rate,
-        "calls/s",
-        json!({
-            "calls": n,
-            "in_flight": c,
-            "engine_calls_per_second": round(engine_rate),
-            "declared_tool_calls_per_second": round(tool_rate),
-            "direct_calls_per_second": round(direct_rate),
-        }),
-    ))
+        ("command", "t.command"),
+        &tool,
+        (n, 16),
+        ("direct_calls_per_second", direct_command),
+        json!({}),
+    )
+    .await
 }
 
 /// Worker calls per second with two Python workers: through the engine (an instance per
@@ -1035,24 +1052,15 @@ async fn throughput(
     subject: &str,
     tool: Arc<dyn Tool>,
 ) -> Result<Value, String> {
-    let n = count("THROUGHPUT", 20_000);
-    let c = 256;
-    let (engine_rate, tool_rate) =
-        engine_and_tool_rates(engine, ("worker", "bench.echo"), &tool, n, c).await?;
     let via_raw = |i: usize| direct_worker(raw, subject, tenant(), "bench.echo", i);
-    let raw_rate = rate(n, c, via_raw).await?;
-    Ok(line(
+    rates_line(
+        engine,
         "tools_worker_throughput",
-        "calls_per_second",
-        engine_rate,
-        "calls/s",
-        json!({
-            "calls": n,
-            "in_flight": c,
-            "python_workers": 2,
-            "engine_calls_per_second": round(engine_rate),
-            "declared_tool_calls_per_second": round(tool_rate),
-            "raw_async_nats_calls_per_second": round(raw_rate),
-        }),
-    ))
+        ("worker", "bench.echo"),
+        &tool,
+        (count("THROUGHPUT", 20_000), 256),
+        ("raw_async_nats_calls_per_second", via_raw),
+        json!({"python_workers": 2}),
+    )
+    .await
 }
