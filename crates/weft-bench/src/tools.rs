@@ -367,7 +367,9 @@ async fn direct_mcp(client: &McpClient, i: usize) -> Result<(), String> {
         .ok_or(format!("wrong reply {v}"))
 }
 
-/// The echo endpoint on loopback (its own runtime thread); returns its URL.
+/// The echo endpoint on loopback, a task of the measuring runtime (so its requests and the
+/// calls share the runtime's two worker threads, and most calls move between them in every
+/// way: docs/performance.md, tool sources); returns its URL.
 async fn http_echo() -> Result<String, String> {
     let app = axum::Router::new().route(
         "/echo",
