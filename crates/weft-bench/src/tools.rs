@@ -31,7 +31,12 @@
 //! The measuring code runs as a task of a two-worker runtime, as a server's handlers do.
 //!
 //! A `fixed` tool (no I/O) gives weft's own cost of such a step alone. The reported
-//! difference is p50(weft) − p50(direct) and p99(weft) − p99(direct). Worker throughput:
+//! difference is p50(weft) − p50(direct) and p99(weft) − p99(direct). Beside it, call by
+//! call, weft's **own** time: each engine-way call's round trip less the tool call inside
+//! it, as a [`Stopwatch`] link at the chain's metrics stage times it (`own_p50_us`,
+//! `own_p99_us`). It does not move with the peer's tail, which a difference of two p99s does
+//! (a Python server's tail swings that by ±130 µs); the source's own part, the tool alone
+//! against the direct client, is `source_added_p50_us`. Worker throughput:
 //! 20,000 calls, 256 in flight, through the engine (one instance per call), through the
 //! declared tool alone and with a raw async-nats client, all against the same two workers.
 //! Command throughput: 2,000 calls (`WEFT_BENCH_TOOLS_COMMAND_THROUGHPUT`; 0 skips it), 16 in
@@ -507,21 +512,124 @@ type Way<'a> = Box<dyn Fn(usize) -> BoxFuture<'a, Result<(), String>> + Send + S
 
 /// `n` samples of each way, the ways taking turns within a sample (their order rotating from
 /// one sample to the next, so drift and caches hit them alike), after `n / 10` untimed rounds.
-async fn rounds(n: usize, ways: &[Way<'_>]) -> Result<Vec<Dist>, String> {
+/// With `watch` = (the engine way's index, the node's [`Stopwatch`]), also weft's own time of
+/// each call of that way: its round trip less the tool call inside it.
+async fn rounds(
+    n: usize,
+    ways: &[Way<'_>],
+    watch: (usize, &Stopwatch),
+) -> Result<(Vec<Dist>, Dist), String> {
     let warm = n / 10;
     let mut d: Vec<Vec<f64>> = ways.iter().map(|_| Vec::with_capacity(n)).collect();
+    let mut own = Vec::with_capacity(n);
     for i in 0..warm + n {
         for j in 0..ways.len() {
             let w = (i + j) % ways.len();
+            watch.1.take();
             let t = Instant::now();
             ways[w](i).await?;
             let took = us(t.elapsed());
-            if i >= warm {
-                d[w].push(took);
+            let inner = watch.1.take();
+            if i < warm {
+                continue;
+            }
+            d[w].push(took);
+            if w == watch.0 {
+                let inner = inner.ok_or(format!("call {i}: the stopwatch saw no tool call"))?;
+                own.push(took - us(inner));
             }
         }
     }
-    Ok(d.into_iter().map(Dist::new).collect())
+    Ok((d.into_iter().map(Dist::new).collect(), Dist::new(own)))
+}
+
+/// The innermost link of the in-memory node's chain ([`weft_tools::Stage::Metrics`], where
+/// `weft serve` times tools for its metrics, at the same cost): it times each tool call from
+/// `call` until its future is ready (inline calls: until they return), so that a call's
+/// round trip through the engine less that time is weft's own part of it, call by call,
+/// whatever the peer's latency was. The measuring loop makes one call at a time and reads
+/// the last duration ([`Stopwatch::take`]).
+#[derive(Clone, Default)]
+struct Stopwatch(Arc<std::sync::atomic::AtomicU64>);
+
+/// [`Stopwatch`]'s empty slot.
+const NO_CALL: u64 = u64::MAX;
+
+impl Stopwatch {
+    fn new() -> Stopwatch {
+        Stopwatch(Arc::new(std::sync::atomic::AtomicU64::new(NO_CALL)))
+    }
+
+    /// The duration of the last call timed since the last `take`, if any.
+    fn take(&self) -> Option<Duration> {
+        match self.0.swap(NO_CALL, std::sync::atomic::Ordering::Relaxed) {
+            NO_CALL => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    fn put(slot: &std::sync::atomic::AtomicU64, since: Instant) {
+        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(NO_CALL - 1);
+        slot.store(ns.min(NO_CALL - 1), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl weft_tools::Interceptor for Stopwatch {
+    fn describe(&self) -> String {
+        "bench stopwatch (times each tool call)".into()
+    }
+
+    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
+        Arc::new(Timed(tool, Arc::clone(&self.0)))
+    }
+}
+
+/// A tool timed by a [`Stopwatch`]; otherwise the tool it wraps (spec, immediacy, needs).
+struct Timed(Arc<dyn Tool>, Arc<std::sync::atomic::AtomicU64>);
+
+impl Tool for Timed {
+    fn spec(&self) -> &weft_tools::ToolSpec {
+        self.0.spec()
+    }
+    fn profile_needs(&self) -> Option<weft_tools::Needs> {
+        self.0.profile_needs()
+    }
+    fn call(
+        &self,
+        ctx: ToolContext,
+        args: Value,
+    ) -> BoxFuture<'static, Result<Value, weft_tools::ToolError>> {
+        let t = Instant::now();
+        let fut = self.0.call(ctx, args);
+        let slot = Arc::clone(&self.1);
+        Box::pin(async move {
+            let out = fut.await;
+            Stopwatch::put(&slot, t);
+            out
+        })
+    }
+    fn is_immediate(&self) -> bool {
+        self.0.is_immediate()
+    }
+    fn waits_for_journal(&self) -> bool {
+        self.0.waits_for_journal()
+    }
+    fn call_inline(
+        &self,
+        ctx: weft_tools::InlineContext<'_>,
+        args: weft_tools::InlineArgs<'_>,
+    ) -> Result<Value, weft_tools::ToolError> {
+        let t = Instant::now();
+        let out = self.0.call_inline(ctx, args);
+        Stopwatch::put(&self.1, t);
+        out
+    }
+    fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, weft_tools::ToolError> {
+        let t = Instant::now();
+        let out = self.0.call_now(ctx, args);
+        Stopwatch::put(&self.1, t);
+        out
+    }
 }
 
 /// Call `i` of the declared tool itself, outside any instance and the engine (its source
@@ -690,15 +798,21 @@ async fn direct_worker(
         .ok_or(format!("wrong reply {v}"))
 }
 
+/// A kind's samples, by way.
+struct Ways<'a> {
+    direct: Option<&'a Dist>,
+    tool: &'a Dist,
+    mem: &'a Dist,
+    /// weft's own time of each call through the engine (in memory): its round trip less the
+    /// tool call inside it ([`Stopwatch`]).
+    own: &'a Dist,
+    durable: Option<&'a Dist>,
+}
+
 /// One output line of a kind.
-fn kind_line(
-    kind: &str,
-    direct: Option<&Dist>,
-    tool: &Dist,
-    mem: &Dist,
-    durable: Option<&Dist>,
-) -> Value {
-    let (d50, d99) = direct.map_or((0.0, 0.0), |d| (d.p(0.5), d.p(0.99)));
+fn kind_line(kind: &str, w: &Ways<'_>) -> Value {
+    let (tool, mem) = (w.tool, w.mem);
+    let (d50, d99) = w.direct.map_or((0.0, 0.0), |d| (d.p(0.5), d.p(0.99)));
     let added99 = mem.p(0.99) - d99;
     let mut extra = json!({
         "samples": mem.0.len(),
@@ -710,8 +824,13 @@ fn kind_line(
         "weft_p99_us": round(mem.p(0.99)),
         "added_p50_us": round(mem.p(0.5) - d50),
         "added_p99_us": round(added99),
+        "own_p50_us": round(w.own.p(0.5)),
+        "own_p99_us": round(w.own.p(0.99)),
     });
-    if let Some(d) = durable {
+    if w.direct.is_some() {
+        extra["source_added_p50_us"] = json!(round(tool.p(0.5) - d50));
+    }
+    if let Some(d) = w.durable.filter(|d| !d.0.is_empty()) {
         extra["durable_samples"] = json!(d.0.len());
         extra["durable_p50_us"] = json!(round(d.p(0.5)));
         extra["durable_p99_us"] = json!(round(d.p(0.99)));
@@ -826,8 +945,10 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
     }
 
     // In memory.
+    let watch = Stopwatch::new();
     let node = weft_node::Builder::new(config(defs.clone(), mem_mcp))
         .llm(None)
+        .link(weft_tools::Stage::Metrics, Arc::new(watch.clone()))
         .discover_mcp()
         .await
         .map_err(|e| e.to_string())?
@@ -896,7 +1017,8 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
             Box::new(|i| Box::pin(via_tool(&tool, i, shape))),
             Box::new(|i| Box::pin(via_engine(&engine, &compiled, i, shape))),
         ];
-        let mut d = rounds(n, &ways).await?.into_iter();
+        let (d, own) = rounds(n, &ways, (2, &watch)).await?;
+        let mut d = d.into_iter();
         let (dd, td, md) = (d.next(), d.next(), d.next());
         let (Some(dd), Some(td), Some(md)) = (dd, td, md) else {
             return Err("missing samples".into());
@@ -904,7 +1026,14 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
         let direct = (!fixed).then_some(dd);
         let dn = durable_samples().min(n);
         let dur = durable_dist(&durable, kind, dn).await?;
-        send(&out, kind_line(kind, direct.as_ref(), &td, &md, Some(&dur)))?;
+        let ways = Ways {
+            direct: direct.as_ref(),
+            tool: &td,
+            mem: &md,
+            own: &own,
+            durable: Some(&dur),
+        };
+        send(&out, kind_line(kind, &ways))?;
     }
 
     let n = count("COMMAND_THROUGHPUT", 2_000);
@@ -1065,4 +1194,103 @@ async fn throughput(
         json!({"python_workers": 2}),
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use weft_core::{Effect, ToolSpec};
+    use weft_runtime::EngineOptions;
+    use weft_tools::{Chain, Registry, Stage, ToolError};
+
+    use super::*;
+
+    /// `t.slow` answers after `self.1`; `t.now` is immediate (the inline path).
+    struct Slow(ToolSpec, Duration, bool);
+
+    impl Tool for Slow {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+        fn call(
+            &self,
+            _: ToolContext,
+            args: Value,
+        ) -> BoxFuture<'static, Result<Value, ToolError>> {
+            let d = self.1;
+            Box::pin(async move {
+                tokio::time::sleep(d).await;
+                Ok(args)
+            })
+        }
+        fn is_immediate(&self) -> bool {
+            self.2
+        }
+        fn call_now(&self, _: ToolContext, args: Value) -> Result<Value, ToolError> {
+            std::thread::sleep(self.1);
+            Ok(args)
+        }
+    }
+
+    fn spec(name: &str) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            args_schema: json!({}),
+            effect: Effect::Pure,
+            idempotent: true,
+            cost: None,
+            llm: false,
+        }
+    }
+
+    /// The stopwatch times the tool inside each call, on the spawned and the inline path
+    /// alike, so that a call's own time is its round trip less the tool's: a 40 ms tool in a
+    /// one-step instance leaves weft's own part far under 40 ms, while the round trip is
+    /// over it; a path the stopwatch missed would be an error (the next test).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn own_time_is_the_round_trip_less_the_tool_call() {
+        let tool = Duration::from_millis(40);
+        let mut reg = Registry::new();
+        reg.register(Arc::new(Slow(spec("t.slow"), tool, false)));
+        reg.register(Arc::new(Slow(spec("t.now"), tool, true)));
+        let watch = Stopwatch::new();
+        let engine = Engine::new(EngineOptions {
+            registry: Arc::new(reg),
+            chain: Chain::new().with(Stage::Metrics, Arc::new(watch.clone())),
+            ..EngineOptions::default()
+        });
+        let ms = |d: f64| d / 1000.0;
+        for (kind, action) in [("slow", "t.slow"), ("now", "t.now")] {
+            let wrapped = engine.registry_for("t");
+            let found = wrapped.get(action).expect("registered");
+            assert_eq!(found.is_immediate(), action == "t.now", "{action}");
+            let compiled = engine.compile_value(plan(kind, action)).expect("plan");
+            let ways: Vec<Way<'_>> = vec![
+                Box::new(|_| Box::pin(async { Ok(()) })),
+                Box::new(|i| Box::pin(via_engine(&engine, &compiled, i, Shape::Echo))),
+            ];
+            let (d, own) = rounds(5, &ways, (1, &watch)).await.expect("rounds");
+            assert_eq!(own.0.len(), 5, "{action}");
+            assert!(
+                ms(d[1].p(0.5)) >= 40.0,
+                "{action}: round trip {}",
+                d[1].p(0.5)
+            );
+            assert!(ms(own.p(1.0)) < 20.0, "{action}: own {}", own.p(1.0));
+            assert!(own.p(0.0) > 0.0, "{action}: own {}", own.p(0.0));
+        }
+        assert_eq!(watch.take(), None, "every call's time was read");
+    }
+
+    /// A way that calls no tool through the watched engine is an error, not a figure.
+    #[tokio::test]
+    async fn a_call_the_stopwatch_did_not_see_is_an_error() {
+        let watch = Stopwatch::new();
+        let ways: Vec<Way<'_>> = vec![Box::new(|_| Box::pin(async { Ok(()) }))];
+        let err = rounds(1, &ways, (0, &watch)).await.err();
+        assert!(
+            err.is_some_and(|e| e.contains("saw no tool call")),
+            "a missing figure is an error"
+        );
+    }
 }
