@@ -51,7 +51,7 @@ use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -518,10 +518,10 @@ async fn rounds(
     n: usize,
     ways: &[Way<'_>],
     watch: (usize, &Stopwatch),
-) -> Result<(Vec<Dist>, Dist), String> {
+) -> Result<(Vec<Dist>, Own), String> {
     let warm = n / 10;
     let mut d: Vec<Vec<f64>> = ways.iter().map(|_| Vec::with_capacity(n)).collect();
-    let mut own = Vec::with_capacity(n);
+    let mut own = [(); 3].map(|()| Vec::with_capacity(n));
     for i in 0..warm + n {
         for j in 0..ways.len() {
             let w = (i + j) % ways.len();
@@ -535,12 +535,33 @@ async fn rounds(
             }
             d[w].push(took);
             if w == watch.0 {
-                let inner = inner.ok_or(format!("call {i}: the stopwatch saw no tool call"))?;
-                own.push(took - us(inner));
+                let (at, inner) =
+                    inner.ok_or(format!("call {i}: the stopwatch saw no tool call"))?;
+                let before = us(at.saturating_duration_since(t));
+                let all = took - us(inner);
+                own[0].push(all);
+                own[1].push(before);
+                own[2].push(all - before);
             }
         }
     }
-    Ok((d.into_iter().map(Dist::new).collect(), Dist::new(own)))
+    let [all, before, after] = own.map(Dist::new);
+    Ok((
+        d.into_iter().map(Dist::new).collect(),
+        Own { all, before, after },
+    ))
+}
+
+/// weft's own time of each call through the engine: its round trip less the tool call
+/// inside it ([`Stopwatch`]), and its two parts.
+struct Own {
+    all: Dist,
+    /// From the call (`start`) until the tool is called: a new instance, its first firing,
+    /// the args rendered and checked, the chain.
+    before: Dist,
+    /// From the tool's result until `wait` returns it: the outcome applied, the instance
+    /// settled and ended, its waiter woken.
+    after: Dist,
 }
 
 /// The innermost link of the in-memory node's chain ([`weft_tools::Stage::Metrics`], where
@@ -548,29 +569,23 @@ async fn rounds(
 /// `call` until its future is ready (inline calls: until they return), so that a call's
 /// round trip through the engine less that time is weft's own part of it, call by call,
 /// whatever the peer's latency was. The measuring loop makes one call at a time and reads
-/// the last duration ([`Stopwatch::take`]).
+/// the last call's start and duration ([`Stopwatch::take`]).
 #[derive(Clone, Default)]
-struct Stopwatch(Arc<std::sync::atomic::AtomicU64>);
-
-/// [`Stopwatch`]'s empty slot.
-const NO_CALL: u64 = u64::MAX;
+struct Stopwatch(Arc<Mutex<Option<(Instant, Duration)>>>);
 
 impl Stopwatch {
     fn new() -> Stopwatch {
-        Stopwatch(Arc::new(std::sync::atomic::AtomicU64::new(NO_CALL)))
+        Stopwatch::default()
     }
 
-    /// The duration of the last call timed since the last `take`, if any.
-    fn take(&self) -> Option<Duration> {
-        match self.0.swap(NO_CALL, std::sync::atomic::Ordering::Relaxed) {
-            NO_CALL => None,
-            ns => Some(Duration::from_nanos(ns)),
-        }
+    /// When the last call timed since the last `take` started, and how long it took.
+    fn take(&self) -> Option<(Instant, Duration)> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    fn put(slot: &std::sync::atomic::AtomicU64, since: Instant) {
-        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(NO_CALL - 1);
-        slot.store(ns.min(NO_CALL - 1), std::sync::atomic::Ordering::Relaxed);
+    fn put(slot: &Mutex<Option<(Instant, Duration)>>, since: Instant) {
+        let took = since.elapsed();
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some((since, took));
     }
 }
 
@@ -585,7 +600,7 @@ impl weft_tools::Interceptor for Stopwatch {
 }
 
 /// A tool timed by a [`Stopwatch`]; otherwise the tool it wraps (spec, immediacy, needs).
-struct Timed(Arc<dyn Tool>, Arc<std::sync::atomic::AtomicU64>);
+struct Timed(Arc<dyn Tool>, Arc<Mutex<Option<(Instant, Duration)>>>);
 
 impl Tool for Timed {
     fn spec(&self) -> &weft_tools::ToolSpec {
@@ -803,9 +818,8 @@ struct Ways<'a> {
     direct: Option<&'a Dist>,
     tool: &'a Dist,
     mem: &'a Dist,
-    /// weft's own time of each call through the engine (in memory): its round trip less the
-    /// tool call inside it ([`Stopwatch`]).
-    own: &'a Dist,
+    /// weft's own time of each call through the engine (in memory).
+    own: &'a Own,
     durable: Option<&'a Dist>,
 }
 
@@ -824,8 +838,12 @@ fn kind_line(kind: &str, w: &Ways<'_>) -> Value {
         "weft_p99_us": round(mem.p(0.99)),
         "added_p50_us": round(mem.p(0.5) - d50),
         "added_p99_us": round(added99),
-        "own_p50_us": round(w.own.p(0.5)),
-        "own_p99_us": round(w.own.p(0.99)),
+        "own_p50_us": round(w.own.all.p(0.5)),
+        "own_p99_us": round(w.own.all.p(0.99)),
+        "own_before_p50_us": round(w.own.before.p(0.5)),
+        "own_before_p99_us": round(w.own.before.p(0.99)),
+        "own_after_p50_us": round(w.own.after.p(0.5)),
+        "own_after_p99_us": round(w.own.after.p(0.99)),
     });
     if w.direct.is_some() {
         extra["source_added_p50_us"] = json!(round(tool.p(0.5) - d50));
@@ -1270,6 +1288,11 @@ mod tests {
                 Box::new(|i| Box::pin(via_engine(&engine, &compiled, i, Shape::Echo))),
             ];
             let (d, own) = rounds(5, &ways, (1, &watch)).await.expect("rounds");
+            for part in [&own.before, &own.after] {
+                assert!(part.p(0.0) > 0.0, "{action}: a part {}", part.p(0.0));
+                assert!(ms(part.p(1.0)) < 20.0, "{action}: a part {}", part.p(1.0));
+            }
+            let own = own.all;
             assert_eq!(own.0.len(), 5, "{action}");
             assert!(
                 ms(d[1].p(0.5)) >= 40.0,
