@@ -33,7 +33,7 @@
 //! A `fixed` tool (no I/O) gives weft's own cost of such a step alone. The reported
 //! difference is p50(weft) − p50(direct) and p99(weft) − p99(direct). Beside it, call by
 //! call, weft's **own** time: each engine-way call's round trip less the tool call inside
-//! it, as a [`Stopwatch`] link at the chain's metrics stage times it (`own_p50_us`,
+//! it, as a `Stopwatch` link at the chain's metrics stage times it (`own_p50_us`,
 //! `own_p99_us`). It does not move with the peer's tail, which a difference of two p99s does
 //! (a Python server's tail swings that by ±130 µs); the source's own part, the tool alone
 //! against the direct client, is `source_added_p50_us`. Worker throughput:
