@@ -34,7 +34,8 @@
 //! difference is p50(weft) − p50(direct) and p99(weft) − p99(direct). Beside it, call by
 //! call, weft's **own** time: each engine-way call's round trip less the tool call inside
 //! it, as a `Stopwatch` link at the chain's metrics stage times it (`own_p50_us`,
-//! `own_p99_us`). It does not move with the peer's tail, which a difference of two p99s does
+//! `own_p99_us`; `own_before_*` until the tool is called, `own_after_*` from its result to
+//! `wait`). It does not move with the peer's tail, which a difference of two p99s does
 //! (a Python server's tail swings that by ±130 µs); the source's own part, the tool alone
 //! against the direct client, is `source_added_p50_us`. Worker throughput:
 //! 20,000 calls, 256 in flight, through the engine (one instance per call), through the
