@@ -575,10 +575,6 @@ struct Own {
 struct Stopwatch(Arc<Mutex<Option<(Instant, Duration)>>>);
 
 impl Stopwatch {
-    fn new() -> Stopwatch {
-        Stopwatch::default()
-    }
-
     /// When the last call timed since the last `take` started, and how long it took.
     fn take(&self) -> Option<(Instant, Duration)> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
@@ -964,7 +960,7 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
     }
 
     // In memory.
-    let watch = Stopwatch::new();
+    let watch = Stopwatch::default();
     let node = weft_node::Builder::new(config(defs.clone(), mem_mcp))
         .llm(None)
         .link(weft_tools::Stage::Metrics, Arc::new(watch.clone()))
@@ -1250,18 +1246,6 @@ mod tests {
         }
     }
 
-    fn spec(name: &str) -> ToolSpec {
-        ToolSpec {
-            name: name.into(),
-            description: String::new(),
-            args_schema: json!({}),
-            effect: Effect::Pure,
-            idempotent: true,
-            cost: None,
-            llm: false,
-        }
-    }
-
     /// The stopwatch times the tool inside each call, on the spawned and the inline path
     /// alike, so that a call's own time is its round trip less the tool's: a 40 ms tool in a
     /// one-step instance leaves weft's own part far under 40 ms, while the round trip is
@@ -1270,9 +1254,17 @@ mod tests {
     async fn own_time_is_the_round_trip_less_the_tool_call() {
         let tool = Duration::from_millis(40);
         let mut reg = Registry::new();
-        reg.register(Arc::new(Slow(spec("t.slow"), tool, false)));
-        reg.register(Arc::new(Slow(spec("t.now"), tool, true)));
-        let watch = Stopwatch::new();
+        reg.register(Arc::new(Slow(
+            ToolSpec::new("t.slow", Effect::Pure, true),
+            tool,
+            false,
+        )));
+        reg.register(Arc::new(Slow(
+            ToolSpec::new("t.now", Effect::Pure, true),
+            tool,
+            true,
+        )));
+        let watch = Stopwatch::default();
         let engine = Engine::new(EngineOptions {
             registry: Arc::new(reg),
             chain: Chain::new().with(Stage::Metrics, Arc::new(watch.clone())),
@@ -1309,7 +1301,7 @@ mod tests {
     /// A way that calls no tool through the watched engine is an error, not a figure.
     #[tokio::test]
     async fn a_call_the_stopwatch_did_not_see_is_an_error() {
-        let watch = Stopwatch::new();
+        let watch = Stopwatch::default();
         let ways: Vec<Way<'_>> = vec![Box::new(|_| Box::pin(async { Ok(()) }))];
         let err = rounds(1, &ways, (0, &watch)).await.err();
         assert!(
