@@ -231,3 +231,115 @@ async fn chain() {
     assert_eq!(until_no_task().await, 0);
     h.check_replay(&i);
 }
+
+/// A tool that answers after a short sleep: pending at dispatch, woken by the runtime's
+/// timer.
+struct Sleeps(weft_core::ToolSpec);
+
+impl Tool for Sleeps {
+    fn spec(&self) -> &weft_core::ToolSpec {
+        &self.0
+    }
+    fn call(&self, _: ToolContext, _: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok(json!({"slept": true}))
+        })
+    }
+}
+
+/// A tool that wakes itself once while first polled (so an instance's task starts on a
+/// runtime of several threads), then waits for the test to answer it.
+struct Nudged {
+    spec: weft_core::ToolSpec,
+    waiting: Waiting,
+}
+
+impl Tool for Nudged {
+    fn spec(&self) -> &weft_core::ToolSpec {
+        &self.spec
+    }
+    fn call(&self, _: ToolContext, _: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let (tx, mut rx) = oneshot::channel();
+        self.waiting.lock().expect("lock").push(tx);
+        let mut first = true;
+        Box::pin(std::future::poll_fn(move |cx| {
+            if std::mem::take(&mut first) {
+                cx.waker().wake_by_ref();
+            }
+            match std::pin::Pin::new(&mut rx).poll(cx) {
+                Poll::Ready(r) => Poll::Ready(r.map_err(|_| ToolError::fatal("gone", "no answer"))),
+                Poll::Pending => Poll::Pending,
+            }
+        }))
+    }
+}
+
+#[tokio::test]
+async fn a_call_dispatched_from_outside_while_the_task_waits_completes_on_its_own_wake() {
+    dispatched_from_outside().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dispatched_from_outside_while_the_task_waits_completes_on_its_own_wake_on_several_threads()
+ {
+    dispatched_from_outside().await;
+}
+
+/// One step waits for the test's answer while the instance's task runs; an event from outside
+/// dispatches a second step, whose call finishes on a timer: it completes on that wake, not
+/// only once the first call's answer wakes the task.
+async fn dispatched_from_outside() {
+    let waiting: Waiting = Arc::default();
+    let mut reg = registry();
+    reg.register(Arc::new(Nudged {
+        spec: spec("t.nudged", Effect::Pure),
+        waiting: Arc::clone(&waiting),
+    }));
+    reg.register(Arc::new(Sleeps(spec("t.sleeps", Effect::Pure))));
+    let h = harness_with(|o| o.registry = Arc::new(reg));
+    let p = h.plan(json!({"plan_name": "outside", "graph_type": "acyclic",
+        "events": {"start": {}, "go": {"kind": "input"},
+                   "a": {"kind": "output"}, "b": {"kind": "output"}},
+        "steps": {
+            "slow": {"on": ["start"], "action": "t.nudged", "args": {}, "emits": ["a"]},
+            "quick": {"on": ["go"], "action": "t.sleeps", "args": {}, "emits": ["b"]}}}));
+    let i = h.engine.start("t", &p, json!({})).expect("starts");
+    for _ in 0..100 {
+        if alive() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(alive(), 1, "the task polls the waiting call");
+    // Long enough for the task to poll the call and wait.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let n = h
+        .engine
+        .ingest("t", "go", json!({}), None, Some(i.id()))
+        .expect("routes");
+    assert_eq!(n, 1);
+    assert_eq!(i.state().in_flight.len(), 2, "both calls are in flight");
+    let mut done = false;
+    for _ in 0..200 {
+        let s = i.state();
+        if s.in_flight.len() == 1 && s.in_flight[0].step == "slow" {
+            done = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        done,
+        "the second call completed while the first still waits: {:?}",
+        i.state().in_flight
+    );
+    answer(&waiting, json!(1));
+    let o = tokio::time::timeout(Duration::from_secs(10), i.wait())
+        .await
+        .expect("completes");
+    assert_eq!(o.status, Status::Completed);
+    assert_eq!(common::out(&o, "b"), vec![json!({"slept": true})]);
+    assert_eq!(until_no_task().await, 0);
+    h.check_replay(&i);
+}
