@@ -853,6 +853,14 @@ impl InstanceHandle {
         self.cell.with_core(|g| self.cell.snapshot(g))
     }
 
+    /// [`InstanceHandle::core_instance`] and [`InstanceHandle::state`] read at one moment
+    /// (under one hold of the loop), so that a view made of both never shows, say, a status
+    /// the instance reached after the firings it lists as in flight had finished.
+    pub fn core_and_state(&self) -> (Option<weft_core::Instance>, StateSnapshot) {
+        self.cell
+            .with_core(|g| (g.inst.clone(), self.cell.snapshot(g)))
+    }
+
     /// Stops the instance.
     pub fn stop(&self) {
         self.cell.submit(Input::Stop {

@@ -343,3 +343,45 @@ async fn dispatched_from_outside() {
     assert_eq!(until_no_task().await, 0);
     h.check_replay(&i);
 }
+
+/// A reader on another thread sees the core state machine and the live state of one moment:
+/// never a completed status beside the call it finished still in flight, while the call is
+/// answered from a third thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_core_and_the_state_are_read_at_one_moment() {
+    let (h, waiting) = harness();
+    let p = one_step(&h, "t.answered");
+    let mut reads = 0u64;
+    for round in 0..300 {
+        let i = h.engine.start("t", &p, json!({})).expect("starts");
+        let tx = waiting.lock().expect("lock").pop().expect("a call waits");
+        let reader = {
+            let i = i.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                loop {
+                    let (core, snap) = i.core_and_state();
+                    n += 1;
+                    let in_flight = core.as_ref().map_or(0, |c| c.in_flight.len());
+                    if snap.status == Status::Completed {
+                        return (n, in_flight);
+                    }
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_micros(50));
+        tx.send(json!(round)).expect("the call listens");
+        let (n, in_flight) = tokio::task::spawn_blocking(move || reader.join().expect("reads"))
+            .await
+            .expect("joins");
+        reads += n;
+        assert_eq!(
+            in_flight, 0,
+            "round {round}: completed with a call in flight"
+        );
+    }
+    assert!(
+        reads > 300,
+        "the reader read while the calls ran ({reads} reads)"
+    );
+}

@@ -462,7 +462,8 @@ pub(crate) async fn get(
     let head = head?;
     if let Some(h) = &o.live {
         let version = o.record.as_ref().map_or(0, |r| r.plan_version);
-        let inst = h.core_instance();
+        // One moment: a status and in-flight list read apart could contradict each other.
+        let (inst, snap) = h.core_and_state();
         let trace = h.trace();
         let mut view = state_view(
             &id,
@@ -473,7 +474,6 @@ pub(crate) async fn get(
             trace.as_deref(),
             true,
         );
-        let snap = h.state();
         view.status = snap.status_name().to_string();
         view.awaits = snap.awaits.and_then(|a| serde_json::to_value(a).ok());
         view.usage = snap.usage.and_then(|u| usage_view(&state, &h.plan(), u));
@@ -861,7 +861,8 @@ pub(crate) async fn repair_inputs(
 ) -> ApiResult<(Arc<CompiledPlan>, String, BTreeMap<String, Vec<Value>>)> {
     let o = owned(state, tenant, id).await?;
     let (plan, inst, status) = if let Some(h) = &o.live {
-        (h.plan(), h.core_instance(), h.state().status)
+        let (inst, snap) = h.core_and_state();
+        (h.plan(), inst, snap.status)
     } else {
         let rec = o
             .record
