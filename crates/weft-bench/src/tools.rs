@@ -33,7 +33,7 @@
 //! A `fixed` tool (no I/O) gives weft's own cost of such a step alone. The reported
 //! difference is p50(weft) − p50(direct) and p99(weft) − p99(direct). Beside it, call by
 //! call, weft's **own** time: each engine-way call's round trip less the tool call inside
-//! it, as a `Stopwatch` link at the chain's metrics stage times it (`own_p50_us`,
+//! it, as a `Stopwatch` timer at the chain's metrics stage times it (`own_p50_us`,
 //! `own_p99_us`; `own_before_*` until the tool is called, `own_after_*` from its result to
 //! `wait`). It does not move with the peer's tail, which a difference of two p99s does
 //! (a Python server's tail swings that by ±130 µs); the source's own part, the tool alone
@@ -565,82 +565,31 @@ struct Own {
     after: Dist,
 }
 
-/// The innermost link of the in-memory node's chain ([`weft_tools::Stage::Metrics`], where
-/// `weft serve` times tools for its metrics, at the same cost): it times each tool call from
-/// `call` until its future is ready (inline calls: until they return), so that a call's
-/// round trip through the engine less that time is weft's own part of it, call by call,
-/// whatever the peer's latency was. The measuring loop makes one call at a time and reads
-/// the last call's start and duration ([`Stopwatch::take`]).
-#[derive(Clone, Default)]
-struct Stopwatch(Arc<Mutex<Option<(Instant, Duration)>>>);
+/// The timer of the innermost link of the in-memory node's chain ([`weft_tools::TimeCalls`]
+/// at [`weft_tools::Stage::Metrics`], where `weft serve` times tools for its metrics, with
+/// the same wrapper): each tool call is timed from `call` until its future is ready (inline
+/// calls: until they return), so that a call's round trip through the engine less that time
+/// is weft's own part of it, call by call, whatever the peer's latency was. The measuring
+/// loop makes one call at a time and reads the last call's start and duration
+/// ([`Stopwatch::take`]).
+#[derive(Default)]
+struct Stopwatch(Mutex<Option<(Instant, Duration)>>);
 
 impl Stopwatch {
     /// When the last call timed since the last `take` started, and how long it took.
     fn take(&self) -> Option<(Instant, Duration)> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
-
-    fn put(slot: &Mutex<Option<(Instant, Duration)>>, since: Instant) {
-        let took = since.elapsed();
-        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some((since, took));
-    }
 }
 
-impl weft_tools::Interceptor for Stopwatch {
+impl weft_tools::CallTimer for Stopwatch {
     fn describe(&self) -> String {
         "bench stopwatch (times each tool call)".into()
     }
 
-    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
-        Arc::new(Timed(tool, Arc::clone(&self.0)))
-    }
-}
-
-/// A tool timed by a [`Stopwatch`]; otherwise the tool it wraps (spec, immediacy, needs).
-struct Timed(Arc<dyn Tool>, Arc<Mutex<Option<(Instant, Duration)>>>);
-
-impl Tool for Timed {
-    fn spec(&self) -> &weft_tools::ToolSpec {
-        self.0.spec()
-    }
-    fn profile_needs(&self) -> Option<weft_tools::Needs> {
-        self.0.profile_needs()
-    }
-    fn call(
-        &self,
-        ctx: ToolContext,
-        args: Value,
-    ) -> BoxFuture<'static, Result<Value, weft_tools::ToolError>> {
-        let t = Instant::now();
-        let fut = self.0.call(ctx, args);
-        let slot = Arc::clone(&self.1);
-        Box::pin(async move {
-            let out = fut.await;
-            Stopwatch::put(&slot, t);
-            out
-        })
-    }
-    fn is_immediate(&self) -> bool {
-        self.0.is_immediate()
-    }
-    fn waits_for_journal(&self) -> bool {
-        self.0.waits_for_journal()
-    }
-    fn call_inline(
-        &self,
-        ctx: weft_tools::InlineContext<'_>,
-        args: weft_tools::InlineArgs<'_>,
-    ) -> Result<Value, weft_tools::ToolError> {
-        let t = Instant::now();
-        let out = self.0.call_inline(ctx, args);
-        Stopwatch::put(&self.1, t);
-        out
-    }
-    fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, weft_tools::ToolError> {
-        let t = Instant::now();
-        let out = self.0.call_now(ctx, args);
-        Stopwatch::put(&self.1, t);
-        out
+    fn ended(&self, since: Instant) {
+        let took = since.elapsed();
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((since, took));
     }
 }
 
@@ -960,10 +909,13 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
     }
 
     // In memory.
-    let watch = Stopwatch::default();
+    let watch = Arc::new(Stopwatch::default());
     let node = weft_node::Builder::new(config(defs.clone(), mem_mcp))
         .llm(None)
-        .link(weft_tools::Stage::Metrics, Arc::new(watch.clone()))
+        .link(
+            weft_tools::Stage::Metrics,
+            Arc::new(weft_tools::TimeCalls(Arc::clone(&watch))),
+        )
         .discover_mcp()
         .await
         .map_err(|e| e.to_string())?
@@ -1264,10 +1216,13 @@ mod tests {
             tool,
             true,
         )));
-        let watch = Stopwatch::default();
+        let watch = Arc::new(Stopwatch::default());
         let engine = Engine::new(EngineOptions {
             registry: Arc::new(reg),
-            chain: Chain::new().with(Stage::Metrics, Arc::new(watch.clone())),
+            chain: Chain::new().with(
+                Stage::Metrics,
+                Arc::new(weft_tools::TimeCalls(Arc::clone(&watch))),
+            ),
             ..EngineOptions::default()
         });
         let ms = |d: f64| d / 1000.0;

@@ -2,9 +2,9 @@
 //! ([`prometheus_text`]) for clients that do not ask for OpenMetrics. Counters are bumped by
 //! the handlers (events ingested and routed, instances started, HTTP responses, LLM tokens,
 //! lifecycle events an SSE stream missed, and, when an instance of a plan with `limits` ends,
-//! what it used and whether a call was refused for it) and by `Metered`, the wrapper the
-//! engine's tools run in (steps fired, action latency); gauges (live instances, journal work)
-//! are read at scrape time.
+//! what it used and whether a call was refused for it) and by `StepTimer`, which times every
+//! tool call the engine makes (steps fired, action latency) through `weft_tools::Timed`;
+//! gauges (live instances, journal work) are read at scrape time.
 //!
 //! Step metrics come from a tool wrapper rather than from a bus subscriber on purpose: with
 //! a subscriber the engine builds and publishes two CloudEvents per step even when nobody
@@ -20,9 +20,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use serde_json::Value;
 use weft_runtime::Engine;
-use weft_tools::{BoxFuture, InlineArgs, InlineContext, Tool, ToolContext, ToolError, ToolSpec};
 
 /// `status` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -256,12 +254,12 @@ impl Metrics {
     }
 
     /// The link of the tool-call chain that feeds these metrics (its metrics stage):
-    /// every tool the engine runs is wrapped in `Metered`.
+    /// every tool the engine runs is wrapped in [`weft_tools::Timed`] with `StepTimer`.
     pub fn link(&self) -> Arc<dyn weft_tools::Interceptor> {
-        Arc::new(MeteredLink {
+        Arc::new(weft_tools::TimeCalls(Arc::new(StepTimer {
             steps: self.steps_fired.clone(),
             latency: self.action_latency.clone(),
-        })
+        })))
     }
 
     /// The text exposition, after refreshing the scrape-time gauges.
@@ -325,77 +323,22 @@ impl Default for Metrics {
     }
 }
 
-/// The metrics stage of the tool-call chain.
-struct MeteredLink {
+/// The server's timer of tool calls: counts each call as a step fired and observes its
+/// latency.
+struct StepTimer {
     steps: Counter,
     latency: Histogram,
 }
 
-impl weft_tools::Interceptor for MeteredLink {
+impl weft_tools::CallTimer for StepTimer {
     fn describe(&self) -> String {
         "server metrics (steps fired, action latency)".into()
     }
-
-    fn wrap(&self, tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
-        Arc::new(Metered {
-            inner: tool,
-            steps: self.steps.clone(),
-            latency: self.latency.clone(),
-        })
-    }
-}
-
-/// A tool that counts its calls and times them, and otherwise is the tool it wraps (same
-/// spec, same immediacy: the engine's inline fast path is kept).
-struct Metered {
-    inner: Arc<dyn Tool>,
-    steps: Counter,
-    latency: Histogram,
-}
-
-impl Metered {
-    fn timed<T>(&self, f: impl FnOnce() -> T) -> T {
+    fn started(&self) {
         self.steps.inc();
-        let t = Instant::now();
-        let out = f();
-        self.latency.observe(t.elapsed().as_secs_f64());
-        out
     }
-}
-
-impl Tool for Metered {
-    fn spec(&self) -> &ToolSpec {
-        self.inner.spec()
-    }
-    fn profile_needs(&self) -> Option<weft_tools::Needs> {
-        self.inner.profile_needs()
-    }
-    fn call(&self, ctx: ToolContext, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.steps.inc();
-        let t = Instant::now();
-        let fut = self.inner.call(ctx, args);
-        let latency = self.latency.clone();
-        Box::pin(async move {
-            let out = fut.await;
-            latency.observe(t.elapsed().as_secs_f64());
-            out
-        })
-    }
-    fn is_immediate(&self) -> bool {
-        self.inner.is_immediate()
-    }
-    fn waits_for_journal(&self) -> bool {
-        self.inner.waits_for_journal()
-    }
-    fn call_inline(
-        &self,
-        ctx: InlineContext<'_>,
-        args: InlineArgs<'_>,
-    ) -> Result<Value, ToolError> {
-        self.timed(|| self.inner.call_inline(ctx, args))
-    }
-    fn call_now(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
-        self.timed(|| self.inner.call_now(ctx, args))
+    fn ended(&self, since: Instant) {
+        self.latency.observe(since.elapsed().as_secs_f64());
     }
 }
 

@@ -20,6 +20,7 @@ pub mod http_guard;
 pub mod profile;
 pub mod registry;
 pub mod shared;
+pub mod timed;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -37,6 +38,7 @@ pub use decision::PolicyDecision;
 pub use profile::{Isolation, Needs, Profile};
 pub use registry::{Registry, TenantTools};
 pub use shared::SharedCounts;
+pub use timed::{CallTimer, TimeCalls, Timed};
 
 /// A boxed future, as returned by tools.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
