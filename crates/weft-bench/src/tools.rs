@@ -30,7 +30,13 @@
 //!
 //! The measuring code runs as a task of a two-worker runtime, as a server's handlers do.
 //!
-//! A `fixed` tool (no I/O) gives weft's own cost of such a step alone. The reported
+//! A `fixed` tool (no I/O) gives weft's own cost of such a step alone. Two in-process tools
+//! without a peer take the engine's spawned path, as the I/O kinds do: `yield` (woken at once)
+//! and `sleep` (a timer of 2 ms, about an MCP peer's latency here; `WEFT_BENCH_TOOLS_SLEEP_MS`).
+//! Their own times differ only by the wait: what an idle core's cold caches do to the same
+//! engine path, with no peer sharing the machine. `tools_idle_reference` does the same for code
+//! that is not weft's: a computation and a read of 512 KiB, warm and after the same sleep
+//! (`WEFT_BENCH_TOOLS_IDLE` samples, 0 skips it). The reported
 //! difference is p50(weft) − p50(direct) and p99(weft) − p99(direct). Beside it, call by
 //! call, weft's **own** time: each engine-way call's round trip less the tool call inside
 //! it, as a `Stopwatch` timer at the chain's metrics stage times it (`own_p50_us`,
@@ -95,6 +101,7 @@ fn samples(kind: &str) -> usize {
     let default = match kind {
         "fixed" => 20_000,
         "command" => 1_000,
+        "sleep" => 2_000,
         _ => 5_000,
     };
     count(&kind.to_ascii_uppercase(), default)
@@ -593,6 +600,60 @@ impl weft_tools::CallTimer for Stopwatch {
     }
 }
 
+/// How long `t.sleep` waits: `WEFT_BENCH_TOOLS_SLEEP_MS`, default 2 ms (about what an MCP
+/// peer takes here).
+fn sleep_for() -> Duration {
+    Duration::from_millis(count("SLEEP_MS", 2) as u64)
+}
+
+/// Waits as a [`Waits`] tool does: `None` yields once (woken at once), `Some(d)` sleeps `d`
+/// on the runtime's timer.
+async fn wait(d: Option<Duration>) {
+    match d {
+        None => tokio::task::yield_now().await,
+        Some(d) => tokio::time::sleep(d).await,
+    }
+}
+
+/// An in-process tool that echoes its args after [`wait`]ing: `t.yield` (`None`) and
+/// `t.sleep`. No peer and no I/O: their own time against `fixed`'s, on the same engine
+/// path, is what the wait alone does to it (the idle machine's cold caches).
+struct Waits(weft_tools::ToolSpec, Option<Duration>);
+
+impl Waits {
+    fn tool(d: Option<Duration>) -> Arc<dyn Tool> {
+        let name = if d.is_some() { "t.sleep" } else { "t.yield" };
+        Arc::new(Waits(
+            weft_tools::ToolSpec::new(name, weft_tools::Effect::Pure, true),
+            d,
+        ))
+    }
+}
+
+impl Tool for Waits {
+    fn spec(&self) -> &weft_tools::ToolSpec {
+        &self.0
+    }
+    fn call(
+        &self,
+        _: ToolContext,
+        args: Value,
+    ) -> BoxFuture<'static, Result<Value, weft_tools::ToolError>> {
+        let d = self.1;
+        Box::pin(async move {
+            wait(d).await;
+            Ok(args)
+        })
+    }
+}
+
+/// Call `i` the [`Waits`] way without weft: the same wait, the same echo checked.
+async fn direct_wait(d: Option<Duration>, i: usize) -> Result<(), String> {
+    let args = std::hint::black_box(Shape::Echo.args(i));
+    wait(d).await;
+    check(&json!({ "done": args }), i, Shape::Echo)
+}
+
 /// Call `i` of the declared tool itself, outside any instance and the engine (its source
 /// and the declared-tool wrapper only); checks the result as [`check`] does.
 async fn via_tool(tool: &Arc<dyn Tool>, i: usize, shape: Shape) -> Result<(), String> {
@@ -853,6 +914,8 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
     let defs = defs(&http, nats)?;
     let mut kinds = vec![
         ("fixed", "t.fixed"),
+        ("yield", "t.yield"),
+        ("sleep", "t.sleep"),
         ("http", "t.http"),
         ("command", "t.command"),
     ];
@@ -912,6 +975,8 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
     let watch = Arc::new(Stopwatch::default());
     let node = weft_node::Builder::new(config(defs.clone(), mem_mcp))
         .llm(None)
+        .tool(Waits::tool(None))
+        .tool(Waits::tool(Some(sleep_for())))
         .link(
             weft_tools::Stage::Metrics,
             Arc::new(weft_tools::TimeCalls(Arc::clone(&watch))),
@@ -933,6 +998,8 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
     );
     let dnode = weft_node::Builder::new(config(defs.clone(), dur_mcp))
         .llm(None)
+        .tool(Waits::tool(None))
+        .tool(Waits::tool(Some(sleep_for())))
         .open_on(store)
         .await
         .map_err(|e| e.to_string())?;
@@ -973,6 +1040,8 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
             ("fixed", _) => Box::new(|_| Box::pin(async { Ok(()) })),
             ("http", _) => Box::new(|i| Box::pin(direct_http(&client, &http, i))),
             ("command", _) => Box::new(|i| Box::pin(direct_command(i))),
+            ("yield", _) => Box::new(|i| Box::pin(direct_wait(None, i))),
+            ("sleep", _) => Box::new(|i| Box::pin(direct_wait(Some(sleep_for()), i))),
             _ => {
                 let c = nats_client.as_ref().ok_or("no NATS client")?;
                 let (subject, tool): (&str, &str) = (&tool_subject, action);
@@ -1001,6 +1070,12 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
             durable: Some(&dur),
         };
         send(&out, kind_line(kind, &ways))?;
+    }
+
+    let n = count("IDLE", 2_000);
+    if n > 0 {
+        eprintln!("weft bench tools: idle reference …");
+        send(&out, idle_reference(n).await)?;
     }
 
     let n = count("COMMAND_THROUGHPUT", 2_000);
@@ -1120,6 +1195,59 @@ where
         "calls/s",
         fields,
     ))
+}
+
+/// Bytes read by [`idle_reference`]'s memory part: one byte per 64-byte line.
+const TOUCH: usize = 512 * 1024;
+
+/// What the same wait as `t.sleep`'s does to code that is not weft's: `n` samples each of a
+/// fixed computation (no memory) and of reading [`TOUCH`] bytes of a buffer, right after
+/// the previous sample (warm) and right after a [`sleep_for`] on the runtime's timer.
+async fn idle_reference(n: usize) -> Value {
+    let buf: Vec<u8> = (0..TOUCH).map(|i| i as u8).collect();
+    let compute = || {
+        let mut x = 1u64;
+        for j in 0..20_000u64 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(j);
+        }
+        std::hint::black_box(x);
+    };
+    let touch = || {
+        let sum: u64 = buf.iter().step_by(64).map(|&b| u64::from(b)).sum();
+        std::hint::black_box(sum);
+    };
+    let mut d: [Vec<f64>; 4] = Default::default();
+    for i in 0..n + n / 10 {
+        for (k, idle) in [(0, false), (1, true)] {
+            for (part, f) in [(0, &compute as &(dyn Fn() + Sync)), (2, &touch)] {
+                if idle {
+                    tokio::time::sleep(sleep_for()).await;
+                }
+                let t = Instant::now();
+                f();
+                if i >= n / 10 {
+                    d[part + k].push(us(t.elapsed()));
+                }
+            }
+        }
+    }
+    let [cw, ci, tw, ti] = d.map(Dist::new);
+    let q = |d: &Dist| json!([round(d.p(0.5)), round(d.p(0.99))]);
+    line(
+        "tools_idle_reference",
+        "touch_after_sleep_p50_us",
+        ti.p(0.5),
+        "µs",
+        json!({
+            "samples": n,
+            "sleep_ms": sleep_for().as_millis() as u64,
+            "touch_kib": TOUCH / 1024,
+            "compute_warm_p50_p99_us": q(&cw),
+            "compute_after_sleep_p50_p99_us": q(&ci),
+            "touch_warm_p50_p99_us": q(&tw),
+            "touch_after_sleep_p50_p99_us": q(&ti),
+        }),
+    )
 }
 
 /// `command` calls per second, 16 at a time (so children and the runtime's threads contend
