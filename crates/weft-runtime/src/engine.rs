@@ -853,12 +853,19 @@ impl InstanceHandle {
         self.cell.with_core(|g| self.cell.snapshot(g))
     }
 
-    /// [`InstanceHandle::core_instance`] and [`InstanceHandle::state`] read at one moment
-    /// (under one hold of the loop), so that a view made of both never shows, say, a status
-    /// the instance reached after the firings it lists as in flight had finished.
-    pub fn core_and_state(&self) -> (Option<weft_core::Instance>, StateSnapshot) {
+    /// The plan it runs, [`InstanceHandle::core_instance`] and [`InstanceHandle::state`], read
+    /// at one moment (under one hold of the loop), so that a view made of them never shows,
+    /// say, a status the instance reached after the firings it lists as in flight had
+    /// finished, or a marking of one plan read by the net of a repaired one.
+    pub fn core_and_state(
+        &self,
+    ) -> (
+        Arc<CompiledPlan>,
+        Option<weft_core::Instance>,
+        StateSnapshot,
+    ) {
         self.cell
-            .with_core(|g| (g.inst.clone(), self.cell.snapshot(g)))
+            .with_core(|g| (Arc::clone(&g.plan), g.inst.clone(), self.cell.snapshot(g)))
     }
 
     /// Stops the instance.

@@ -360,7 +360,7 @@ async fn the_core_and_the_state_are_read_at_one_moment() {
             std::thread::spawn(move || {
                 let mut n = 0u64;
                 loop {
-                    let (core, snap) = i.core_and_state();
+                    let (_, core, snap) = i.core_and_state();
                     n += 1;
                     let in_flight = core.as_ref().map_or(0, |c| c.in_flight.len());
                     if snap.status == Status::Completed {

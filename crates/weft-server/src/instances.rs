@@ -463,11 +463,11 @@ pub(crate) async fn get(
     if let Some(h) = &o.live {
         let version = o.record.as_ref().map_or(0, |r| r.plan_version);
         // One moment: a status and in-flight list read apart could contradict each other.
-        let (inst, snap) = h.core_and_state();
+        let (plan, inst, snap) = h.core_and_state();
         let trace = h.trace();
         let mut view = state_view(
             &id,
-            &h.plan(),
+            &plan,
             version,
             inst.as_ref(),
             head,
@@ -476,7 +476,7 @@ pub(crate) async fn get(
         );
         view.status = snap.status_name().to_string();
         view.awaits = snap.awaits.and_then(|a| serde_json::to_value(a).ok());
-        view.usage = snap.usage.and_then(|u| usage_view(&state, &h.plan(), u));
+        view.usage = snap.usage.and_then(|u| usage_view(&state, &plan, u));
         view.approvals = state
             .inner
             .durable
@@ -861,8 +861,8 @@ pub(crate) async fn repair_inputs(
 ) -> ApiResult<(Arc<CompiledPlan>, String, BTreeMap<String, Vec<Value>>)> {
     let o = owned(state, tenant, id).await?;
     let (plan, inst, status) = if let Some(h) = &o.live {
-        let (inst, snap) = h.core_and_state();
-        (h.plan(), inst, snap.status)
+        let (plan, inst, snap) = h.core_and_state();
+        (plan, inst, snap.status)
     } else {
         let rec = o
             .record
