@@ -114,6 +114,11 @@ async fn run(engine: Weak<Shared>) {
         }
         let wait = next.map_or(0, |n| (n - now).max(1) as u64);
         let sleep = e.clock.sleep(wait);
+        // `sleep` counts from the clock's time when it was made: if the clock moved since
+        // `now` was read (a manual clock advanced meanwhile), the wait is too long. Look again.
+        if e.clock.now_ms() != now {
+            continue;
+        }
         // Holding `e` while asleep keeps the engine alive as long as timers are due.
         let notified = e.timers.notify.notified();
         tokio::select! {

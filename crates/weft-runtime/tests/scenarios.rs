@@ -495,3 +495,60 @@ async fn waiting_instances_say_what_they_wait_for() {
     assert_eq!(i.wait().await.status, Status::Completed);
     h.check_replay(&i);
 }
+
+/// A manual clock that, when told to, moves forward at the start of the next `sleep`: time
+/// passing between the timer service's reading of the clock and its sleep.
+#[derive(Clone)]
+struct Racing {
+    clock: weft_runtime::ManualClock,
+    jump: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl weft_runtime::Clock for Racing {
+    fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+    fn sleep(&self, ms: u64) -> weft_tools::BoxFuture<'static, ()> {
+        let jump = self.jump.swap(0, std::sync::atomic::Ordering::SeqCst);
+        if jump > 0 {
+            self.clock.advance(jump);
+        }
+        self.clock.sleep(ms)
+    }
+}
+
+/// A timer whose due time passes while the timer service computes how long to sleep still
+/// fires then, not one wait later.
+#[tokio::test]
+async fn a_timer_due_while_the_service_goes_to_sleep_fires() {
+    use weft_runtime::Clock;
+    let racing = Racing {
+        clock: weft_runtime::ManualClock::new(1_700_000_000_000),
+        jump: Default::default(),
+    };
+    let h = harness_with(|o| o.clock = std::sync::Arc::new(racing.clone()));
+    let p =
+        h.plan(serde_json::from_str(include_str!("../../../examples/timer.json")).expect("json"));
+    let first = h
+        .engine
+        .start("t", &p, json!({"email": "a@example.com"}))
+        .expect("starts");
+    settle().await;
+    assert_eq!(h.engine.pending_timers(), 1);
+    // The next sleep starts 1 s late: the first timer (due in 1 s) is due by then.
+    racing
+        .jump
+        .store(1_000, std::sync::atomic::Ordering::SeqCst);
+    let second = h
+        .engine
+        .start("t", &p, json!({"email": "b@example.com"}))
+        .expect("starts");
+    settle().await;
+    assert_eq!(racing.now_ms(), 1_700_000_001_000, "the clock jumped");
+    for i in [&first, &second] {
+        let o = tokio::time::timeout(std::time::Duration::from_secs(5), i.wait())
+            .await
+            .expect("the due timer fired");
+        assert_eq!(o.status, Status::Completed, "{o:?}");
+    }
+}
