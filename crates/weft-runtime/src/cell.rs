@@ -9,16 +9,19 @@
 //! `Input::Outcome` it is, in its turn, like any other outcome.
 //! There is no task per instance: the loop runs in whichever caller delivers an input
 //! (start, ingest, a timer) and, only while actions are pending, in one tokio task that polls
-//! them. Idle instances are plain data (passivated) until the routing index wakes them.
+//! them, or in the caller waiting for the instance to settle ([`Waiter`]), which on a runtime
+//! of several threads polls them itself while the instance has no task. Idle instances are
+//! plain data (passivated) until the routing index wakes them.
 //!
 //! When that task starts depends on the runtime, as measured (docs/performance.md, tool
 //! sources, 2026-11-27, `worker` calls over NATS to two Python workers):
 //! - on a runtime of several worker threads, when the first pending action first wakes (the
 //!   reply, its timeout): the action is polled with the cell's [`Cell::kick`] waker, which
-//!   starts the task on the thread that woke it. A task spawned at dispatch would take that
-//!   thread's next-to-run slot from the connection task the call just woke, and another
-//!   thread is woken to steal one of them; started on the wake, weft adds 33–47 µs to a call
-//!   at p50 instead of 66–75, with 12,021–15,826 calls/s instead of 10,256–12,340;
+//!   starts the task on the thread that woke it, or wakes a [`Waiter`] that drives instead.
+//!   A task spawned at dispatch would take that thread's next-to-run slot from the connection
+//!   task the call just woke, and another thread is woken to steal one of them; started on
+//!   the wake, weft adds 33–47 µs to a call at p50 instead of 66–75, with 12,021–15,826
+//!   calls/s instead of 10,256–12,340;
 //! - on one thread (a current-thread runtime included), at dispatch: there the spawned task
 //!   runs before the connection task, which then sends the requests of many starts in one
 //!   write instead of one each (2,704 against 23,814 `writev` calls in a run), and a worker
@@ -208,6 +211,12 @@ pub(crate) struct Cell {
     task_live: std::sync::atomic::AtomicBool,
     /// The waker pending actions are first polled with ([`Cell::kick`]), made once.
     kick: std::sync::OnceLock<Waker>,
+    /// A waiter ready to drive the instance ([`Waiter`]), with its token: a kick wakes it
+    /// instead of starting the task.
+    driver: Mutex<Option<(u64, Waker)>>,
+    /// A kick woke the driver, which has not yet taken up the work: a driver that goes away
+    /// meanwhile starts the task.
+    kicked: std::sync::atomic::AtomicBool,
 }
 
 /// Wakes an instance whose task may not exist yet: starts it ([`Cell::spawn_task`]).
@@ -219,8 +228,162 @@ impl std::task::Wake for Kick {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if let Some(cell) = self.0.upgrade() {
-            cell.spawn_task();
+        let Some(cell) = self.0.upgrade() else { return };
+        {
+            let d = lock(&cell.driver);
+            if let Some((_, w)) = &*d {
+                cell.kicked.store(true, Ordering::SeqCst);
+                w.wake_by_ref();
+                return;
+            }
+        }
+        cell.spawn_task();
+    }
+}
+
+thread_local! {
+    /// Set while this thread runs an instance's loop or task. A waiter made there (a
+    /// `plan.run` child's, polled by its parent's loop) leaves its instance to the instance's
+    /// own task rather than drive it under the parent's lock.
+    static IN_LOOP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the thread as in a loop ([`IN_LOOP`]) until dropped.
+struct InLoop(bool);
+
+impl InLoop {
+    fn enter() -> InLoop {
+        InLoop(IN_LOOP.replace(true))
+    }
+}
+
+impl Drop for InLoop {
+    fn drop(&mut self) {
+        IN_LOOP.set(self.0);
+    }
+}
+
+/// Tells waiters apart in [`Cell::driver`].
+static WAITER_TOKENS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Someone waiting for an instance to settle ([`crate::InstanceHandle::wait`]) who, on a
+/// runtime of several threads, drives the instance meanwhile: while the instance has no
+/// task, the first wake of a pending action (its [`Cell::kick`]) wakes the waiter instead of
+/// starting a task, and the waiter polls the actions and applies their outcomes itself, as
+/// the task would ([`Cell::poll_task`]), until the instance settles. A call then costs no
+/// task and no hand-over from the task to the waiter: after a wait of milliseconds, each of
+/// those touches memory the idle core no longer holds (docs/performance.md, tool sources).
+/// A waiter that goes away while it holds the drive, or after a kick it had not yet taken
+/// up, starts the task, so no action is left unpolled.
+pub(crate) struct Waiter {
+    cell: Arc<Cell>,
+    rx: oneshot::Receiver<Outcome>,
+    token: u64,
+    /// Whether it may drive (made outside any loop, on a runtime of several threads).
+    drives: bool,
+    /// It holds the drive: `task_live` is set on its behalf, as for the task.
+    holding: bool,
+    /// Its waker is or was in [`Cell::driver`].
+    slotted: bool,
+}
+
+impl Cell {
+    /// A waiter for the instance to settle, or its outcome if it has settled.
+    pub(crate) fn waiter(self: &Arc<Self>) -> Result<Waiter, Box<Outcome>> {
+        let rx = self.with_core(|g| {
+            if Cell::settled(g) {
+                return Err(Box::new(self.outcome(g)));
+            }
+            let (tx, rx) = oneshot::channel();
+            g.waiters.push(tx);
+            Ok(rx)
+        })?;
+        let drives = !IN_LOOP.get()
+            && crate::engine::lazy_tasks(self.engine.runtime().as_ref())
+            && tokio::runtime::Handle::try_current().is_ok();
+        Ok(Waiter {
+            cell: Arc::clone(self),
+            rx,
+            token: WAITER_TOKENS.fetch_add(1, Ordering::Relaxed),
+            drives,
+            holding: false,
+            slotted: false,
+        })
+    }
+}
+
+impl Waiter {
+    /// Puts `w` in the cell's driver slot (a kick wakes it).
+    fn offer(&mut self, w: &Waker) {
+        let mut d = lock(&self.cell.driver);
+        match &mut *d {
+            Some((t, old)) if *t == self.token => {
+                if !old.will_wake(w) {
+                    *old = w.clone();
+                }
+            }
+            _ => *d = Some((self.token, w.clone())),
+        }
+        self.slotted = true;
+    }
+
+    fn closed(&self) -> Outcome {
+        self.cell.with_core(|g| self.cell.outcome(g))
+    }
+}
+
+impl Future for Waiter {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let this = &mut *self;
+        // At most one claim of the drive per poll: a claim that finds nothing pending lets
+        // go at once, and the next wake (a kick, the outcome) polls again.
+        for claim in [true, false] {
+            if this.holding && this.cell.poll_task(cx).is_ready() {
+                this.holding = false;
+            }
+            match this.rx.try_recv() {
+                Ok(o) => return Poll::Ready(o),
+                Err(oneshot::error::TryRecvError::Closed) => return Poll::Ready(this.closed()),
+                Err(oneshot::error::TryRecvError::Empty) => {}
+            }
+            if this.holding {
+                // `poll_task` left `cx`'s waker with the actions.
+                return Poll::Pending;
+            }
+            if !this.drives || !claim {
+                break;
+            }
+            this.offer(cx.waker());
+            this.cell.kicked.store(false, Ordering::SeqCst);
+            if this.cell.task_live.swap(true, Ordering::AcqRel) {
+                // The task runs: it drives, and the outcome wakes this waiter.
+                break;
+            }
+            this.holding = true;
+        }
+        match Pin::new(&mut this.rx).poll(cx) {
+            Poll::Ready(Ok(o)) => Poll::Ready(o),
+            Poll::Ready(Err(_)) => Poll::Ready(this.closed()),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if self.slotted {
+            let mut d = lock(&self.cell.driver);
+            if d.as_ref().is_some_and(|(t, _)| *t == self.token) {
+                *d = None;
+            }
+        }
+        if self.holding {
+            self.cell.task_live.store(false, Ordering::Release);
+            self.cell.spawn_task();
+        } else if self.slotted && self.cell.kicked.swap(false, Ordering::SeqCst) {
+            self.cell.spawn_task();
         }
     }
 }
@@ -271,6 +434,8 @@ impl Cell {
             stopped: std::sync::atomic::AtomicBool::new(false),
             task_live: std::sync::atomic::AtomicBool::new(false),
             kick: std::sync::OnceLock::new(),
+            driver: Mutex::new(None),
+            kicked: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -388,6 +553,7 @@ impl Cell {
 
     /// Applies `input`, then every action outcome that is ready at once, then settles.
     pub(crate) fn run(self: &Arc<Self>, core: &mut Core, input: Input) {
+        let _in_loop = InLoop::enter();
         // Room for the outcomes of a whole fan-out (one allocation instead of growing).
         let mut ready: VecDeque<Ready> = VecDeque::with_capacity(core.plan.net.width());
         if matches!(
@@ -770,8 +936,9 @@ impl Cell {
     }
 
     /// The instance's task: calls gated actions once the journal is durable, polls pending
-    /// actions and applies their outcomes.
+    /// actions and applies their outcomes. Also run by a [`Waiter`] that holds the drive.
     fn poll_task(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let _in_loop = InLoop::enter();
         let mut g = lock(&self.core);
         let mut budget = 64u32;
         loop {

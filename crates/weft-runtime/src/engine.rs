@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::Value;
-use tokio::sync::oneshot;
 use weft_core::{EventKind, Limits, Plan};
 use weft_tools::{Chain, Registry, TenantTools};
 
@@ -799,22 +798,12 @@ impl InstanceHandle {
     }
 
     /// Waits until the instance settles and returns its outcome.
+    /// On a runtime of several threads, the waiter drives the instance meanwhile (polls its
+    /// pending actions, applies their outcomes) while it has no task of its own.
     pub async fn wait(&self) -> Outcome {
-        let rx = self.cell.with_core(|g| {
-            if Cell::settled(g) {
-                return Err(Box::new(self.cell.outcome(g)));
-            }
-            let (tx, rx) = oneshot::channel();
-            g.waiters.push(tx);
-            Ok(rx)
-        });
-        let rx = match rx {
-            Ok(rx) => rx,
-            Err(settled) => return *settled,
-        };
-        match rx.await {
-            Ok(o) => o,
-            Err(_) => self.cell.with_core(|g| self.cell.outcome(g)),
+        match self.cell.waiter() {
+            Ok(w) => w.await,
+            Err(settled) => *settled,
         }
     }
 

@@ -385,3 +385,142 @@ async fn the_core_and_the_state_are_read_at_one_moment() {
         "the reader read while the calls ran ({reads} reads)"
     );
 }
+
+/// A tool answered by the test that notes which tokio task polled its future last (the one
+/// that saw the answer).
+struct PolledBy {
+    spec: weft_core::ToolSpec,
+    waiting: Waiting,
+    by: Arc<Mutex<Option<tokio::task::Id>>>,
+}
+
+impl Tool for PolledBy {
+    fn spec(&self) -> &weft_core::ToolSpec {
+        &self.spec
+    }
+    fn call(&self, _: ToolContext, _: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let (tx, mut rx) = oneshot::channel();
+        self.waiting.lock().expect("lock").push(tx);
+        let by = Arc::clone(&self.by);
+        Box::pin(std::future::poll_fn(move |cx| {
+            *by.lock().expect("lock") = tokio::task::try_id();
+            std::pin::Pin::new(&mut rx)
+                .poll(cx)
+                .map_err(|_| ToolError::fatal("gone", "no answer"))
+        }))
+    }
+}
+
+/// On several threads, whoever waits for the instance drives it while it has no task: the
+/// answered call is polled, and its outcome applied, by the waiting task itself, not by a
+/// task started for the instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_several_threads_the_waiter_polls_the_call_itself() {
+    let waiting: Waiting = Arc::default();
+    let by = Arc::new(Mutex::new(None));
+    let mut reg = registry();
+    reg.register(Arc::new(PolledBy {
+        spec: spec("t.polled", Effect::Pure),
+        waiting: Arc::clone(&waiting),
+        by: Arc::clone(&by),
+    }));
+    let h = harness_with(|o| o.registry = Arc::new(reg));
+    let p = one_step(&h, "t.polled");
+    for round in 0..20 {
+        let i = h.engine.start("t", &p, json!({})).expect("starts");
+        let tx = waiting.lock().expect("lock").pop().expect("a call waits");
+        let (waits, waits_rx) = std::sync::mpsc::channel();
+        // Answered from outside the runtime once the waiter waits.
+        let answer = std::thread::spawn(move || {
+            waits_rx.recv().expect("the waiter waits");
+            tx.send(json!(round)).expect("the call listens");
+        });
+        let waiter = tokio::spawn(async move {
+            let mut w = Box::pin(i.wait());
+            assert!(poll_once(&mut w).await.is_pending(), "the call waits");
+            waits.send(()).expect("the answer listens");
+            (tokio::task::id(), w.await)
+        });
+        let (me, o) = waiter.await.expect("the waiter ends");
+        answer.join().expect("joins");
+        assert_eq!(o.status, Status::Completed);
+        assert_eq!(common::out(&o, "done"), vec![json!(round)]);
+        assert_eq!(
+            *by.lock().expect("lock"),
+            Some(me),
+            "round {round}: the waiter polled the answered call"
+        );
+    }
+    assert_eq!(until_no_task().await, 0);
+}
+
+/// Polls `w` once, here.
+async fn poll_once<F: Future + Unpin>(w: &mut F) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *w).poll(cx))).await
+}
+
+/// Waits (without driving the instance) until it settles, for up to ten seconds.
+async fn settles(i: &weft_runtime::InstanceHandle) -> Option<weft_runtime::Outcome> {
+    for _ in 0..2000 {
+        if let Some(o) = i.outcome_now() {
+            return Some(o);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+/// A waiter dropped while it drives the instance (a caller's timeout) hands it to a task:
+/// the call's answer still completes the instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_while_it_drives_hands_the_instance_to_a_task() {
+    let (h, waiting) = harness();
+    let p = one_step(&h, "t.answered");
+    let i = h.engine.start("t", &p, json!({})).expect("starts");
+    let mut w = Box::pin(i.wait());
+    assert!(poll_once(&mut w).await.is_pending(), "the call waits");
+    drop(w);
+    answer(&waiting, json!(7));
+    let o = settles(&i)
+        .await
+        .expect("the instance completes without its waiter");
+    assert_eq!(o.status, Status::Completed);
+    assert_eq!(common::out(&o, "done"), vec![json!(7)]);
+    assert_eq!(until_no_task().await, 0);
+}
+
+/// A waiter dropped after a call's first wake came to it, before it took the call up,
+/// starts the instance's task: the call is not left unpolled. The call is dispatched by a
+/// timer after the waiter has offered to drive (the instance was waiting on the timer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_after_a_wake_came_to_it_hands_the_instance_to_a_task() {
+    let (h, waiting) = harness();
+    let p = h.plan(json!({"plan_name": "later", "graph_type": "acyclic",
+        "events": {"start": {}, "scheduled": {}, "due": {"kind": "input"},
+                   "done": {"kind": "output"}},
+        "steps": {
+            "schedule": {"on": ["start"], "action": "timer.after",
+                         "args": {"ms": 1000, "event": "due"}, "emits": ["scheduled"]},
+            "call": {"on": ["scheduled", "due"], "action": "t.answered", "args": {},
+                     "emits": ["done"]}}}));
+    let i = h.engine.start("t", &p, json!({})).expect("starts");
+    let mut w = Box::pin(i.wait());
+    assert!(poll_once(&mut w).await.is_pending(), "the timer is pending");
+    h.advance(1000).await;
+    for _ in 0..2000 {
+        if !waiting.lock().expect("lock").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    answer(&waiting, json!(8));
+    // The answer's wake goes to the waiter, which is never polled again.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(i.outcome_now().is_none(), "nobody has polled the call yet");
+    drop(w);
+    let o = settles(&i)
+        .await
+        .expect("the instance completes without its waiter");
+    assert_eq!(o.status, Status::Completed);
+    assert_eq!(common::out(&o, "done"), vec![json!(8)]);
+}
