@@ -35,8 +35,9 @@
 //! and `sleep` (a timer of 2 ms, about an MCP peer's latency here; `WEFT_BENCH_TOOLS_SLEEP_MS`).
 //! Their own times differ only by the wait: what an idle core's cold caches do to the same
 //! engine path, with no peer sharing the machine. `tools_idle_reference` does the same for code
-//! that is not weft's: a computation and a read of 512 KiB, warm and after the same sleep
-//! (`WEFT_BENCH_TOOLS_IDLE` samples, 0 skips it). The reported
+//! that is not weft's: a computation, a read of 512 KiB in order and 300 loads that each
+//! wait for the one before, warm and after the same sleep (`WEFT_BENCH_TOOLS_IDLE` samples,
+//! 0 skips it). The reported
 //! difference is p50(weft) − p50(direct) and p99(weft) − p99(direct). Beside it, call by
 //! call, weft's **own** time: each engine-way call's round trip less the tool call inside
 //! it, as a `Stopwatch` timer at the chain's metrics stage times it (`own_p50_us`,
@@ -1202,11 +1203,42 @@ where
 /// Bytes read by [`idle_reference`]'s memory part: one byte per 64-byte line.
 const TOUCH: usize = 512 * 1024;
 
+/// Lines [`idle_reference`]'s chase loads, one after the other.
+const CHASE_LINES: usize = 300;
+/// The span they are spread over (64 MiB: one 4 KiB page each, as a path through a heap and
+/// a binary's code touches many pages).
+const CHASE_SPAN: usize = 64 << 20;
+
 /// What the same wait as `t.sleep`'s does to code that is not weft's: `n` samples each of a
-/// fixed computation (no memory) and of reading [`TOUCH`] bytes of a buffer, right after
-/// the previous sample (warm) and right after a [`sleep_for`] on the runtime's timer.
+/// fixed computation (no memory), of reading [`TOUCH`] bytes of a buffer in order, and of
+/// [`CHASE_LINES`] loads each of which needs the one before (the address of the next line is
+/// in the last: a miss costs its whole latency, as an instruction fetch or a pointer
+/// followed does), right after the same code ran (warm) and right after a [`sleep_for`] on
+/// the runtime's timer.
 async fn idle_reference(n: usize) -> Value {
     let buf: Vec<u8> = (0..TOUCH).map(|i| i as u8).collect();
+    // A cycle through `CHASE_LINES` lines in a scrambled order (a fixed LCG): word `l * 16`
+    // of line `l` holds the word index of the next line.
+    let mut links = vec![0u32; CHASE_SPAN / 4];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let lines: Vec<usize> = (0..CHASE_LINES)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((x >> 33) as usize % (CHASE_SPAN / 64)) * 16
+        })
+        .collect();
+    for (k, &w) in lines.iter().enumerate() {
+        links[w] = lines[(k + 1) % CHASE_LINES] as u32;
+    }
+    let chase = || {
+        let mut w = lines[0];
+        for _ in 0..CHASE_LINES {
+            w = links[w] as usize;
+        }
+        std::hint::black_box(w);
+    };
     let compute = || {
         let mut x = 1u64;
         for j in 0..20_000u64 {
@@ -1219,12 +1251,19 @@ async fn idle_reference(n: usize) -> Value {
         std::hint::black_box(sum);
     };
     let sleep = sleep_for();
-    let mut d: [Vec<f64>; 4] = Default::default();
+    let mut d: [Vec<f64>; 6] = Default::default();
     for i in 0..n + n / 10 {
         for (k, idle) in [(0, false), (1, true)] {
-            for (part, f) in [(0, &compute as &(dyn Fn() + Sync)), (2, &touch)] {
+            for (part, f) in [
+                (0, &compute as &(dyn Fn() + Sync)),
+                (2, &touch),
+                (4, &chase),
+            ] {
                 if idle {
                     tokio::time::sleep(sleep).await;
+                } else {
+                    // Warm: right after the same code ran.
+                    f();
                 }
                 let t = Instant::now();
                 f();
@@ -1234,7 +1273,7 @@ async fn idle_reference(n: usize) -> Value {
             }
         }
     }
-    let [cw, ci, tw, ti] = d.map(Dist::new);
+    let [cw, ci, tw, ti, hw, hi] = d.map(Dist::new);
     let q = |d: &Dist| json!([round(d.p(0.5)), round(d.p(0.99))]);
     line(
         "tools_idle_reference",
@@ -1249,6 +1288,10 @@ async fn idle_reference(n: usize) -> Value {
             "compute_after_sleep_p50_p99_us": q(&ci),
             "touch_warm_p50_p99_us": q(&tw),
             "touch_after_sleep_p50_p99_us": q(&ti),
+            "chase_lines": CHASE_LINES,
+            "chase_span_mib": CHASE_SPAN >> 20,
+            "chase_warm_p50_p99_us": q(&hw),
+            "chase_after_sleep_p50_p99_us": q(&hi),
         }),
     )
 }
