@@ -798,8 +798,10 @@ impl InstanceHandle {
     }
 
     /// Waits until the instance settles and returns its outcome.
-    /// On a runtime of several threads, the waiter drives the instance meanwhile (polls its
-    /// pending actions, applies their outcomes) while it has no task of its own.
+    ///
+    /// On a runtime of several threads, the future drives the instance meanwhile (polls its
+    /// pending actions, applies their outcomes) while it has no task of its own: poll it to
+    /// the end or drop it (dropped, it hands the instance to a task of its own).
     pub async fn wait(&self) -> Outcome {
         match self.cell.waiter() {
             Ok(w) => w.await,
