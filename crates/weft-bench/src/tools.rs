@@ -31,7 +31,7 @@
 //! The measuring code runs as a task of a two-worker runtime, as a server's handlers do.
 //!
 //! A `fixed` tool (no I/O) gives weft's own cost of such a step alone. Two in-process tools
-//! without a peer take the engine's spawned path, as the I/O kinds do: `yield` (woken at once)
+//! without a peer take the engine's path of a pending call, as the I/O kinds do: `yield` (woken at once)
 //! and `sleep` (a timer of 2 ms, about an MCP peer's latency here; `WEFT_BENCH_TOOLS_SLEEP_MS`).
 //! Their own times differ only by the wait: what an idle core's cold caches do to the same
 //! engine path, with no peer sharing the machine. `tools_idle_reference` does the same for code
@@ -972,12 +972,14 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
         kinds.push(("mcp_http", "mcphttp.add"));
     }
 
+    // Read once, for both nodes and the direct way (not on its measured path).
+    let sleep = sleep_for();
     // In memory.
     let watch = Arc::new(Stopwatch::default());
     let node = weft_node::Builder::new(config(defs.clone(), mem_mcp))
         .llm(None)
         .tool(Waits::tool(None))
-        .tool(Waits::tool(Some(sleep_for())))
+        .tool(Waits::tool(Some(sleep)))
         .link(
             weft_tools::Stage::Metrics,
             Arc::new(weft_tools::TimeCalls(Arc::clone(&watch))),
@@ -1000,7 +1002,7 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
     let dnode = weft_node::Builder::new(config(defs.clone(), dur_mcp))
         .llm(None)
         .tool(Waits::tool(None))
-        .tool(Waits::tool(Some(sleep_for())))
+        .tool(Waits::tool(Some(sleep)))
         .open_on(store)
         .await
         .map_err(|e| e.to_string())?;
@@ -1013,8 +1015,6 @@ async fn run_all(out: tokio::sync::mpsc::UnboundedSender<Value>) -> Result<(), S
     };
     let subject = weft_sources::default_subject(tenant(), "bench.echo");
 
-    // Read once: not on the measured path of the `sleep` kind's direct way.
-    let sleep = sleep_for();
     for (kind, action) in &kinds {
         eprintln!("weft bench tools: {kind} …");
         let compiled = engine
