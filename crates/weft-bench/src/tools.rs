@@ -37,7 +37,8 @@
 //! engine path, with no peer sharing the machine. `tools_idle_reference` does the same for code
 //! that is not weft's: a computation, a read of 512 KiB in order and 300 loads that each
 //! wait for the one before, warm and after the same sleep (`WEFT_BENCH_TOOLS_IDLE` samples,
-//! 0 skips it). The reported
+//! 0 skips it). `WEFT_BENCH_TOOLS_EVICT_MIB` empties the caches before each call of the
+//! engine way (for counting the cold path's misses under callgrind). The reported
 //! difference is p50(weft) − p50(direct) and p99(weft) − p99(direct). Beside it, call by
 //! call, weft's **own** time: each engine-way call's round trip less the tool call inside
 //! it, as a `Stopwatch` timer at the chain's metrics stage times it (`own_p50_us`,
@@ -535,6 +536,9 @@ async fn rounds(
         for j in 0..ways.len() {
             let w = (i + j) % ways.len();
             watch.1.take();
+            if w == watch.0 {
+                evict();
+            }
             let t = Instant::now();
             ways[w](i).await?;
             let took = us(t.elapsed());
@@ -559,6 +563,35 @@ async fn rounds(
         d.into_iter().map(Dist::new).collect(),
         Own { all, before, after },
     ))
+}
+
+/// Empties the caches of what the last calls used, before each call of the engine way, when
+/// `WEFT_BENCH_TOOLS_EVICT_MIB` is set (0 or unset: never): writes one byte in every 64-byte
+/// line of a buffer of that many MiB. The call then starts with caches that hold nothing of
+/// its path, whatever the machine did meanwhile (an idle wait also costs it the core's other
+/// state, such as its branch predictors'). Under `valgrind --tool=callgrind --cache-sim=yes` with
+/// a last-level cache smaller than the buffer, the misses it counts in the call are every line
+/// of code and data weft's path touches: a measure of the cold path that, unlike its time,
+/// does not drift with the machine (`docs/performance.md`).
+#[inline(never)]
+fn evict() {
+    static BUF: std::sync::OnceLock<Option<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    let buf = BUF.get_or_init(|| match count("EVICT_MIB", 0) {
+        0 => None,
+        mib => Some(Mutex::new(vec![0u8; mib << 20])),
+    });
+    if let Some(buf) = buf {
+        sweep(&mut buf.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+/// Writes the first byte of every 64-byte line of `buf` (each write takes the line into the
+/// caches, in place of what they held).
+fn sweep(buf: &mut [u8]) {
+    for line in buf.chunks_mut(64) {
+        line[0] = line[0].wrapping_add(1);
+    }
+    std::hint::black_box(&*buf);
 }
 
 /// weft's own time of each call through the engine: its round trip less the tool call
@@ -1425,6 +1458,14 @@ mod tests {
             assert!(own.p(0.0) > 0.0, "{action}: own {}", own.p(0.0));
         }
         assert_eq!(watch.take(), None, "every call's time was read");
+    }
+
+    #[test]
+    fn a_sweep_writes_one_byte_in_every_line() {
+        let mut buf = vec![0u8; 64 * 3 + 10];
+        sweep(&mut buf);
+        let written: Vec<usize> = (0..buf.len()).filter(|&k| buf[k] != 0).collect();
+        assert_eq!(written, vec![0, 64, 128, 192]);
     }
 
     /// A way that calls no tool through the watched engine is an error, not a figure.
