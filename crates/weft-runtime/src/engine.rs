@@ -3,7 +3,7 @@
 //! index from (tenant, event name) to the instances waiting on it, the timer service and the
 //! bus, and hands out [`InstanceHandle`]s.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -19,6 +19,7 @@ use crate::journal_hook::{Input, Journal};
 use crate::outcome::{Outcome, StateSnapshot};
 use crate::plans::CompiledPlan;
 use crate::repair_loop::Repairer;
+use crate::routes::Routes;
 use crate::timers::{TimerEntry, TimerKind, Timers};
 
 /// Computes the next due time (epoch ms) of a cron expression after `after_ms`.
@@ -139,12 +140,6 @@ const SHARDS: usize = 16;
 /// One shard of the instance table, by id.
 type CellMap = HashMap<u64, Arc<Cell>, foldhash::fast::RandomState>;
 
-/// The routing index: tenant → input event name → the live instances that accept it.
-type Routes = HashMap<Arc<str>, HashMap<Arc<str>, HashSet<u64, Fast>, Fast>, Fast>;
-
-/// The hasher of the engine's own maps (keys are ids and names weft made or checked).
-type Fast = foldhash::fast::RandomState;
-
 /// What one tenant's plans compile against: the engine's tools overlaid with the tenant's
 /// own, and the argument validators of that set.
 struct TenantView {
@@ -217,20 +212,7 @@ impl Shared {
     pub(crate) fn register_cell(self: &Arc<Self>, cell: &Arc<Cell>, plan: &CompiledPlan) {
         lock(self.shard(cell.id)).insert(cell.id, Arc::clone(cell));
         if !plan.inputs.is_empty() {
-            let mut routes = lock(&self.routes);
-            let by_event = routes.entry(Arc::clone(&cell.tenant)).or_default();
-            for name in plan.inputs.iter() {
-                match by_event.get_mut(&**name) {
-                    Some(set) => {
-                        set.insert(cell.id);
-                    }
-                    None => {
-                        let mut set = HashSet::with_capacity_and_hasher(1, Fast::default());
-                        set.insert(cell.id);
-                        by_event.insert(Arc::clone(name), set);
-                    }
-                }
-            }
+            lock(&self.routes).insert(&cell.tenant, &plan.inputs, cell.id);
         }
         if let Some(ms) = self.idle_expiry_ms
             && plan.net.graph_type == weft_core::GraphType::Reactive
@@ -243,22 +225,8 @@ impl Shared {
     /// table and the routing index.
     pub(crate) fn unregister(&self, cell: &Cell, plan: &CompiledPlan) {
         lock(self.shard(cell.id)).remove(&cell.id);
-        if plan.inputs.is_empty() {
-            return;
-        }
-        let mut routes = lock(&self.routes);
-        if let Some(by_event) = routes.get_mut(&*cell.tenant) {
-            for name in plan.inputs.iter() {
-                if let Some(set) = by_event.get_mut(&**name) {
-                    set.remove(&cell.id);
-                    if set.is_empty() {
-                        by_event.remove(&**name);
-                    }
-                }
-            }
-            if by_event.is_empty() {
-                routes.remove(&*cell.tenant);
-            }
+        if !plan.inputs.is_empty() {
+            lock(&self.routes).remove(&cell.tenant, &plan.inputs, cell.id);
         }
     }
 
@@ -619,11 +587,7 @@ impl Engine {
                 vec![cell]
             }
             None => {
-                let ids: Vec<u64> = lock(&self.inner.routes)
-                    .get(tenant)
-                    .and_then(|m| m.get(event))
-                    .map(|s| s.iter().copied().collect())
-                    .unwrap_or_default();
+                let ids = lock(&self.inner.routes).get(tenant, event);
                 let mut cells: Vec<Arc<Cell>> = ids
                     .into_iter()
                     .filter_map(|id| self.inner.cell(id))
@@ -670,11 +634,7 @@ impl Engine {
     /// The live instances of `tenant` that an [`Engine::ingest`] of `event` without a target
     /// would reach now (ids in id order), e.g. to wait until their journals are durable.
     pub fn routed_instances(&self, tenant: &str, event: &str) -> Vec<String> {
-        let mut ids: Vec<u64> = lock(&self.inner.routes)
-            .get(tenant)
-            .and_then(|m| m.get(event))
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default();
+        let mut ids = lock(&self.inner.routes).get(tenant, event);
         ids.sort_unstable();
         ids.into_iter()
             .filter_map(|id| self.inner.cell(id))

@@ -25,6 +25,7 @@ mod plans;
 pub mod quota;
 mod recover;
 mod repair_loop;
+mod routes;
 mod services;
 mod timers;
 
