@@ -7,9 +7,9 @@
 //! than freed with its tenant's table and made again: adding and removing an instance ran 112
 //! of the ~790 lines of code of the engine's path to and from a tool call when both tables
 //! were made and freed each time, 56 with the set kept (`docs/performance.md`, tool sources).
-//! Kept sets are swept once they
-//! outnumber both the sets in use and [`KEEP`], so what the index holds stays within twice
-//! what it needs, and the sweep's cost is shared by at least as many removals.
+//! Kept sets are swept once they outnumber both the sets in use and [`KEEP`], so what the
+//! index holds stays within twice what it needs, and the sweep's cost is shared by at least
+//! as many removals; a set that held many instances is shrunk as it empties.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -19,6 +19,9 @@ type Fast = foldhash::fast::RandomState;
 
 /// How many emptied sets are always kept without a sweep.
 const KEEP: usize = 64;
+
+/// The most room a kept set keeps (a set that held more instances gives the rest back).
+const ROOM: usize = 8;
 
 /// One tenant's part: input event name → the live instances (ids) that accept it.
 type ByEvent = HashMap<Arc<str>, HashSet<u64, Fast>, Fast>;
@@ -72,6 +75,9 @@ impl Routes {
                 && set.remove(&id)
                 && set.is_empty()
             {
+                if set.capacity() > ROOM {
+                    set.shrink_to(ROOM);
+                }
                 self.used -= 1;
                 self.kept += 1;
             }
@@ -161,6 +167,23 @@ mod tests {
         for k in 0..10u64 {
             assert_eq!(r.get(&format!("live{k}"), "start"), vec![k]);
         }
+    }
+
+    #[test]
+    fn a_set_that_held_many_instances_is_shrunk_as_it_empties() {
+        let mut r = Routes::default();
+        let t: Arc<str> = Arc::from("t");
+        let ev = names(&["a"]);
+        for id in 0..10_000 {
+            r.insert(&t, &ev, id);
+        }
+        for id in 0..10_000 {
+            r.remove("t", &ev, id);
+        }
+        let cap = r.by_tenant["t"]["a"].capacity();
+        assert!(cap <= 2 * ROOM, "a kept set keeps room for {cap}");
+        r.insert(&t, &ev, 1);
+        assert_eq!(r.get("t", "a"), vec![1]);
     }
 
     #[test]
