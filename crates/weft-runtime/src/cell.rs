@@ -127,10 +127,63 @@ impl std::task::Wake for Gate {
     }
 }
 
+/// An instance's pending actions. One is kept as it is; only a second makes a
+/// `FuturesUnordered`, whose queue, stub task and task per future are three allocations
+/// for the one action a step at a time has pending (docs/performance.md, tool sources).
+#[derive(Default)]
+pub(crate) enum Pending {
+    #[default]
+    None,
+    One(PendingFut),
+    Many(FuturesUnordered<PendingFut>),
+}
+
+impl Pending {
+    pub(crate) fn push(&mut self, fut: PendingFut) {
+        *self = match std::mem::take(self) {
+            Pending::None => Pending::One(fut),
+            Pending::One(first) => {
+                let many = FuturesUnordered::new();
+                many.push(first);
+                many.push(fut);
+                Pending::Many(many)
+            }
+            Pending::Many(many) => {
+                many.push(fut);
+                Pending::Many(many)
+            }
+        };
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        match self {
+            Pending::None => true,
+            Pending::One(_) => false,
+            Pending::Many(many) => many.is_empty(),
+        }
+    }
+
+    /// The next outcome, as `FuturesUnordered::poll_next` gives it: `Ready(None)` when
+    /// nothing is pending.
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Done>> {
+        match self {
+            Pending::None => Poll::Ready(None),
+            Pending::One(fut) => match fut.as_mut().poll(cx) {
+                Poll::Ready(done) => {
+                    *self = Pending::None;
+                    Poll::Ready(Some(done))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+            Pending::Many(many) => many.poll_next_unpin(cx),
+        }
+    }
+}
+
 /// Work in progress: only exists while actions are pending.
 #[derive(Default)]
 pub(crate) struct Active {
-    pub pending: FuturesUnordered<PendingFut>,
+    pub pending: Pending,
     /// What the task polls `pending` with ([`Gate`]), made at its first poll.
     pub gate: Option<(Arc<Gate>, Waker)>,
     /// Immediate actions waiting for the journal (`Tool::waits_for_journal`), in dispatch
@@ -556,8 +609,9 @@ impl Cell {
     /// Applies `input`, then every action outcome that is ready at once, then settles.
     pub(crate) fn run(self: &Arc<Self>, core: &mut Core, input: Input) {
         let _in_loop = InLoop::enter();
-        // Room for the outcomes of a whole fan-out (one allocation instead of growing).
-        let mut ready: VecDeque<Ready> = VecDeque::with_capacity(core.plan.net.width());
+        // Room for the outcomes of a whole fan-out (one allocation instead of growing), if
+        // any step can be ready at once.
+        let mut ready: VecDeque<Ready> = VecDeque::with_capacity(core.plan.ready_room);
         if matches!(
             input,
             Input::Token { .. } | Input::Timer { .. } | Input::Outcome { .. }
@@ -896,8 +950,13 @@ impl Cell {
         }
         if Cell::settled(core) && !core.waiters.is_empty() {
             let o = self.outcome(core);
+            // The last waiter (usually the only one) takes the outcome itself, uncopied.
+            let last = core.waiters.pop();
             for w in core.waiters.drain(..) {
                 let _ = w.send(o.clone());
+            }
+            if let Some(w) = last {
+                let _ = w.send(o);
             }
         }
         if terminal {
@@ -964,7 +1023,7 @@ impl Cell {
                 return Poll::Ready(());
             };
             let (gate, waker) = a.gate.get_or_insert_with(Gate::new);
-            let (polled, woken) = gate.poll(waker, cx, |gx| a.pending.poll_next_unpin(gx));
+            let (polled, woken) = gate.poll(waker, cx, |gx| a.pending.poll_next(gx));
             match polled {
                 // Woken while polled (`FuturesUnordered`'s yield, or an action's wake): poll
                 // again here rather than be rescheduled.
@@ -1151,7 +1210,7 @@ mod tests {
     use futures::StreamExt;
     use futures::stream::FuturesUnordered;
 
-    use super::Gate;
+    use super::{Done, Gate, Pending, PendingFut};
 
     struct Count(AtomicUsize);
 
@@ -1192,5 +1251,68 @@ mod tests {
             1,
             "a wake between polls reaches the task"
         );
+    }
+
+    /// An action's future whose outcome comes from a channel, for firing `n`.
+    fn action(n: u64) -> (futures::channel::oneshot::Sender<()>, PendingFut) {
+        let (tx, rx) = futures::channel::oneshot::channel::<()>();
+        let fut: PendingFut = Box::pin(async move {
+            let _ = rx.await;
+            let done: Done = (n, Ok(Arc::new(n.into())));
+            done
+        });
+        (tx, fut)
+    }
+
+    fn firing(p: Poll<Option<Done>>) -> Poll<Option<u64>> {
+        p.map(|o| o.map(|(f, _)| f))
+    }
+
+    /// One pending action is kept as it is; a second, pushed after the first was polled,
+    /// joins it in a set; each outcome comes out once, in the order they finish, then
+    /// `Ready(None)`, and every wake reaches the poller.
+    #[test]
+    fn pending_actions_finish_once_each_in_the_order_they_finish() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        let mut cx = Context::from_waker(&waker);
+        let mut pending = Pending::default();
+        assert!(pending.is_empty());
+        assert_eq!(firing(pending.poll_next(&mut cx)), Poll::Ready(None));
+
+        let (tx1, f1) = action(1);
+        pending.push(f1);
+        assert!(matches!(pending, Pending::One(_)));
+        assert!(!pending.is_empty());
+        assert_eq!(firing(pending.poll_next(&mut cx)), Poll::Pending);
+
+        let (tx2, f2) = action(2);
+        pending.push(f2);
+        assert!(matches!(pending, Pending::Many(_)));
+        assert_eq!(firing(pending.poll_next(&mut cx)), Poll::Pending);
+
+        let before = count.0.load(Ordering::SeqCst);
+        tx2.send(()).unwrap();
+        assert!(
+            count.0.load(Ordering::SeqCst) > before,
+            "the wake reached the poller"
+        );
+        assert_eq!(firing(pending.poll_next(&mut cx)), Poll::Ready(Some(2)));
+        assert_eq!(firing(pending.poll_next(&mut cx)), Poll::Pending);
+        tx1.send(()).unwrap();
+        assert_eq!(firing(pending.poll_next(&mut cx)), Poll::Ready(Some(1)));
+        assert!(pending.is_empty());
+        assert_eq!(firing(pending.poll_next(&mut cx)), Poll::Ready(None));
+
+        // Alone again, an action is kept as it is, and its wake reaches the poller too.
+        let (tx3, f3) = action(3);
+        let mut one = Pending::default();
+        one.push(f3);
+        assert_eq!(firing(one.poll_next(&mut cx)), Poll::Pending);
+        let before = count.0.load(Ordering::SeqCst);
+        tx3.send(()).unwrap();
+        assert!(count.0.load(Ordering::SeqCst) > before);
+        assert_eq!(firing(one.poll_next(&mut cx)), Poll::Ready(Some(3)));
+        assert!(one.is_empty() && matches!(one, Pending::None));
     }
 }

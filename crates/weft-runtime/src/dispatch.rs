@@ -3,7 +3,7 @@
 //! A tool's future is polled once, inline, with the cell's waker ([`Cell::kick`]). Pure and
 //! in-memory tools are ready at once and their outcome is applied in the same loop iteration,
 //! with no channel hop and no task. Only futures that are still pending are kept (in the
-//! instance's `FuturesUnordered`, or spawned on tokio for `write` tools so they run in
+//! instance's [`crate::cell::Pending`], or spawned on tokio for `write` tools so they run in
 //! parallel); while the instance has no task, their first wake starts it.
 //! Panics are caught and become `tool_panic` errors; unknown tools, args that fail the
 //! tool's schema and args that cannot be rendered are fatal errors; `timeout_ms` bounds

@@ -45,6 +45,10 @@ pub struct CompiledPlan {
     /// nothing reads the firing in between ([`weft_core::Instance::next_taking`]): its tool
     /// is immediate and does not wait for the journal.
     pub(crate) takes: Vec<bool>,
+    /// The room a batch's queue of ready outcomes is made with: the net's width if a step's
+    /// tool is immediate (its outcome is ready at once), else none (an outcome that is, a
+    /// failure to dispatch, grows it).
+    pub(crate) ready_room: usize,
     /// The names of its input events, for the engine's routing index (made once here, not
     /// per instance).
     pub(crate) inputs: Box<[Arc<str>]>,
@@ -147,6 +151,11 @@ impl CompiledPlan {
             .iter()
             .map(|s| s.tool.is_some() && s.immediate && !s.gated)
             .collect();
+        let ready_room = if steps.iter().any(|s| s.immediate) {
+            net.width()
+        } else {
+            0
+        };
         let inputs = net
             .events
             .iter()
@@ -159,6 +168,7 @@ impl CompiledPlan {
             net: Arc::new(net),
             steps,
             takes,
+            ready_room,
             inputs,
         })
     }
