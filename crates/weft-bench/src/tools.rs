@@ -710,7 +710,8 @@ async fn via_engine(
 ) -> Result<(), String> {
     let h = engine.start_with(tenant(), plan, json!({"n": i}), StartOptions::default());
     let o = h.wait().await;
-    check(&o.results_json(), i, shape)
+    drop(h);
+    check(&o.into_results_json(), i, shape)
 }
 
 fn check(results: &Value, i: usize, shape: Shape) -> Result<(), String> {

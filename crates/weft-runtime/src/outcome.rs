@@ -53,7 +53,7 @@ impl Outcome {
     /// Results as one JSON object: `{event: payload}` for one token, `{event: [payloads]}`
     /// for several (the shape `plan.run` hands to a parent).
     pub fn results_json(&self) -> Value {
-        let mut m = serde_json::Map::new();
+        let mut m = serde_json::Map::with_capacity(self.results.len());
         for r in &self.results {
             let v = if r.payloads.len() == 1 {
                 (*r.payloads[0]).clone()
@@ -61,6 +61,20 @@ impl Outcome {
                 Value::Array(r.payloads.iter().map(|p| (**p).clone()).collect())
             };
             m.insert(r.event.clone(), v);
+        }
+        Value::Object(m)
+    }
+
+    /// [`Outcome::results_json`], taking the outcome: a payload that nothing else holds any
+    /// more (the instance's handles and the engine have let it go) is moved, not copied.
+    pub fn into_results_json(self) -> Value {
+        let mut m = serde_json::Map::with_capacity(self.results.len());
+        for r in self.results {
+            let v = match <[Arc<Value>; 1]>::try_from(r.payloads) {
+                Ok([p]) => Arc::unwrap_or_clone(p),
+                Err(all) => Value::Array(all.into_iter().map(Arc::unwrap_or_clone).collect()),
+            };
+            m.insert(r.event, v);
         }
         Value::Object(m)
     }
@@ -153,4 +167,65 @@ pub struct TraceEntry {
     pub started_ms: i64,
     /// Clock time of the outcome.
     pub finished_ms: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+    use weft_core::Status;
+
+    use super::{Outcome, ResultTokens};
+
+    fn outcome(results: Vec<ResultTokens>) -> Outcome {
+        Outcome {
+            instance: "i".into(),
+            status: Status::Completed,
+            reason: None,
+            results,
+            waiting: Vec::new(),
+            awaits: None,
+            trace: None,
+        }
+    }
+
+    /// Taken, an outcome gives the same JSON as read in place; a payload nothing else holds
+    /// is moved (its string is the same allocation), a shared one is copied and stays.
+    #[test]
+    fn results_taken_are_moved_where_nothing_else_holds_them() {
+        let alone = Arc::new(Value::String("a long enough payload".into()));
+        let Value::String(s) = &*alone else {
+            unreachable!()
+        };
+        let alone_at = s.as_ptr();
+        let shared = Arc::new(json!({"n": 1}));
+        let o = outcome(vec![
+            ResultTokens {
+                event: "done".into(),
+                payloads: vec![alone],
+            },
+            ResultTokens {
+                event: "many".into(),
+                payloads: vec![Arc::clone(&shared), Arc::new(json!(2))],
+            },
+        ]);
+        let read = o.results_json();
+        let taken = o.into_results_json();
+        assert_eq!(read, taken);
+        assert_eq!(
+            taken,
+            json!({"done": "a long enough payload", "many": [{"n": 1}, 2]})
+        );
+        let Value::String(s) = &taken["done"] else {
+            panic!("not a string: {taken}")
+        };
+        assert_eq!(s.as_ptr(), alone_at, "the payload held once was moved");
+        assert_eq!(
+            *shared,
+            json!({"n": 1}),
+            "the shared payload is still there"
+        );
+        assert_eq!(Arc::strong_count(&shared), 1);
+    }
 }

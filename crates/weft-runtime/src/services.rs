@@ -226,8 +226,9 @@ impl ToolServices for Cell {
                 source.started(&h);
             }
             let o = h.wait().await;
+            drop(h);
             match o.status {
-                Status::Completed => Ok(o.results_json()),
+                Status::Completed => Ok(o.into_results_json()),
                 Status::Waiting => Err(ToolError::fatal(
                     "child_waiting",
                     format!(
