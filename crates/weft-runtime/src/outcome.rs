@@ -53,30 +53,20 @@ impl Outcome {
     /// Results as one JSON object: `{event: payload}` for one token, `{event: [payloads]}`
     /// for several (the shape `plan.run` hands to a parent).
     pub fn results_json(&self) -> Value {
-        let mut m = serde_json::Map::with_capacity(self.results.len());
-        for r in &self.results {
-            let v = if r.payloads.len() == 1 {
-                (*r.payloads[0]).clone()
-            } else {
-                Value::Array(r.payloads.iter().map(|p| (**p).clone()).collect())
-            };
-            m.insert(r.event.clone(), v);
-        }
-        Value::Object(m)
+        results_object(self.results.iter().map(|r| {
+            let payloads = r.payloads.iter().map(|p| (**p).clone());
+            (r.event.clone(), payloads)
+        }))
     }
 
     /// [`Outcome::results_json`], taking the outcome: a payload that nothing else holds any
     /// more (the instance's handles and the engine have let it go) is moved, not copied.
     pub fn into_results_json(self) -> Value {
-        let mut m = serde_json::Map::with_capacity(self.results.len());
-        for r in self.results {
-            let v = match <[Arc<Value>; 1]>::try_from(r.payloads) {
-                Ok([p]) => Arc::unwrap_or_clone(p),
-                Err(all) => Value::Array(all.into_iter().map(Arc::unwrap_or_clone).collect()),
-            };
-            m.insert(r.event, v);
-        }
-        Value::Object(m)
+        results_object(
+            self.results
+                .into_iter()
+                .map(|r| (r.event, r.payloads.into_iter().map(Arc::unwrap_or_clone))),
+        )
     }
 
     /// The first payload on `event`.
@@ -86,6 +76,22 @@ impl Outcome {
             .find(|r| r.event == event)
             .and_then(|r| r.payloads.first())
     }
+}
+
+/// The results object of [`Outcome::results_json`]: each event's one payload as it is, or
+/// its several payloads as an array.
+fn results_object<P: ExactSizeIterator<Item = Value>>(
+    results: impl ExactSizeIterator<Item = (String, P)>,
+) -> Value {
+    let mut m = serde_json::Map::with_capacity(results.len());
+    for (event, mut payloads) in results {
+        let v = match payloads.len() {
+            1 => payloads.next().unwrap_or(Value::Null),
+            _ => Value::Array(payloads.collect()),
+        };
+        m.insert(event, v);
+    }
+    Value::Object(m)
 }
 
 /// A firing whose action has not finished.
