@@ -45,8 +45,9 @@
 //! `own_p99_us`, also p90, p99.9 and the largest; `own_before_*` until the tool is called,
 //! `own_after_*` from its result to `wait`; `own_over_goal`, the share of calls whose own time
 //! is over the goal of 50 µs, which a p99 under the goal keeps under 1%;
-//! `WEFT_BENCH_TOOLS_OWN_SAMPLES=<dir>` writes each call's two parts to `<dir>/<kind>.txt`). It does not move with the peer's tail, which a difference of two p99s does
-//! (a Python server's tail swings that by ±130 µs); the source's own part, the tool alone
+//! `WEFT_BENCH_TOOLS_OWN_SAMPLES=<dir>` writes each call's two parts to `<dir>/<kind>.txt`).
+//! It does not move with the peer's tail, which a difference of two p99s does (a Python
+//! server's tail swings that by ±130 µs); the source's own part, the tool alone
 //! against the direct client, is `source_added_p50_us`. Worker throughput:
 //! 20,000 calls, 256 in flight, through the engine (one instance per call), through the
 //! declared tool alone and with a raw async-nats client, all against the same two workers.
@@ -513,12 +514,13 @@ impl Dist {
         let k = ((self.0.len() as f64 - 1.0) * q).round() as usize;
         self.0[k.min(self.0.len() - 1)]
     }
-    /// The share of samples above `us`, rounded to four places.
-    fn over(&self, us: f64) -> f64 {
+
+    /// The share of samples above `limit`, rounded to four places.
+    fn over(&self, limit: f64) -> f64 {
         if self.0.is_empty() {
             return 0.0;
         }
-        let above = self.0.len() - self.0.partition_point(|&x| x <= us);
+        let above = self.0.len() - self.0.partition_point(|&x| x <= limit);
         (above as f64 / self.0.len() as f64 * 1e4).round() / 1e4
     }
 }
