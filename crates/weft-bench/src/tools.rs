@@ -1340,6 +1340,7 @@ async fn idle_reference(n: usize) -> Value {
     }
     let [cw, ci, tw, ti, hw, hi] = d.map(Dist::new);
     let q = |d: &Dist| json!([round(d.p(0.5)), round(d.p(0.99))]);
+    let tail = |d: &Dist| json!([round(d.p(0.9)), round(d.p(0.999)), round(d.p(1.0))]);
     line(
         "tools_idle_reference",
         "touch_after_sleep_p50_us",
@@ -1357,7 +1358,7 @@ async fn idle_reference(n: usize) -> Value {
             "chase_span_mib": CHASE_SPAN >> 20,
             "chase_warm_p50_p99_us": q(&hw),
             "chase_after_sleep_p50_p99_us": q(&hi),
-            "chase_after_sleep_p90_p999_max_us": [round(hi.p(0.9)), round(hi.p(0.999)), round(hi.p(1.0))],
+            "chase_after_sleep_p90_p999_max_us": tail(&hi),
             "chase_after_sleep_over_goal": hi.over(OWN_GOAL_US),
         }),
     )
