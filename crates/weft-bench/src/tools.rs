@@ -37,7 +37,8 @@
 //! engine path, with no peer sharing the machine. `tools_idle_reference` does the same for code
 //! that is not weft's: a computation, a read of 512 KiB in order and 300 loads that each
 //! wait for the one before, warm and after the same sleep (`WEFT_BENCH_TOOLS_IDLE` samples,
-//! 0 skips it). `WEFT_BENCH_TOOLS_EVICT_MIB` empties the caches before each call of the
+//! 0 skips it), how much of a slow one's time was the thread's CPU time rather than the
+//! host's steal, and the same loads after waits from 0.1 to 10 ms. `WEFT_BENCH_TOOLS_EVICT_MIB` empties the caches before each call of the
 //! engine way (for counting the cold path's misses under callgrind). The reported
 //! difference is p50(weft) − p50(direct) and p99(weft) − p99(direct). Beside it, call by
 //! call, weft's **own** time: each engine-way call's round trip less the tool call inside
@@ -1274,12 +1275,31 @@ const CHASE_LINES: usize = 300;
 /// a binary's code touches many pages).
 const CHASE_SPAN: usize = 64 << 20;
 
+/// The waits, in µs, after which `tools_idle_reference` times the chase again.
+const SWEEP_US: [u64; 4] = [100, 500, 2_000, 10_000];
+
+/// The CPU time the calling thread has had, as the kernel counts it. On a KVM guest with a
+/// steal clock (this machine's `/proc/stat` counts steal), that count leaves out the time
+/// the host ran something else on the virtual CPU.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}
+
 /// What the same wait as `t.sleep`'s does to code that is not weft's: `n` samples each of a
 /// fixed computation (no memory), of reading [`TOUCH`] bytes of a buffer in order, and of
 /// [`CHASE_LINES`] loads each of which needs the one before (the address of the next line is
 /// in the last: a miss costs its whole latency, as an instruction fetch or a pointer
 /// followed does), right after the same code ran (warm) and right after a [`sleep_for`] on
-/// the runtime's timer.
+/// the runtime's timer. Of the chases after that sleep that take over [`OWN_GOAL_US`], the
+/// median share of their time the kernel counts as the thread's CPU time, which leaves out
+/// the time the host ran something else on the virtual CPU (KVM's steal clock): near 1, the
+/// thread was running and slow (misses), not stopped. Then `n / 4` chases after each of
+/// [`SWEEP_US`]'s waits, slept by the thread itself (the runtime's timer is not finer than
+/// 1 ms), to show how the cost of the same loads grows with the wait before them.
 async fn idle_reference(n: usize) -> Value {
     let buf: Vec<u8> = (0..TOUCH).map(|i| i as u8).collect();
     // A cycle through `CHASE_LINES` lines in a scrambled order (a fixed LCG): word `l * 16`
@@ -1317,6 +1337,8 @@ async fn idle_reference(n: usize) -> Value {
     };
     let sleep = sleep_for();
     let mut d: [Vec<f64>; 6] = Default::default();
+    // Of the chases after the sleep over the goal: CPU time / wall time.
+    let mut stalls_cpu = Vec::new();
     for i in 0..n + n / 10 {
         for (k, idle) in [(0, false), (1, true)] {
             for (part, f) in [
@@ -1330,13 +1352,39 @@ async fn idle_reference(n: usize) -> Value {
                     // Warm: right after the same code ran.
                     f();
                 }
+                let cpu = thread_cpu();
                 let t = Instant::now();
                 f();
+                let wall = us(t.elapsed());
+                let cpu = us(thread_cpu().saturating_sub(cpu));
                 if i >= n / 10 {
-                    d[part + k].push(us(t.elapsed()));
+                    d[part + k].push(wall);
+                    if part + k == 5 && wall > OWN_GOAL_US {
+                        stalls_cpu.push(cpu / wall);
+                    }
                 }
             }
         }
+    }
+    let stalls = stalls_cpu.len();
+    let stalls_cpu = (stalls > 0).then(|| (Dist::new(stalls_cpu).p(0.5) * 100.0).round() / 100.0);
+    let mut sweep = serde_json::Map::new();
+    for wait in SWEEP_US {
+        let mut v = Vec::new();
+        for i in 0..(n / 4).max(1) + n / 40 {
+            // Blocks this worker thread, as nothing else runs on the runtime meanwhile.
+            std::thread::sleep(Duration::from_micros(wait));
+            let t = Instant::now();
+            chase();
+            if i >= n / 40 {
+                v.push(us(t.elapsed()));
+            }
+        }
+        let v = Dist::new(v);
+        sweep.insert(
+            wait.to_string(),
+            json!([round(v.p(0.5)), round(v.p(0.99)), v.over(OWN_GOAL_US)]),
+        );
     }
     let [cw, ci, tw, ti, hw, hi] = d.map(Dist::new);
     let q = |d: &Dist| json!([round(d.p(0.5)), round(d.p(0.99))]);
@@ -1360,6 +1408,8 @@ async fn idle_reference(n: usize) -> Value {
             "chase_after_sleep_p50_p99_us": q(&hi),
             "chase_after_sleep_p90_p999_max_us": tail(&hi),
             "chase_after_sleep_over_goal": hi.over(OWN_GOAL_US),
+            "chase_after_sleep_over_goal_cpu_of_wall": stalls_cpu,
+            "chase_after_thread_sleep_us_p50_p99_over_goal": sweep,
         }),
     )
 }
@@ -1421,6 +1471,23 @@ mod tests {
         assert_eq!(d.over(0.0), 1.0);
         assert_eq!(Dist::new(Vec::new()).over(50.0), 0.0);
         assert_eq!(d.p(1.0), 100.0);
+    }
+
+    #[test]
+    fn the_thread_cpu_clock_counts_running_and_not_sleeping() {
+        let c = thread_cpu();
+        let t = Instant::now();
+        let mut x = 1u64;
+        while t.elapsed() < Duration::from_millis(20) {
+            x = std::hint::black_box(x.wrapping_mul(3).wrapping_add(1));
+        }
+        let busy = thread_cpu() - c;
+        let c = thread_cpu();
+        std::thread::sleep(Duration::from_millis(50));
+        let asleep = thread_cpu() - c;
+        // Busy: close to the 20 ms unless the thread was preempted for most of them.
+        assert!(busy >= Duration::from_millis(5), "busy {busy:?}");
+        assert!(asleep < Duration::from_millis(10), "asleep {asleep:?}");
     }
 
     /// `t.slow` answers after `self.1`; `t.now` is immediate (the inline path).
