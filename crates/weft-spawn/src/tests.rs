@@ -338,6 +338,15 @@ async fn a_child_killed_or_dropped_while_starting_does_not_live_on() {
                 .expect("handed over"),
         );
     }
+    // The spawner starts its jobs in turn: once a later one has started, every dropped one
+    // has been started and killed, so the count below can only fall (it could be 0 for a
+    // moment before, between one start and the next).
+    let mut last = spawner
+        .spawn(owned(&["/bin/sleep", "61.5"]))
+        .expect("handed over");
+    last.started().await.expect("started");
+    last.kill();
+    last.wait().await.expect("waited");
     let running = || {
         std::fs::read_dir("/proc")
             .expect("proc")
