@@ -18,6 +18,7 @@ pub mod net;
 pub mod plain;
 pub mod plan;
 pub mod queue;
+pub mod schema;
 pub mod token;
 pub mod validate;
 

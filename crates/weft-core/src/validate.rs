@@ -379,7 +379,7 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
     // Events: payload schemas.
     for (name, def) in &plan.events {
         if let Some(schema) = &def.schema
-            && let Err(e) = jsonschema::validator_for(schema)
+            && let Err(e) = crate::schema::compile(schema)
         {
             ctx.push(
                 Finding::new(
@@ -456,7 +456,7 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
                 Some(spec) => {
                     let validator = validators
                         .entry(spec.name.clone())
-                        .or_insert_with(|| jsonschema::validator_for(&spec.args_schema).ok());
+                        .or_insert_with(|| crate::schema::compile(&spec.args_schema).ok());
                     if let Some(v) = validator {
                         check_args(&mut ctx, v, &step.args, sname, &step.action);
                     }

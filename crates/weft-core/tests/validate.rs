@@ -194,6 +194,12 @@ fn invalid_event_schema() {
         "steps":{"a":{"on":["start"],"action":"noop","emits":["done"]}}}),
     );
     assert_eq!(f, vec!["V014 error /events/start/schema"]);
+    // A pattern that needs backtracking (a backreference) is refused too: checking a payload
+    // against it could take time exponential in the payload's length.
+    let f = check(json!({"plan_name":"p","graph_type":"acyclic",
+        "events":{"start":{"schema":{"properties":{"x":{"pattern":"^(a|a)*\\1$"}}}},"done":{}},
+        "steps":{"a":{"on":["start"],"action":"noop","emits":["done"]}}}));
+    assert_eq!(f, vec!["V014 error /events/start/schema"]);
 }
 
 #[test]

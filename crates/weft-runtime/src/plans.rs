@@ -119,7 +119,7 @@ impl CompiledPlan {
                             if trivial {
                                 None
                             } else {
-                                jsonschema::validator_for(schema).ok().map(Arc::new)
+                                weft_core::schema::compile(schema).ok().map(Arc::new)
                             }
                         })
                         .clone(),

@@ -221,6 +221,14 @@ async fn what_an_api_caller_may_not_declare_is_refused_with_a_reason() {
             "invalid_tool",
         ),
         (
+            // A pattern whose check could backtrack without bound.
+            "backref",
+            json!({"name": "backref", "input_schema": {"properties": {"q": {"pattern": "^(a|a)*\\1$"}}},
+                "source": {"kind": "fixed", "result": 1}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_tool",
+        ),
+        (
             "nosource",
             json!({"name": "nosource"}),
             StatusCode::UNPROCESSABLE_ENTITY,

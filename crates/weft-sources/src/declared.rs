@@ -50,13 +50,13 @@ impl DeclaredTool {
         if def.name.trim().is_empty() {
             return Err(invalid("the name is empty".into()));
         }
-        jsonschema::validator_for(&def.input_schema)
+        weft_core::schema::compile(&def.input_schema)
             .map_err(|e| invalid(format!("input_schema does not compile: {e}")))?;
         let output = def
             .output_schema
             .as_ref()
             .map(|s| {
-                jsonschema::validator_for(s)
+                weft_core::schema::compile(s)
                     .map(Arc::new)
                     .map_err(|e| invalid(format!("output_schema does not compile: {e}")))
             })

@@ -380,7 +380,7 @@ pub async fn discover(defs: &[McpServerDef]) -> Result<Vec<Arc<dyn Tool>>, Error
 /// one that does not compile is left out (with a warning) rather than losing the server.
 fn output_schema(server: &str, t: &rmcp::model::Tool) -> Option<Value> {
     let schema = Value::Object((**t.output_schema.as_ref()?).clone());
-    match jsonschema::validator_for(&schema) {
+    match weft_core::schema::compile(&schema) {
         Ok(_) => Some(schema),
         Err(e) => {
             tracing::warn!(

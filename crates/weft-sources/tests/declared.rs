@@ -158,6 +158,18 @@ fn bad_definitions_are_refused() {
     let bad_schema = def(json!({"input_schema": {"type": 12}}));
     let e = DeclaredTool::new(&bad_schema, scripted(0, json!({}), false)).unwrap_err();
     assert!(e.to_string().contains("input_schema"), "{e}");
+    // A pattern whose check could backtrack without bound: refused with the reason, in
+    // either schema.
+    let backref = json!({"type": "string", "pattern": "^(a|a)*\\1$"});
+    for field in ["input_schema", "output_schema"] {
+        let tool = def(json!({ field: backref }));
+        let e = DeclaredTool::new(&tool, scripted(0, json!({}), false)).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains(field) && e.contains("without backtracking"),
+            "{e}"
+        );
+    }
     let zero = def(json!({"timeout_ms": 0}));
     assert!(DeclaredTool::new(&zero, scripted(0, json!({}), false)).is_err());
     let unknown: Result<ToolDef, _> = serde_json::from_value(json!({

@@ -313,7 +313,7 @@ fn input_validators(toolset: &[ToolDescriptor]) -> Vec<(String, jsonschema::Vali
     toolset
         .iter()
         .filter_map(|d| {
-            jsonschema::validator_for(&d.input_schema)
+            weft_core::schema::compile(&d.input_schema)
                 .ok()
                 .map(|v| (d.tool_id.clone(), v))
         })
