@@ -644,6 +644,7 @@ pub(crate) async fn journal(
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::bad_request("limit must be 1–1000"));
     }
+    crate::written::settled(&state, &id).await;
     let from = q.from.unwrap_or(1).max(1);
     let recs = state.store().read(&id, from, limit).await?;
     let next = (recs.len() == limit as usize)
@@ -692,6 +693,8 @@ pub(crate) async fn inspect(
     if o.record.is_none() {
         // Started a moment ago: make its start durable first.
         crate::written::durable(&state, &id, || not_yet(&id)).await?;
+    } else {
+        crate::written::settled(&state, &id).await;
     }
     let i = weft_durable::inspect(
         state.store().as_ref(),

@@ -53,6 +53,18 @@ pub(crate) async fn durable(
     .await
 }
 
+/// Waits until what this process recorded for `id` so far is durable, so that a read of the
+/// journal that follows holds every record behind a status a client has seen (the status
+/// comes from memory, ahead of the group commit). While the store refuses writes it does not
+/// wait, and the read shows what is durable.
+pub(crate) async fn settled(state: &AppState, id: &str) {
+    if state.inner.durable.journal().store_refusing() {
+        return;
+    }
+    // An error is a store that began refusing meanwhile: the read goes on the same.
+    let _ = durable(state, id, || (String::new(), String::new())).await;
+}
+
 /// Runs `wait` (which ends once something is durable) unless the store starts refusing
 /// writes first: then `503` with `applied`'s detail and hint.
 pub(crate) async fn until<T>(

@@ -471,6 +471,55 @@ async fn a_store_refusing_writes_is_503_at_once_and_nothing_is_applied_twice() {
     assert_eq!(journal_tokens(&j), 1, "{j}");
 }
 
+/// A status or result read from memory can be ahead of the journal's group commit; a read of
+/// the journal that follows waits until what it rests on is durable, so a client never sees
+/// a step's result and then a journal without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_read_after_a_result_holds_the_records_behind_it() {
+    let (_dir, faults, s) = faulty(two_tenants()).await;
+    let (st, v) = s
+        .post("/v1/instances", A, &json!({"plan_inline": ticker()}))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().expect("id").to_string();
+    let journal = format!("/v1/instances/{id}/journal?limit=1000");
+    faults.hold();
+    let tick = event("settle-1", "tick", &id);
+    let posting = s.post("/v1/events", A, &tick);
+    let reading = async {
+        let mut seen = Value::Null;
+        for _ in 0..500 {
+            let (_, v) = s.get(&format!("/v1/instances/{id}"), A).await;
+            if v["results"].as_array().is_some_and(|r| !r.is_empty()) {
+                seen = v;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            !seen.is_null(),
+            "the step did not run while writes were held"
+        );
+        let early = tokio::time::timeout(Duration::from_millis(300), s.get(&journal, A)).await;
+        assert!(
+            early.is_err(),
+            "the journal was answered before the records behind {seen} were durable: {early:?}"
+        );
+        faults.release();
+        s.get(&journal, A).await
+    };
+    let ((st, v), (jst, j)) = tokio::join!(posting, reading);
+    assert_eq!(st, StatusCode::ACCEPTED, "{v}");
+    assert_eq!(jst, StatusCode::OK, "{j}");
+    let kinds: Vec<&str> = j["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .filter_map(|r| r["kind"].as_str())
+        .collect();
+    assert!(kinds.contains(&"action.result"), "{kinds:?}");
+}
+
 /// Every writing route, not only events, answers `503` instead of waiting while the store
 /// refuses writes: a start or a stop that meets the refusal during its wait says what it did
 /// (so the client does not do it twice), and one that comes while the store is known to
