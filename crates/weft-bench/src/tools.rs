@@ -38,8 +38,9 @@
 //! that is not weft's: a computation, a read of 512 KiB in order and 300 loads that each
 //! wait for the one before, warm and after the same sleep (`WEFT_BENCH_TOOLS_IDLE` samples,
 //! 0 skips it), how much of a slow one's time was the thread's CPU time rather than the
-//! host's steal, and the same loads after waits from 0.1 to 10 ms. `WEFT_BENCH_TOOLS_EVICT_MIB` empties the caches before each call of the
-//! engine way (for counting the cold path's misses under callgrind). The reported
+//! host's steal, and the same loads after waits from 0.1 to 10 ms.
+//! `WEFT_BENCH_TOOLS_EVICT_MIB` empties the caches before each call of the engine way (for
+//! counting the cold path's misses under callgrind). The reported
 //! difference is p50(weft) − p50(direct) and p99(weft) − p99(direct). Beside it, call by
 //! call, weft's **own** time: each engine-way call's round trip less the tool call inside
 //! it, as a `Stopwatch` timer at the chain's metrics stage times it (`own_p50_us`,

@@ -2,7 +2,8 @@
 //! schemas (declared in `weft.toml`, put through the API, published by an MCP server or a
 //! worker) and a ReAct request's toolset. They come from plan authors, tenants and peers, and
 //! the values checked against them from anyone who can start an instance or answer a call,
-//! so checking a value must take time linear in its size, whatever the schema says.
+//! so checking a value must not cost more than the value's size accounts for, whatever the
+//! schema says.
 //!
 //! `pattern` and `patternProperties` are what could break that: the schema crate's default
 //! engine (`fancy-regex`) backtracks for backreferences and lookarounds, up to a million steps
