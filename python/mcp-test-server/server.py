@@ -10,14 +10,16 @@ Tools: `add` (read-only, idempotent; plain text result), `write_note` (destructi
 derives from its return type), `liar` (publishes an output schema its structured content breaks),
 `fail` (raises: an `isError` result), `sleep` (waits `ms`),
 `die` (the process exits mid-call, without an answer), `pid` (this process's id, to tell a
-restarted server from the first one), `getenv` (a variable of its environment).
+restarted server from the first one), `getenv` (a variable of its environment), `slug` (its
+input schema has a pattern with a lookahead).
 """
 
 import argparse
 import os
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 import anyio
+from pydantic import WithJsonSchema
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -110,6 +112,15 @@ def pid() -> int:
 @server.tool(description="An environment variable of this process ('' when unset)", structured_output=False)
 def getenv(name: str) -> str:
     return os.environ.get(name, "")
+
+
+@server.tool(description="Echo a slug", structured_output=False)
+def slug(
+    # Published with a lookahead, which weft's linear-time patterns do not take: the tool is
+    # kept and its args go unchecked on weft's side (this server does not check them either).
+    name: Annotated[str, WithJsonSchema({"type": "string", "pattern": "^(?!-)[a-z-]+$"})],
+) -> str:
+    return name
 
 
 def main() -> None:

@@ -43,6 +43,18 @@ impl std::fmt::Debug for DeclaredTool {
 impl DeclaredTool {
     /// `def` around `source`. Fails when a schema does not compile.
     pub fn new(def: &ToolDef, source: Arc<dyn Source>) -> Result<Self, Error> {
+        Self::build(def, source, true)
+    }
+
+    /// [`DeclaredTool::new`] for a definition that is not the user's to fix (an MCP server's):
+    /// an input schema that does not compile here (a pattern with a lookaround, say) is kept
+    /// as published, for planners to read, and checks nothing on weft's side (the server
+    /// checks its own input), with a warning, rather than losing the tool.
+    pub fn published(def: &ToolDef, source: Arc<dyn Source>) -> Result<Self, Error> {
+        Self::build(def, source, false)
+    }
+
+    fn build(def: &ToolDef, source: Arc<dyn Source>, strict: bool) -> Result<Self, Error> {
         let invalid = |message: String| Error::Invalid {
             name: def.name.clone(),
             message,
@@ -50,8 +62,15 @@ impl DeclaredTool {
         if def.name.trim().is_empty() {
             return Err(invalid("the name is empty".into()));
         }
-        weft_core::schema::compile(&def.input_schema)
-            .map_err(|e| invalid(format!("input_schema does not compile: {e}")))?;
+        if let Err(e) = weft_core::schema::compile(&def.input_schema) {
+            if strict {
+                return Err(invalid(format!("input_schema does not compile: {e}")));
+            }
+            tracing::warn!(
+                tool = %def.name,
+                "the tool's input schema does not compile and its args are not checked: {e}"
+            );
+        }
         let output = def
             .output_schema
             .as_ref()

@@ -369,7 +369,7 @@ pub async fn discover(defs: &[McpServerDef]) -> Result<Vec<Arc<dyn Tool>>, Error
                 tool: t.name.to_string(),
             });
             tools.push(Arc::new(
-                DeclaredTool::new(&tool_def, source)?.with_needs(def.needs()),
+                DeclaredTool::published(&tool_def, source)?.with_needs(def.needs()),
             ));
         }
     }

@@ -146,6 +146,7 @@ async fn the_tools_are_listed_with_prefixed_names_schemas_and_effects() {
             "notes.liar",
             "notes.pid",
             "notes.sleep",
+            "notes.slug",
             "notes.structured",
             "notes.typed",
             "notes.write_note"
@@ -176,6 +177,19 @@ async fn the_tools_are_listed_with_prefixed_names_schemas_and_effects() {
         (s.spec().effect, s.spec().idempotent),
         (Effect::Write, false)
     );
+
+    // A published input schema weft cannot check in linear time (a lookahead) keeps the
+    // tool, its schema shown as published, its args unchecked here.
+    let slug = find(&tools, "notes.slug");
+    assert_eq!(
+        slug.spec().args_schema["properties"]["name"]["pattern"],
+        "^(?!-)[a-z-]+$"
+    );
+    assert!(weft_core::schema::compile(&slug.spec().args_schema).is_err());
+    let echoed = call(&tools, "notes.slug", json!({"name": "-not-checked"}))
+        .await
+        .expect("the slug call");
+    assert_eq!(echoed, json!("-not-checked"));
 
     // A second server gets its own prefix.
     let two = discover(&[stdio_def("a"), stdio_def("b")]).await.unwrap();
