@@ -1367,8 +1367,8 @@ async fn idle_reference(n: usize) -> Value {
             }
         }
     }
-    let stalls = stalls_cpu.len();
-    let stalls_cpu = (stalls > 0).then(|| (Dist::new(stalls_cpu).p(0.5) * 100.0).round() / 100.0);
+    let stalls_cpu =
+        (!stalls_cpu.is_empty()).then(|| (Dist::new(stalls_cpu).p(0.5) * 100.0).round() / 100.0);
     let mut sweep = serde_json::Map::new();
     for wait in SWEEP_US {
         let mut v = Vec::new();

@@ -404,14 +404,20 @@ async fn faulty(config: ServerConfig) -> (tempfile::TempDir, Arc<fault::FaultSto
     (dir, faults, s)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_store_refusing_writes_is_503_at_once_and_nothing_is_applied_twice() {
-    let (_dir, faults, s) = faulty(two_tenants()).await;
+/// [`faulty`] with a `ticker` instance of tenant A started: the server, the faults and its id.
+async fn faulty_ticker() -> (tempfile::TempDir, Arc<fault::FaultStore>, Srv, String) {
+    let (dir, faults, s) = faulty(two_tenants()).await;
     let (st, v) = s
         .post("/v1/instances", A, &json!({"plan_inline": ticker()}))
         .await;
     assert_eq!(st, StatusCode::CREATED, "{v}");
     let id = v["id"].as_str().expect("id").to_string();
+    (dir, faults, s, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_refusing_writes_is_503_at_once_and_nothing_is_applied_twice() {
+    let (_dir, faults, s, id) = faulty_ticker().await;
     let first = event("full-1", "tick", &id);
 
     // The store starts refusing: the request that meets it is answered 503, not left hanging.
@@ -476,12 +482,7 @@ async fn a_store_refusing_writes_is_503_at_once_and_nothing_is_applied_twice() {
 /// a step's result and then a journal without it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_journal_read_after_a_result_holds_the_records_behind_it() {
-    let (_dir, faults, s) = faulty(two_tenants()).await;
-    let (st, v) = s
-        .post("/v1/instances", A, &json!({"plan_inline": ticker()}))
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    let id = v["id"].as_str().expect("id").to_string();
+    let (_dir, faults, s, id) = faulty_ticker().await;
     let journal = format!("/v1/instances/{id}/journal?limit=1000");
     faults.hold();
     let tick = event("settle-1", "tick", &id);
@@ -526,12 +527,7 @@ async fn the_journal_read_after_a_result_holds_the_records_behind_it() {
 /// refuse applies nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starts_and_stops_are_503_while_the_store_refuses_writes() {
-    let (_dir, faults, s) = faulty(two_tenants()).await;
-    let (st, v) = s
-        .post("/v1/instances", A, &json!({"plan_inline": ticker()}))
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    let first = v["id"].as_str().expect("id").to_string();
+    let (_dir, faults, s, first) = faulty_ticker().await;
     let within = |what: &'static str| {
         move |r: Result<(StatusCode, Value), tokio::time::error::Elapsed>| {
             r.unwrap_or_else(|_| panic!("{what} hung while the store refused writes"))
