@@ -393,7 +393,7 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
         }
     }
 
-    let mut validators: HashMap<String, Option<jsonschema::Validator>> = HashMap::new();
+    let mut validators: HashMap<String, Option<crate::schema::Schema>> = HashMap::new();
     let mut steps: Vec<StepNode> = Vec::with_capacity(plan.steps.len());
     let event_id = |n: &str| plan.events.get_index_of(n).map(|i| i as EventId);
 
@@ -844,7 +844,7 @@ fn sort(findings: &mut [Finding]) {
 /// time, so they are replaced by `null` and errors located at or under them are ignored.
 fn check_args(
     ctx: &mut Ctx<'_>,
-    validator: &jsonschema::Validator,
+    validator: &crate::schema::Schema,
     args: &Value,
     sname: &str,
     action: &str,
@@ -853,8 +853,8 @@ fn check_args(
     let concrete = blank_templates(args, "", &mut templated);
     let base = step_ptr(sname, "args");
     let mut reported = 0;
-    for err in validator.iter_errors(&concrete) {
-        let at = err.instance_path().to_string();
+    for err in validator.mismatches(&concrete) {
+        let at = err.at().to_owned();
         if templated
             .iter()
             .any(|t| at == *t || at.starts_with(&format!("{t}/")))

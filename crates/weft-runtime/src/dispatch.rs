@@ -330,7 +330,7 @@ impl Cell {
             return Err(unknown_tool(srt));
         };
         if let Some(v) = &srt.validator
-            && let Err(e) = v.validate(args.as_value())
+            && let Err(e) = v.check(args.as_value())
         {
             return Err(ActionError::fatal(
                 "args_invalid",
@@ -338,7 +338,7 @@ impl Cell {
                     "the args of step `{}` do not match the schema of `{}`: {e} (at `{}`)",
                     srt.name,
                     srt.action,
-                    e.instance_path()
+                    e.at()
                 ),
             ));
         }

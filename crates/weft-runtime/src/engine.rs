@@ -149,7 +149,7 @@ struct TenantView {
     registry: Arc<Registry>,
     /// The same, unwrapped (for steps with links of their own).
     raw: Arc<Registry>,
-    validators: Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>,
+    validators: Mutex<HashMap<String, Option<Arc<weft_core::schema::Schema>>>>,
 }
 
 /// State shared by the engine handle, instances and the timer task.
@@ -176,7 +176,7 @@ pub(crate) struct Shared {
     pub max_repairs: u32,
     runtime: Option<tokio::runtime::Handle>,
     plans: RwLock<HashMap<String, Arc<CompiledPlan>>>,
-    validators: Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>,
+    validators: Mutex<HashMap<String, Option<Arc<weft_core::schema::Schema>>>>,
     table: Vec<Mutex<CellMap>>,
     routes: Mutex<Routes>,
     pub(crate) next_id: AtomicU64,

@@ -18,7 +18,7 @@ pub(crate) struct StepRt {
     pub tool: Option<Arc<dyn Tool>>,
     /// Validator for rendered args; `None` when the args are literal (checked statically) or
     /// the schema accepts everything.
-    pub validator: Option<Arc<jsonschema::Validator>>,
+    pub validator: Option<Arc<weft_core::schema::Schema>>,
     pub timeout_ms: Option<u64>,
     pub spawn: bool,
     /// The tool finishes at once ([`Tool::is_immediate`]) and no timeout applies: called
@@ -72,7 +72,7 @@ impl CompiledPlan {
         registry: &Registry,
         raw: &Registry,
         chain: &Chain,
-        validators: &mut HashMap<String, Option<Arc<jsonschema::Validator>>>,
+        validators: &mut HashMap<String, Option<Arc<weft_core::schema::Schema>>>,
         check_tools: bool,
         limits: &Limits,
     ) -> Result<CompiledPlan, Error> {

@@ -294,6 +294,89 @@ async fn what_an_api_caller_may_not_declare_is_refused_with_a_reason() {
     assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE);
 }
 
+/// `{"a": {"a": … {} …}}`, `depth` deep.
+fn nested(depth: usize) -> Value {
+    (0..depth).fold(json!({}), |v, _| json!({ "a": v }))
+}
+
+/// A `fixed` tool with `input_schema`.
+fn tool_with_schema(name: &str, input_schema: Value) -> Value {
+    json!({"name": name, "input_schema": input_schema, "source": {"kind": "fixed", "result": 1}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemas_whose_checks_multiply_are_refused_or_their_checks_bounded() {
+    let s = sqlite(two_tenants()).await;
+    // Each definition names the one before twice: 2^40 paths to `d0` for any value, `{}`
+    // included. Refused when declared, with the reason.
+    let mut defs = serde_json::Map::new();
+    defs.insert("d0".into(), json!({"type": "object", "required": ["z"]}));
+    for k in 1..=40 {
+        let prev = format!("#/$defs/d{}", k - 1);
+        defs.insert(
+            format!("d{k}"),
+            json!({"anyOf": [{"$ref": prev}, {"$ref": prev, "minProperties": 1}]}),
+        );
+    }
+    let dag = json!({"$defs": defs, "$ref": "#/$defs/d40"});
+    let (st, v) = s.put_tool("dag", A, &tool_with_schema("dag", dag)).await;
+    assert_eq!(
+        (st, problem_code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_tool"),
+        "{v}"
+    );
+    assert!(v["detail"].as_str().unwrap().contains("paths"), "{v}");
+
+    // Each level's two object branches apply the definition again to `a`: the work depends
+    // on the value's depth (`null`, a templated value when validating, matches). Declared; a value 60 deep (2^60 paths) is reported as not checked,
+    // by validation and at run time, instead of holding a thread (and, collecting every
+    // branch's errors, all memory).
+    let branch = |i: usize| {
+        json!({"type": "object", "required": ["a"], "minProperties": i,
+               "properties": {"a": {"$ref": "#/$defs/n"}}})
+    };
+    let tree = json!({
+        "$defs": {"n": {"anyOf": [branch(0), branch(1), {"type": "null"}]}},
+        "$ref": "#/$defs/n",
+    });
+    let (st, v) = s.put_tool("walk", A, &tool_with_schema("walk", tree)).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (st, v) = s
+        .post("/v1/validate", A, &plan_calling("walk", nested(60), false))
+        .await;
+    assert_eq!(
+        (st, v["ok"].as_bool()),
+        (StatusCode::OK, Some(false)),
+        "{v}"
+    );
+    assert!(v.to_string().contains("not checked"), "{v}");
+
+    let (st, v) = s
+        .post(
+            "/v1/plans",
+            A,
+            &plan_calling("walk", json!({"a": "${start.a}"}), false),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (st, v) = s
+        .post(
+            "/v1/instances",
+            A,
+            &json!({"plan": "uses-walk", "input": nested(60)}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().expect("id").to_string();
+    let failed = s.wait_status(&id, A, "failed").await;
+    let (_, journal) = s.get(&format!("/v1/instances/{id}/journal"), A).await;
+    let journal = journal.to_string();
+    assert!(
+        journal.contains("args_invalid") && journal.contains("not checked"),
+        "{failed} {journal}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_tool_is_gone_for_new_plans() {
     let s = sqlite(two_tenants()).await;

@@ -24,7 +24,7 @@ pub trait Source: Send + Sync {
 /// A declared tool: its spec and rules around its source.
 pub struct DeclaredTool {
     spec: ToolSpec,
-    output: Option<Arc<jsonschema::Validator>>,
+    output: Option<Arc<weft_core::schema::Schema>>,
     timeout: Duration,
     retry: Option<(u32, u64)>,
     source: Arc<dyn Source>,
@@ -151,14 +151,14 @@ impl Tool for DeclaredTool {
                     )
                 })??;
             if let Some(v) = &output
-                && let Some(first) = v.iter_errors(&result).next()
+                && let Err(first) = v.check(&result)
             {
                 return Err(ToolError::fatal(
                     "output_invalid",
                     format!(
                         "tool `{name}` returned a result that does not match its output_schema: \
                          {first} (at `{}`)",
-                        first.instance_path()
+                        first.at()
                     ),
                 ));
             }

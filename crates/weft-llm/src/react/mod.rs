@@ -309,7 +309,7 @@ pub async fn run_react(
 
 /// A validator per toolset entry whose input schema compiles (one that does not compile
 /// constrains nothing rather than blocking the tool).
-fn input_validators(toolset: &[ToolDescriptor]) -> Vec<(String, jsonschema::Validator)> {
+fn input_validators(toolset: &[ToolDescriptor]) -> Vec<(String, weft_core::schema::Schema)> {
     toolset
         .iter()
         .filter_map(|d| {
@@ -322,14 +322,14 @@ fn input_validators(toolset: &[ToolDescriptor]) -> Vec<(String, jsonschema::Vali
 
 /// What is wrong with `input` for `tool_id`'s input schema, if anything.
 fn input_problem(
-    validators: &[(String, jsonschema::Validator)],
+    validators: &[(String, weft_core::schema::Schema)],
     tool_id: &str,
     input: &Value,
 ) -> Option<String> {
     let (_, v) = validators.iter().find(|(id, _)| id == tool_id)?;
-    let e = v.iter_errors(input).next()?;
+    let e = v.check(input).err()?;
     Some(format!(
         "action.input does not match the input_schema of `{tool_id}`: {e} (at `{}`)",
-        e.instance_path()
+        e.at()
     ))
 }
