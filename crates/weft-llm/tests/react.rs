@@ -280,6 +280,34 @@ async fn an_input_outside_the_toolset_schema_is_fed_back_not_called() {
 }
 
 #[tokio::test]
+async fn a_toolset_schema_weft_cannot_check_is_refused_before_the_model_is_asked() {
+    for (schema, why) in [
+        (json!({"type": 7}), "7 is not valid"),
+        (
+            json!({"properties": {"text": {"type": "string", "pattern": "^(a|a)*\\1$"}}}),
+            "without backtracking",
+        ),
+        (
+            json!({"$defs": {"n": {"allOf": [{"$ref": "#/$defs/n"}]}}, "$ref": "#/$defs/n"}),
+            "never end",
+        ),
+    ] {
+        let mut req = request(4);
+        req.toolset[0].input_schema = schema;
+        // The script would answer; the request must not get that far.
+        let llm = Llm::new(Arc::new(ScriptedProvider::new(vec![step(
+            json!({"thought": "done", "finish": true, "action": null, "final_answer": {"content": "ok"}}),
+        )])));
+        let e = run_react(&llm, &Correlation::new("t"), &req, &Tools::default())
+            .await
+            .expect_err("refused");
+        let m = e.to_string();
+        assert_eq!(e.code(), "invalid_input", "{m}");
+        assert!(m.contains("`extract_facts`") && m.contains(why), "{m}");
+    }
+}
+
+#[tokio::test]
 async fn a_model_failure_mid_loop_returns_the_partial_trace_with_the_error() {
     // One good step, then the model fails (the script runs out).
     let script = vec![step(json!({"thought": "extract", "finish": false,

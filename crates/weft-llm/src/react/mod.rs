@@ -141,6 +141,7 @@ pub async fn run_react(
     if req.goal.description.trim().is_empty() {
         return Err(Error::InvalidInput("goal.description is empty".into()));
     }
+    let validators = input_validators(&req.toolset)?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(req.limits.timeout());
     let tel = llm.telemetry();
@@ -165,7 +166,6 @@ pub async fn run_react(
     let mut answer = None;
     let mut failure: Option<Value> = None;
     let mut stop = "max_steps";
-    let validators = input_validators(&req.toolset);
     for i in 0..max_steps {
         let now = Instant::now();
         if now >= deadline {
@@ -307,15 +307,22 @@ pub async fn run_react(
     })
 }
 
-/// A validator per toolset entry whose input schema compiles (one that does not compile
-/// constrains nothing rather than blocking the tool).
-fn input_validators(toolset: &[ToolDescriptor]) -> Vec<(String, weft_core::schema::Schema)> {
+/// A validator per toolset entry; an entry whose input schema weft cannot check is the
+/// caller's to fix, so the request is refused before the model is asked anything.
+fn input_validators(
+    toolset: &[ToolDescriptor],
+) -> Result<Vec<(String, weft_core::schema::Schema)>> {
     toolset
         .iter()
-        .filter_map(|d| {
+        .map(|d| {
             weft_core::schema::compile(&d.input_schema)
-                .ok()
                 .map(|v| (d.tool_id.clone(), v))
+                .map_err(|e| {
+                    Error::InvalidInput(format!(
+                        "the input_schema of toolset entry `{}` cannot be checked: {e}",
+                        d.tool_id
+                    ))
+                })
         })
         .collect()
 }
