@@ -60,6 +60,7 @@ impl Graph {
             dynamic_anchors: HashMap::new(),
             recursive_anchors: Vec::new(),
             resources: HashMap::new(),
+            resources_by_name: HashMap::new(),
         };
         b.node(String::new(), String::new(), doc);
         while let Some((from, base, kind, target)) = b.refs.pop() {
@@ -278,6 +279,9 @@ struct Builder<'s> {
     recursive_anchors: Vec<u32>,
     /// The pointer of each `$id`'s resource, by the `$id` as written.
     resources: HashMap<String, String>,
+    /// The same, by the last segment of the `$id`'s path (a reference may name a resource
+    /// relative to another base).
+    resources_by_name: HashMap<String, String>,
 }
 
 impl<'s> Builder<'s> {
@@ -293,9 +297,17 @@ impl<'s> Builder<'s> {
         let Value::Object(m) = schema else {
             return id;
         };
-        let base = match m.get("$id").or_else(|| m.get("id")) {
+        let base = match m.get("$id") {
+            // `"$id": "#name"` (drafts 6 and 7) is an anchor, not a resource.
+            Some(Value::String(uri)) if uri.starts_with('#') => {
+                let name = uri[1..].to_owned();
+                self.anchors.entry(name).or_default().push(id);
+                base
+            }
             Some(Value::String(uri)) => {
                 self.resources.insert(uri.clone(), pointer.clone());
+                self.resources_by_name
+                    .insert(last_segment(uri).to_owned(), pointer.clone());
                 pointer.clone()
             }
             _ => base,
@@ -387,22 +399,29 @@ impl<'s> Builder<'s> {
         let resource = if uri.is_empty() {
             base.to_owned()
         } else {
-            let last = |u: &str| u.rsplit('/').next().unwrap_or(u).to_owned();
-            let found = self.resources.get(uri).cloned().or_else(|| {
-                self.resources
-                    .iter()
-                    .find(|(id, _)| last(id) == last(uri))
-                    .map(|(_, p)| p.clone())
+            let found = self.resources.get(uri).or_else(|| {
+                self.resources_by_name
+                    .get(last_segment(uri.trim_end_matches('#')))
             });
-            found.ok_or_else(|| cannot("no `$id` of this schema names it"))?
+            found
+                .cloned()
+                .ok_or_else(|| cannot("no `$id` of this schema names it"))?
         };
         let mut nodes = Vec::new();
-        if let Some(pointer) = fragment.strip_prefix('/').map(|_| fragment) {
-            let pointer = format!("{resource}{}", percent_decode(pointer));
-            let schema = self
-                .doc
-                .pointer(&pointer)
-                .ok_or_else(|| cannot("nothing is at that pointer"))?;
+        if fragment.starts_with('/') {
+            let inner = percent_decode(fragment);
+            // Within the resource; failing that, from the document's root.
+            let (pointer, resource, schema) = match self.doc.pointer(&format!("{resource}{inner}"))
+            {
+                Some(schema) => (format!("{resource}{inner}"), resource, schema),
+                None => {
+                    let schema = self
+                        .doc
+                        .pointer(&inner)
+                        .ok_or_else(|| cannot("nothing is at that pointer"))?;
+                    (inner, String::new(), schema)
+                }
+            };
             nodes.push(self.node(pointer, resource, schema));
         } else if fragment.is_empty() {
             let schema = self
@@ -428,6 +447,11 @@ impl<'s> Builder<'s> {
         nodes.dedup();
         Ok(nodes)
     }
+}
+
+fn last_segment(uri: &str) -> &str {
+    let path = uri.split('#').next().unwrap_or(uri);
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 fn escape(key: &str) -> String {

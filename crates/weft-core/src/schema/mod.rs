@@ -313,5 +313,14 @@ mod tests {
         .expect("compiles");
         assert_eq!(v.check(&json!({"x": 1, "y": 2, "z": "s"})), Ok(()));
         assert!(v.check(&json!({"z": 3})).is_err());
+        // Draft 7's `"$id": "#name"` is an anchor.
+        let v = compile(&json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "definitions": {"b": {"$id": "#bee", "type": "boolean"}},
+            "properties": {"w": {"$ref": "#bee"}},
+        }))
+        .expect("compiles");
+        assert_eq!(v.check(&json!({"w": true})), Ok(()));
+        assert_eq!(v.check(&json!({"w": 1})).map_err(|e| e.at), Err("/w".into()));
     }
 }
