@@ -321,6 +321,9 @@ mod tests {
         }))
         .expect("compiles");
         assert_eq!(v.check(&json!({"w": true})), Ok(()));
-        assert_eq!(v.check(&json!({"w": 1})).map_err(|e| e.at), Err("/w".into()));
+        assert_eq!(
+            v.check(&json!({"w": 1})).map_err(|e| e.at),
+            Err("/w".into())
+        );
     }
 }
