@@ -195,7 +195,9 @@ fn summary(r: InstanceRecord) -> InstanceSummary {
     }
 }
 
-/// List instances.
+/// List instances, read from their records: an instance's status there is written with the
+/// group commit after the instance settles, so one that has just ended may be listed with its
+/// previous status for a few milliseconds (`GET /v1/instances/{id}` reads the live state).
 #[utoipa::path(get, path = "/v1/instances", operation_id = "instances_list", tag = "instances", params(ListQuery),
     responses(
         (status = 200, body = InstanceList),
