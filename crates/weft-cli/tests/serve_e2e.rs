@@ -520,18 +520,26 @@ async fn sample_plan_completes() {
         .collect();
     assert_eq!(kinds.first().map(String::as_str), Some("instance.started"));
     assert!(kinds.iter().any(|k| k == "action.result"), "{kinds:?}");
-    let listed = api
-        .get("/v1/instances?status=completed")
-        .await
-        .expect(200, "list");
-    assert!(
+    // The list reads instance records, whose status follows with the next group commit.
+    let has = |listed: &Value| {
         listed["instances"]
             .as_array()
             .expect("instances")
             .iter()
-            .any(|i| i["id"] == id.as_str()),
-        "{listed}"
-    );
+            .any(|i| i["id"] == id.as_str())
+    };
+    let mut listed = Value::Null;
+    for _ in 0..250 {
+        listed = api
+            .get("/v1/instances?status=completed")
+            .await
+            .expect(200, "list");
+        if has(&listed) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(has(&listed), "{listed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
