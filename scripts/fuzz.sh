@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes the parsers hostile input reaches first (fuzz/: plan, cel, pnml, cloudevents) with
+# Fuzzes the parsers hostile input reaches first (fuzz/: plan, cel, pnml, cloudevents, schema) with
 # cargo-fuzz and libFuzzer, on the pinned stable toolchain: RUSTC_BOOTSTRAP=1 lets it take the
 # -Z flags cargo-fuzz passes (coverage instrumentation, AddressSanitizer).
 #   scripts/fuzz.sh [seconds per target, default 60] [target …, default all]
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(plan cel pnml cloudevents)
+[ ${#targets[@]} -gt 0 ] || targets=(plan cel pnml cloudevents schema)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "fuzz: installing cargo-fuzz (crates.io)" >&2
