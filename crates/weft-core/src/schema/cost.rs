@@ -2,10 +2,10 @@
 //! crate applies a subschema once per path that reaches it: `$ref`s shared by several
 //! branches (`anyOf` over the same definition, a chain of definitions each naming the next
 //! twice) multiply those paths, so a schema of a few hundred bytes can make a check of `{}`
-//! take longer than the universe has, and error reports that collect every branch's errors
-//! take memory to match. Here the schema becomes a graph of its subschemas and how each
-//! applies to the value (to the same node, to a named property, to any property or item),
-//! and the number of subschema applications a value needs is counted before the check.
+//! run for hours, and error reports that collect every branch's errors take memory to match.
+//! Here the schema becomes a graph of its subschemas and how each applies to the value (to
+//! the same node, to a named property, to any property or item), and the number of
+//! subschema applications a value needs is counted before the check.
 //!
 //! Refused when compiling, whatever the value: references that loop without descending into
 //! the value, that chain deeper than [`MAX_REF_DEPTH`], or that reach one subschema along more
