@@ -69,12 +69,21 @@ impl Mismatch {
         Mismatch {
             at: String::new(),
             message: format!(
-                "the value was not checked: checking it against this schema would take more \
-                 than {BUDGET_BASE} + {BUDGET_PER_NODE} per node of the value subschema \
-                 applications, because the schema's references apply its subschemas to the \
-                 same parts of the value along many paths (nest fewer anyOf/oneOf/allOf \
-                 branches naming the same $ref, or send a shallower value)"
+                "the value was not checked: checking it would apply this schema's subschemas \
+                 more than {BUDGET_BASE} + {BUDGET_PER_NODE} × (nodes of the value) times, \
+                 because its references reach the same parts of the value along many paths \
+                 (nest fewer anyOf/oneOf/allOf branches naming the same $ref, or send a \
+                 shallower value)"
             ),
+        }
+    }
+}
+
+impl From<jsonschema::ValidationError<'_>> for Mismatch {
+    fn from(e: jsonschema::ValidationError<'_>) -> Mismatch {
+        Mismatch {
+            at: e.instance_path().to_string(),
+            message: e.to_string(),
         }
     }
 }
@@ -95,13 +104,7 @@ impl Schema {
         if self.validator.is_valid(value) {
             return Ok(());
         }
-        match self.validator.validate(value) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(Mismatch {
-                at: e.instance_path().to_string(),
-                message: e.to_string(),
-            }),
-        }
+        self.validator.validate(value).map_err(Mismatch::from)
     }
 
     /// Every reason `value` does not match (none: it matches).
@@ -114,10 +117,7 @@ impl Schema {
         }
         self.validator
             .iter_errors(value)
-            .map(|e| Mismatch {
-                at: e.instance_path().to_string(),
-                message: e.to_string(),
-            })
+            .map(Mismatch::from)
             .collect()
     }
 
