@@ -111,17 +111,18 @@ impl Graph {
     /// Whether checking `value` takes at most `base + per_node × (nodes of the value)`
     /// subschema applications.
     pub(super) fn within(&self, value: &Value, base: u64, per_node: u64) -> bool {
-        if let Some(paths) = self.acyclic_paths {
-            if paths <= per_node {
-                return true;
-            }
-            let cap = base / (paths - per_node) + 1;
-            if count_nodes(value, cap) < cap {
-                return true;
-            }
+        if self.acyclic_paths.is_some_and(|paths| paths <= per_node) {
+            return true;
         }
-        let nodes = count_nodes(value, u64::MAX);
+        let nodes = count_nodes(value);
         let budget = base.saturating_add(per_node.saturating_mul(nodes));
+        // Without loops, each node of the value takes at most `paths` applications.
+        if self
+            .acyclic_paths
+            .is_some_and(|paths| paths.saturating_mul(nodes) <= budget)
+        {
+            return true;
+        }
         let mut walk = Walk {
             graph: self,
             left: budget,
@@ -162,15 +163,12 @@ impl Walk<'_> {
     }
 }
 
-/// Nodes of `value` (itself, its items, properties and theirs), counted up to `cap`.
-fn count_nodes(value: &Value, cap: u64) -> u64 {
+/// Nodes of `value`: itself, its items, properties and theirs.
+fn count_nodes(value: &Value) -> u64 {
     let mut count = 0u64;
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
         count += 1;
-        if count >= cap {
-            return count;
-        }
         match v {
             Value::Array(a) => stack.extend(a.iter()),
             Value::Object(m) => stack.extend(m.values()),
