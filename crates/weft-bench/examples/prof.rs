@@ -30,7 +30,9 @@ fn main() {
     };
     let t = Instant::now();
     for r in 0..n {
-        let h = engine.start_with("bench", &plan, json!({"run": r}), StartOptions::default());
+        let h = engine
+            .start_with("bench", &plan, json!({"run": r}), StartOptions::default())
+            .expect("the plan takes any input");
         let o = h.outcome_now().expect("settled");
         assert!(o.result("done").is_some());
     }

@@ -737,7 +737,9 @@ async fn via_engine(
     i: usize,
     shape: Shape,
 ) -> Result<(), String> {
-    let h = engine.start_with(tenant(), plan, json!({"n": i}), StartOptions::default());
+    let h = engine
+        .start_with(tenant(), plan, json!({"n": i}), StartOptions::default())
+        .map_err(|e| e.to_string())?;
     let o = h.wait().await;
     drop(h);
     check(&o.into_results_json(), i, shape)

@@ -220,6 +220,66 @@ fn bad_event_and_input_are_usage_errors() {
     );
 }
 
+/// An input or an `--event` payload that does not match its event's schema is a usage error
+/// that names the event, the place and the reason; nothing runs.
+#[test]
+fn input_and_events_not_matching_their_schemas_are_usage_errors() {
+    let dir = temp_dir("run-schemas");
+    let plan = dir.join("typed.json");
+    let doc = serde_json::json!({"plan_name": "typed", "graph_type": "reactive",
+        "events": {"start": {"schema": {"type": "object", "required": ["who"]}},
+                   "msg": {"kind": "input", "schema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+                   "seen": {"kind": "output"}},
+        "steps": {"handle": {"on": ["msg"], "action": "echo", "args": {}, "emits": ["seen"]}}});
+    std::fs::write(&plan, doc.to_string()).expect("write");
+    let plan = plan.display().to_string();
+    let out = weft_in(&dir, &["run", "--until-idle", "--input", "{}", &plan]);
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("[input_invalid]") && err.contains("`start`") && err.contains("who"),
+        "{err}"
+    );
+    let out = weft_in(
+        &dir,
+        &[
+            "run",
+            "--until-idle",
+            "--input",
+            r#"{"who":"me"}"#,
+            "--event",
+            r#"msg={"n":"one"}"#,
+            &plan,
+        ],
+    );
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--event `msg`") && err.contains("(at `/n`)"),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty(), "nothing runs: {}", stdout(&out));
+    let out = weft_in(
+        &dir,
+        &[
+            "run",
+            "--json",
+            "--until-idle",
+            "--input",
+            r#"{"who":"me"}"#,
+            "--event",
+            r#"msg={"n":1}"#,
+            &plan,
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        json(&out)["results"].get("seen").is_some(),
+        "{}",
+        stdout(&out)
+    );
+}
+
 #[test]
 fn reactive_plan_until_idle_stops_cleanly_and_timeout_stops_too() {
     let dir = temp_dir("run-reactive");

@@ -69,6 +69,8 @@ pub enum Code {
     UnknownReference,
     /// V020: a CEL expression exceeded its evaluation budget while being checked.
     ExprBudget,
+    /// V021: an emit's literal data does not match its event's payload schema.
+    DataMismatch,
     /// A001: a reachable marking in which nothing can fire and the plan has not completed.
     Deadlock,
     /// A002: a step that no reachable marking enables.
@@ -115,6 +117,7 @@ impl Code {
             Code::EmptyPlan => "V016",
             Code::UnknownReference => "V017",
             Code::ExprBudget => "V020",
+            Code::DataMismatch => "V021",
             Code::Deadlock => "A001",
             Code::DeadStep => "A002",
             Code::Unbounded => "A003",
@@ -150,6 +153,7 @@ impl Code {
             Code::EmptyPlan => "empty-plan",
             Code::UnknownReference => "unknown-reference",
             Code::ExprBudget => "expression-budget",
+            Code::DataMismatch => "data-mismatch",
             Code::Deadlock => "deadlock",
             Code::DeadStep => "dead-step",
             Code::Unbounded => "unbounded",

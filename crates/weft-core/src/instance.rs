@@ -1077,6 +1077,16 @@ impl Instance {
                         )
                     })?),
                 };
+                if let Err(m) = net.check_payload(e.event, &payload) {
+                    return Err(ActionError::fatal(
+                        "emit_invalid",
+                        format!(
+                            "the payload for `{}` does not match the event's schema: {m} (at `{}`)",
+                            net.event(e.event).name,
+                            m.at(),
+                        ),
+                    ));
+                }
                 outs.push((e.event, payload));
             }
         }

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::expr::{Expr, Template};
 use crate::plan::{Consume, EventKind, GraphType, Plan, Retry};
+use crate::schema::{Mismatch, Schema};
 
 /// Index of an event (place) in [`Net::events`].
 pub type EventId = u32;
@@ -38,6 +39,10 @@ pub struct EventNode {
     /// an instance that needs one is `waiting`, not `stuck` (an initial event that is not
     /// declared receives the instance's input only).
     pub external: bool,
+    /// The payload's declared JSON Schema, compiled: every token put on the event matches it
+    /// (the instance's input and events from outside are refused before they are queued, a
+    /// step's emit that does not match fails the step).
+    pub schema: Option<Arc<Schema>>,
 }
 
 /// What a step does when its action fails for good.
@@ -210,10 +215,11 @@ impl Net {
     }
 
     /// Does completing a firing of `step` read its consumed tokens (beyond their
-    /// correlation)? True when an emit has `when` or `data`, when a failure can become an
-    /// error token (a `<step>.failed` listener or `on_fail: {emit: …}`), when a failure
-    /// hands the tokens back for a repair (`on_fail: repair`), or when the step retries. When false, the runtime may hand the tokens to the action
-    /// ([`crate::Instance::detach_inputs`]).
+    /// correlation)? True when an emit has `when` or `data` or goes on an event with a
+    /// schema, when a failure can become an error token (a `<step>.failed` listener or
+    /// `on_fail: {emit: …}`), when a failure hands the tokens back for a repair (`on_fail:
+    /// repair`), or when the step retries. When false, the runtime may hand the tokens to
+    /// the action ([`crate::Instance::detach_inputs`]).
     pub fn keeps_inputs(&self, step: StepId) -> bool {
         self.keeps_inputs
             .get(step as usize)
@@ -221,8 +227,29 @@ impl Net {
             .unwrap_or(true)
     }
 
-    /// Are all of the step's emits plain (no `when`, no `data`), so a result is put on each
-    /// as it is?
+    /// Checks a payload for `event` against the event's schema (none: anything matches).
+    pub fn check_payload(&self, event: EventId, payload: &Value) -> Result<(), Mismatch> {
+        match self
+            .events
+            .get(event as usize)
+            .and_then(|e| e.schema.as_ref())
+        {
+            Some(schema) => schema.check(payload),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks an instance's input against the schema of each event it is put on
+    /// ([`Net::initial`]); the first that it does not match, with the reason.
+    pub fn check_input(&self, input: &Value) -> Result<(), (EventId, Mismatch)> {
+        for &e in &self.initial {
+            self.check_payload(e, input).map_err(|m| (e, m))?;
+        }
+        Ok(())
+    }
+
+    /// Are all of the step's emits plain (no `when`, no `data`, no schema on the event), so
+    /// a result is put on each as it is?
     pub fn plain_emits(&self, step: StepId) -> bool {
         self.plain_emits
             .get(step as usize)
@@ -231,8 +258,14 @@ impl Net {
     }
 
     /// Builds the net. Callers must only pass plans that validated without errors; names that
-    /// do not resolve are skipped rather than panicking.
-    pub(crate) fn build(plan: &Plan, steps: Vec<StepNode>) -> Net {
+    /// do not resolve are skipped rather than panicking. `schemas` holds each event's
+    /// compiled payload schema, in the plan's order of events.
+    pub(crate) fn build(
+        plan: &Plan,
+        steps: Vec<StepNode>,
+        mut schemas: Vec<Option<Arc<Schema>>>,
+    ) -> Net {
+        schemas.resize(plan.events.len(), None);
         let event_ids: HashMap<String, EventId> = plan
             .events
             .keys()
@@ -248,7 +281,8 @@ impl Net {
         let mut events: Vec<EventNode> = plan
             .events
             .iter()
-            .map(|(name, def)| EventNode {
+            .zip(schemas)
+            .map(|((name, def), schema)| EventNode {
                 name: name.clone(),
                 kind: def.kind.unwrap_or(EventKind::Internal),
                 consume: def.consume,
@@ -256,6 +290,7 @@ impl Net {
                 producers: Vec::new(),
                 is_output: def.kind == Some(EventKind::Output),
                 external: def.kind == Some(EventKind::Input),
+                schema,
             })
             .collect();
         for (sid, s) in steps.iter().enumerate() {
@@ -316,9 +351,16 @@ impl Net {
                 _ => None,
             })
             .collect();
+        // A checked emit may fail the step, so it is never plain (a plain step's result goes
+        // on its events unlooked at, and it may be taken).
+        let checked = |e: &EmitNode| events[e.event as usize].schema.is_some();
         let plain_emits = steps
             .iter()
-            .map(|s| s.emits.iter().all(|e| e.when.is_none() && e.data.is_none()))
+            .map(|s| {
+                s.emits
+                    .iter()
+                    .all(|e| e.when.is_none() && e.data.is_none() && !checked(e))
+            })
             .collect();
         let keeps_inputs = steps
             .iter()
@@ -329,7 +371,9 @@ impl Net {
                         .into_iter()
                         .flatten()
                         .any(|e| !events[e as usize].consumers.is_empty())
-                    || s.emits.iter().any(|e| e.when.is_some() || e.data.is_some())
+                    || s.emits
+                        .iter()
+                        .any(|e| e.when.is_some() || e.data.is_some() || checked(e))
             })
             .collect();
         let width = events

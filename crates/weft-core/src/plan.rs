@@ -89,7 +89,9 @@ pub struct EventDef {
     /// What the event means.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// JSON Schema of the token payload.
+    /// JSON Schema of the token payload. Every token put on the event matches it: an input or
+    /// an event from outside that does not is refused, a step's emit that does not fails the
+    /// step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<Value>,
     /// `input` arrives from outside, `internal` is produced by steps, `output` is a final result.

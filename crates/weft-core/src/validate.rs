@@ -5,6 +5,7 @@
 //! [`Finding`] with a stable code and a JSON pointer; nothing here panics on input.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -376,20 +377,30 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
         }
     }
 
-    // Events: payload schemas.
+    // Events: payload schemas, compiled once for the net.
+    let mut event_schemas: Vec<Option<Arc<crate::schema::Schema>>> =
+        Vec::with_capacity(plan.events.len());
     for (name, def) in &plan.events {
-        if let Some(schema) = &def.schema
-            && let Err(e) = crate::schema::compile(schema)
-        {
-            ctx.push(
-                Finding::new(
-                    Code::InvalidSchema,
-                    Severity::Error,
-                    format!("{}/schema", event_ptr(name)),
-                    format!("the payload schema of event `{name}` is not a valid JSON Schema: {e}"),
-                )
-                .hint("write a JSON Schema object, e.g. {\"type\":\"object\"}"),
-            );
+        let Some(schema) = &def.schema else {
+            event_schemas.push(None);
+            continue;
+        };
+        match crate::schema::compile(schema) {
+            Ok(s) => event_schemas.push(Some(Arc::new(s))),
+            Err(e) => {
+                event_schemas.push(None);
+                ctx.push(
+                    Finding::new(
+                        Code::InvalidSchema,
+                        Severity::Error,
+                        format!("{}/schema", event_ptr(name)),
+                        format!(
+                            "the payload schema of event `{name}` is not a valid JSON Schema: {e}"
+                        ),
+                    )
+                    .hint("write a JSON Schema object, e.g. {\"type\":\"object\"}"),
+                );
+            }
         }
     }
 
@@ -507,6 +518,19 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
                     }
                 }
                 if let Some(d) = &s.data {
+                    if let Some(schema) = target.and_then(|e| event_schemas[e as usize].as_ref()) {
+                        let event = em.event();
+                        check_literal(
+                            &mut ctx,
+                            schema,
+                            d,
+                            (Code::DataMismatch, format!("{}/data", ep())),
+                            &format!(
+                                "the data step `{sname}` emits on `{event}` does not match the event's schema"
+                            ),
+                            &format!("see the `schema` of event `{event}`"),
+                        );
+                    }
                     data = ctx.template(d, &|| {
                         (
                             format!("{}/data", ep()),
@@ -643,7 +667,7 @@ pub fn validate(plan: &Plan, catalog: Option<&dyn ToolCatalog>, limits: &Limits)
             net: None,
         };
     }
-    let net = Net::build(plan, steps);
+    let net = Net::build(plan, steps, event_schemas);
     structure(&mut ctx, &net);
     let mut findings = ctx.findings;
     sort(&mut findings);
@@ -840,8 +864,7 @@ fn sort(findings: &mut [Finding]) {
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
 }
 
-/// Checks literal args against the tool's schema. Templated values are unknown until run
-/// time, so they are replaced by `null` and errors located at or under them are ignored.
+/// Checks literal args against the tool's schema (see [`check_literal`]).
 fn check_args(
     ctx: &mut Ctx<'_>,
     validator: &crate::schema::Schema,
@@ -849,9 +872,30 @@ fn check_args(
     sname: &str,
     action: &str,
 ) {
+    check_literal(
+        ctx,
+        validator,
+        args,
+        (Code::ArgsMismatch, step_ptr(sname, "args")),
+        &format!("args of step `{sname}` do not match tool `{action}`"),
+        &format!("see the args schema of `{action}` (`weft tools`)"),
+    );
+}
+
+/// Checks the literal parts of a template (args, emit data) against a schema, a finding of
+/// `code` under pointer `base` for each of the first five mismatches. Templated values are
+/// unknown until run time, so they are replaced by `null` and errors located at or under
+/// them are ignored.
+fn check_literal(
+    ctx: &mut Ctx<'_>,
+    validator: &crate::schema::Schema,
+    template: &Value,
+    (code, base): (Code, String),
+    what: &str,
+    hint: &str,
+) {
     let mut templated = Vec::new();
-    let concrete = blank_templates(args, "", &mut templated);
-    let base = step_ptr(sname, "args");
+    let concrete = blank_templates(template, "", &mut templated);
     let mut reported = 0;
     for err in validator.mismatches(&concrete) {
         let at = err.at().to_owned();
@@ -868,15 +912,12 @@ fn check_args(
         let msg = err.to_string();
         ctx.push(
             Finding::new(
-                Code::ArgsMismatch,
+                code,
                 Severity::Error,
                 format!("{base}{at}"),
-                format!(
-                    "args of step `{sname}` do not match tool `{action}`: {}",
-                    truncate(&msg, 200)
-                ),
+                format!("{what}: {}", truncate(&msg, 200)),
             )
-            .hint(format!("see the args schema of `{action}` (`weft tools`)")),
+            .hint(hint),
         );
     }
 }

@@ -202,6 +202,36 @@ fn invalid_event_schema() {
     assert_eq!(f, vec!["V014 error /events/start/schema"]);
 }
 
+/// An emit's literal data is checked against its event's schema where it is written; the
+/// templated parts are only known when the step runs.
+#[test]
+fn emit_data_that_cannot_match_its_event_schema() {
+    let plan = |data: serde_json::Value| {
+        json!({"plan_name":"p","graph_type":"acyclic",
+            "events":{"start":{},"done":{"kind":"output","schema":{"type":"object","required":["n","tag"],
+                "properties":{"n":{"type":"integer"},"tag":{"enum":["a","b"]}}}}},
+            "steps":{"a":{"on":["start"],"action":"noop","emits":[{"event":"done","data":data}]}}})
+    };
+    assert_eq!(
+        check(plan(json!({"n": "${start.n}", "tag": "c"}))),
+        vec!["V021 error /steps/a/emits/0/data/tag"]
+    );
+    assert_eq!(
+        check(plan(json!({"tag": "a"}))),
+        vec!["V021 error /steps/a/emits/0/data"]
+    );
+    assert_eq!(
+        check(plan(json!({"n": "${start.n}", "tag": "a"}))),
+        Vec::<String>::new()
+    );
+    let m = messages(plan(json!({"n": 1, "tag": "c"})));
+    assert!(
+        m.iter()
+            .any(|m| m.contains("`done`") && m.contains("step `a`")),
+        "{m:?}"
+    );
+}
+
 #[test]
 fn net_is_compiled_with_ids() {
     let plan = parse_plan(br#"{"plan_name":"p","graph_type":"acyclic","events":{"start":{},"x":{},"done":{}},

@@ -446,7 +446,8 @@ impl Durable {
     /// (the HTTP server keeps plans per tenant and version instead of registering them by
     /// name). The journal records the instance under that version. Starts of one plan name
     /// in different versions or tenants must not run concurrently (the journal looks the
-    /// version up by name while recording the start): callers serialize them.
+    /// version up by name while recording the start): callers serialize them. Refused as
+    /// [`weft_runtime::Engine::start_with`] refuses an input.
     pub fn start_compiled(
         &self,
         tenant: &str,
@@ -454,7 +455,7 @@ impl Durable {
         version: u32,
         input: Value,
         opts: weft_runtime::StartOptions,
-    ) -> InstanceHandle {
+    ) -> Result<InstanceHandle, weft_runtime::Error> {
         self.journal.add_plan(Arc::clone(plan), version);
         self.engine.start_with(tenant, plan, input, opts)
     }
@@ -469,7 +470,7 @@ impl Durable {
         input: Value,
         opts: weft_runtime::StartOptions,
         request_id: Option<&str>,
-    ) -> InstanceHandle {
+    ) -> Result<InstanceHandle, weft_runtime::Error> {
         match request_id {
             Some(r) => self.journal.with_start_origin(r, || {
                 self.start_compiled(tenant, plan, version, input, opts)

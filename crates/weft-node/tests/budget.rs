@@ -47,6 +47,7 @@ async fn a_configured_tenant_quota_counts_every_plans_calls() {
     let bare = engine.compile_value(two_echoes("bare")).expect("compiles");
     let o = engine
         .start_with("local", &bare, json!({}), Default::default())
+        .expect("the plan takes any input")
         .wait()
         .await;
     assert_eq!(o.status, Status::Completed);
@@ -57,12 +58,14 @@ async fn a_configured_tenant_quota_counts_every_plans_calls() {
     let own = engine.compile_value(own).expect("compiles");
     let o = engine
         .start_with("local", &own, json!({}), Default::default())
+        .expect("the plan takes any input")
         .wait()
         .await;
     failed_with(&o.status, "quota of tenant `local`");
     // Another tenant has a quota of its own.
     let o = engine
         .start_with("other", &bare, json!({}), Default::default())
+        .expect("the plan takes any input")
         .wait()
         .await;
     assert_eq!(o.status, Status::Completed);

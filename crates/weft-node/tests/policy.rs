@@ -62,6 +62,7 @@ async fn the_configured_bundle_decides_every_call_before_it_runs() {
         .expect("compiles");
     let o = engine
         .start_with("local", &denied, json!({}), Default::default())
+        .expect("the plan takes any input")
         .wait()
         .await;
     match o.status {
@@ -81,6 +82,7 @@ async fn the_configured_bundle_decides_every_call_before_it_runs() {
         .expect("compiles");
     let o = engine
         .start_with("local", &allowed, json!({}), Default::default())
+        .expect("the plan takes any input")
         .wait()
         .await;
     assert_eq!(o.status, Status::Completed);
@@ -125,7 +127,9 @@ async fn require_approval_waits_for_a_person_before_the_call() {
     let plan = engine
         .compile_value(mail("ann@example.com"))
         .expect("compiles");
-    let h = engine.start_with("local", &plan, json!({}), Default::default());
+    let h = engine
+        .start_with("local", &plan, json!({}), Default::default())
+        .expect("the plan takes any input");
     // `approval.requested` says what is asked.
     let asked = tokio::time::timeout(std::time::Duration::from_secs(10), async {
         loop {
@@ -319,6 +323,7 @@ async fn a_denial_goes_to_the_denied_listener_and_other_failures_to_the_failed_o
         let p = engine.compile_value(doc).expect("compiles");
         engine
             .start_with("local", &p, json!({}), Default::default())
+            .expect("the plan takes any input")
             .wait()
             .await
     };
@@ -413,6 +418,7 @@ async fn a_reloaded_bundle_governs_the_next_call() {
                 .expect("compiles");
             engine
                 .start_with("local", &p, json!({}), Default::default())
+                .expect("the plan takes any input")
                 .wait()
                 .await
                 .status
@@ -449,7 +455,9 @@ async fn a_denied_call_asks_no_approval_and_spends_no_budget() {
     doc["limits"] = json!({"max_tool_calls": 5});
     doc["steps"]["send"]["approval"] = json!({"reason": "mail leaves the company"});
     let p = engine.compile_value(doc).expect("compiles");
-    let h = engine.start_with("local", &p, json!({}), Default::default());
+    let h = engine
+        .start_with("local", &p, json!({}), Default::default())
+        .expect("the plan takes any input");
     let o = tokio::time::timeout(std::time::Duration::from_secs(10), h.wait())
         .await
         .expect("decided by the policy, not waiting for a person");
@@ -482,7 +490,9 @@ async fn the_token_limit_refuses_the_model_call_after_the_one_that_reached_it() 
         "events": {"start": {}, "a": {}, "b": {}, "done": {"kind": "output"}},
         "steps": {"one": step("start", "a"), "two": step("a", "b"), "three": step("b", "done")}});
     let p = engine.compile_value(doc).expect("compiles");
-    let h = engine.start_with("local", &p, json!({}), Default::default());
+    let h = engine
+        .start_with("local", &p, json!({}), Default::default())
+        .expect("the plan takes any input");
     let o = tokio::time::timeout(std::time::Duration::from_secs(20), h.wait())
         .await
         .expect("settles");

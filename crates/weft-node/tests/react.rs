@@ -64,7 +64,8 @@ async fn agent_react_runs_in_a_plan_and_its_calls_pass_the_chain() {
         .unwrap();
     let h = node
         .engine()
-        .start_with("tenant-x", &compiled, json!({}), Default::default());
+        .start_with("tenant-x", &compiled, json!({}), Default::default())
+        .expect("the plan takes any input");
     let o = h.wait().await;
     assert_eq!(o.status, weft_core::Status::Completed, "{o:?}");
     let out = serde_json::to_value(&o.results).unwrap();

@@ -532,11 +532,13 @@ impl Cell {
 
     /// The id of `event` in the instance's current plan (read in place: no `Arc` clone).
     pub(crate) fn event_id(&self, event: &str) -> Option<weft_core::EventId> {
-        self.plan
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .net
-            .event_id(event)
+        self.with_plan(|p| p.net.event_id(event))
+    }
+
+    /// Runs `f` on the instance's current plan, read in place (no `Arc` clone); a repair
+    /// swapping the plan waits meanwhile.
+    pub(crate) fn with_plan<R>(&self, f: impl FnOnce(&Arc<CompiledPlan>) -> R) -> R {
+        f(&self.plan.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Swaps the plan (a repair, applied by the loop).

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::Value;
-use weft_core::{EventKind, Limits, Plan};
+use weft_core::schema::Mismatch;
+use weft_core::{EventId, EventKind, Limits, Plan};
 use weft_tools::{Chain, Registry, TenantTools};
 
 use crate::Error;
@@ -461,17 +462,21 @@ impl Engine {
         let p = self
             .plan(plan)
             .ok_or_else(|| Error::UnknownPlan(plan.to_string()))?;
-        Ok(self.start_with(tenant, &p, input, StartOptions::default()))
+        self.start_with(tenant, &p, input, StartOptions::default())
     }
 
-    /// Starts an instance of a compiled plan.
+    /// Starts an instance of a compiled plan. Refused (`input_invalid`, nothing started)
+    /// when the input does not match the schema of an event it is put on.
     pub fn start_with(
         &self,
         tenant: &str,
         plan: &Arc<CompiledPlan>,
         input: Value,
         opts: StartOptions,
-    ) -> InstanceHandle {
+    ) -> Result<InstanceHandle, Error> {
+        if let Err((event, m)) = plan.net.check_input(&input) {
+            return Err(payload_invalid(plan, event, m, true));
+        }
         let i = &self.inner;
         let id = i.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let cell = Cell::new(
@@ -490,7 +495,7 @@ impl Engine {
             now,
             depth: opts.depth,
         });
-        InstanceHandle { cell }
+        Ok(InstanceHandle { cell })
     }
 
     fn live(&self, tenant: Option<&str>, instance: &str) -> Result<Arc<Cell>, Error> {
@@ -516,10 +521,11 @@ impl Engine {
         let now = self.inner.clock.now_ms();
         let mut targets: Vec<Vec<Arc<Cell>>> = Vec::with_capacity(events.len());
         for (k, e) in events.iter().enumerate() {
-            targets.push(
-                self.targets(tenant, &e.event, e.instance.as_deref())
-                    .map_err(|err| (k, err))?,
-            );
+            let cells = self
+                .targets(tenant, &e.event, e.instance.as_deref())
+                .map_err(|err| (k, err))?;
+            check_payload(&cells, &e.event, &e.payload).map_err(|err| (k, err))?;
+            targets.push(cells);
         }
         let mut cells: Vec<Arc<Cell>> = targets.iter().flatten().cloned().collect();
         cells.sort_by_key(|c| c.id);
@@ -600,6 +606,8 @@ impl Engine {
 
     /// Routes an external event: to `instance` if given, else to every live instance of
     /// `tenant` whose plan declares `event` as an input. Returns how many received it.
+    /// Refused (`payload_invalid`, delivered to none) when the payload does not match the
+    /// event's schema in the plan of any instance it would reach.
     pub fn ingest(
         &self,
         tenant: &str,
@@ -610,6 +618,7 @@ impl Engine {
     ) -> Result<usize, Error> {
         let now = self.inner.clock.now_ms();
         let targets = self.targets(tenant, event, instance)?;
+        check_payload(&targets, event, &payload)?;
         let n = targets.len();
         let mut payload = Some(payload);
         for (k, cell) in targets.into_iter().enumerate() {
@@ -832,4 +841,38 @@ impl InstanceHandle {
 /// `cell.rs`).
 pub(crate) fn lazy_tasks(rt: Option<&tokio::runtime::Handle>) -> bool {
     rt.is_some_and(|h| h.metrics().num_workers() > 1)
+}
+
+/// The refusal of a payload that does not match `event`'s schema in `plan`.
+fn payload_invalid(plan: &CompiledPlan, event: EventId, m: Mismatch, start: bool) -> Error {
+    Error::PayloadInvalid {
+        plan: plan.name.to_string(),
+        event: plan.net.event(event).name.clone(),
+        at: m.at().to_string(),
+        message: m.to_string(),
+        start,
+    }
+}
+
+/// Checks an event's payload against its schema in the plan of each instance it would
+/// reach (each plan once): the first that refuses it. A plan without a schema for the event
+/// costs a lookup, no clone.
+fn check_payload(cells: &[Arc<Cell>], event: &str, payload: &Value) -> Result<(), Error> {
+    let mut checked: Vec<Arc<CompiledPlan>> = Vec::new();
+    for c in cells {
+        c.with_plan(|plan| {
+            let Some(ev) = plan.net.event_id(event) else {
+                return Ok(());
+            };
+            if plan.net.event(ev).schema.is_none() || checked.iter().any(|p| Arc::ptr_eq(p, plan)) {
+                return Ok(());
+            }
+            plan.net
+                .check_payload(ev, payload)
+                .map_err(|m| payload_invalid(plan, ev, m, false))?;
+            checked.push(Arc::clone(plan));
+            Ok(())
+        })?;
+    }
+    Ok(())
 }

@@ -35,6 +35,25 @@ pub enum Error {
         /// Plan name.
         plan: String,
     },
+    /// A payload from outside does not match its event's schema: the instance's input at
+    /// its start (`input_invalid`) or an event sent to instances (`payload_invalid`). Nothing
+    /// was started or queued.
+    #[error(
+        "{} for event `{event}` of plan `{plan}` does not match the event's schema: {message} (at `{at}`)",
+        if *.start { "the input" } else { "the payload" }
+    )]
+    PayloadInvalid {
+        /// Plan name.
+        plan: String,
+        /// Event name.
+        event: String,
+        /// JSON pointer into the payload where it does not match (empty: the whole payload).
+        at: String,
+        /// Why it does not match.
+        message: String,
+        /// Whether it was the instance's input (else an event from outside).
+        start: bool,
+    },
     /// The instance has ended and takes no more input.
     #[error("instance `{instance}` is {status} and takes no more input")]
     Ended {
@@ -91,6 +110,8 @@ impl Error {
             Error::UnknownPlan(_) => "unknown_plan",
             Error::UnknownInstance(_) => "unknown_instance",
             Error::EventNotAccepted { .. } => "event_not_accepted",
+            Error::PayloadInvalid { start: true, .. } => "input_invalid",
+            Error::PayloadInvalid { start: false, .. } => "payload_invalid",
             Error::Ended { .. } => "instance_ended",
             Error::TimersUnavailable(_) => "timer_unavailable",
             Error::NoRepairer => "no_repairer",

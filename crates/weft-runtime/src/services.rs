@@ -213,15 +213,17 @@ impl ToolServices for Cell {
                     .compile_value(doc)
                     .map_err(|e| ToolError::fatal("invalid_plan", e.to_string()))?,
             };
-            let h = engine.start_with(
-                &tenant,
-                &compiled,
-                input,
-                StartOptions {
-                    depth,
-                    ..StartOptions::default()
-                },
-            );
+            let h = engine
+                .start_with(
+                    &tenant,
+                    &compiled,
+                    input,
+                    StartOptions {
+                        depth,
+                        ..StartOptions::default()
+                    },
+                )
+                .map_err(|e| ToolError::fatal(e.code(), e.to_string()))?;
             if let Some(source) = &source {
                 source.started(&h);
             }

@@ -41,12 +41,12 @@ async fn every_example_runs_to_its_expected_outcome() {
         ("fanout.json", json!({"dataset": "d"}), "completed"),
         (
             "guard-branching.json",
-            json!({"id": 1, "amount": 50, "customer": "c"}),
+            json!({"id": "o-1", "amount": 50, "customer": "c"}),
             "completed",
         ),
         (
             "guard-branching.json",
-            json!({"id": 2, "amount": 50000, "customer": "c"}),
+            json!({"id": "o-2", "amount": 50000, "customer": "c"}),
             "completed",
         ),
         (

@@ -173,7 +173,9 @@ async fn started() -> (
 ) {
     let (engine, journal, calls) = setup();
     let p = engine.compile_value(plan()).expect("plan");
-    let h = engine.start_with("t", &p, json!({"n": 1}), Default::default());
+    let h = engine
+        .start_with("t", &p, json!({"n": 1}), Default::default())
+        .expect("the plan takes any input");
     until(&h, "a in flight", |h| in_flight(h) == ["a"]).await;
     (engine, journal, calls, p, h)
 }
@@ -252,7 +254,11 @@ async fn many_instances_each_call_once_after_release() {
     let (engine, journal, calls) = setup();
     let p = engine.compile_value(plan()).expect("plan");
     let hs: Vec<_> = (0..200)
-        .map(|i| engine.start_with("t", &p, json!({"n": i}), Default::default()))
+        .map(|i| {
+            engine
+                .start_with("t", &p, json!({"n": i}), Default::default())
+                .expect("the plan takes any input")
+        })
         .collect();
     for h in &hs {
         until(h, "a in flight", |h| in_flight(h) == ["a"]).await;

@@ -87,7 +87,9 @@ async fn redispatched_timer_step_finds_its_timer_and_context() {
     let j1 = Arc::new(MemoryJournal::new());
     let e1 = engine(&clock1, &j1, true);
     let p1 = e1.compile_value(plan()).expect("plan");
-    let h1 = e1.start_with("t", &p1, json!({}), Default::default());
+    let h1 = e1
+        .start_with("t", &p1, json!({}), Default::default())
+        .expect("the plan takes any input");
     for _ in 0..200 {
         if h1.pending_timers() == 1 {
             break;

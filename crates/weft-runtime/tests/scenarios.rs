@@ -349,6 +349,27 @@ async fn a_subplan_result_reaches_the_parent() {
 }
 
 #[tokio::test]
+async fn a_child_input_that_does_not_match_its_schema_fails_the_call() {
+    let h = harness();
+    h.plan(json!({"plan_name":"typed-child","graph_type":"acyclic",
+        "events":{"start":{"schema":{"type":"object","properties":{"x":{"type":"integer"}}}},"answer":{"kind":"output"}},
+        "steps":{"double":{"on":["start"],"action":"echo","args":{"v":"${start.x * 2}"},"emits":["answer"]}}}));
+    let p = h.plan(json!({"plan_name":"caller","graph_type":"acyclic","events":{"start":{},"r":{"kind":"output"}},
+        "steps":{"call":{"on":["start"],"action":"plan.run","args":{"plan":"typed-child","input":{"x":"${start.x}"}},"emits":["r"]}}}));
+    let o = h
+        .engine
+        .start("t", &p, json!({"x": "21"}))
+        .expect("starts")
+        .wait()
+        .await;
+    match o.status {
+        Status::Failed { reason } => assert!(reason.contains("[input_invalid]"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.engine.live_instances(), 0, "no child was started");
+}
+
+#[tokio::test]
 async fn a_failing_child_is_a_tool_error() {
     let h = harness();
     h.plan(
@@ -414,6 +435,88 @@ async fn only_input_events_are_accepted() {
             .expect("ok"),
         0
     );
+}
+
+/// Every token put on an event with a `schema` matches it: the input and events from outside
+/// are refused before anything is queued, a step's emit that does not match fails the step.
+#[tokio::test]
+async fn payloads_are_checked_against_their_events_schemas() {
+    let h = harness();
+    let int_n = |min: i64| json!({"type":"object","required":["n"],"properties":{"n":{"type":"integer","minimum":min}}});
+    let p = h.plan(json!({"plan_name":"typed","graph_type":"reactive",
+        "events":{"start":{"schema":{"type":"object","required":["who"]}},
+                  "msg":{"kind":"input","schema":int_n(-100)},
+                  "shaped":{"schema":int_n(0)},
+                  "seen":{"kind":"output"},"bad":{"kind":"output"}},
+        "steps":{"shape":{"on":["msg"],"action":"echo","args":{"n":"${msg.n - 5}"},"emits":["shaped"],"on_fail":"emit:bad"},
+                 "handle":{"on":["shaped"],"action":"echo","args":{"n":"${shaped.n}"},"emits":["seen"]}}}));
+    // The input goes on `start`: without `who` nothing starts.
+    let e = h.engine.start("t", &p, json!({})).expect_err("no `who`");
+    assert_eq!(e.code(), "input_invalid");
+    assert!(e.to_string().contains("`start`"), "{e}");
+    assert_eq!(h.engine.live_instances(), 0);
+    let i = h
+        .engine
+        .start("t", &p, json!({"who": "x"}))
+        .expect("starts");
+    // An event whose payload does not match reaches no instance, named or routed.
+    for target in [Some(i.id()), None] {
+        let e = h
+            .engine
+            .ingest("t", "msg", json!({"n": "seven"}), None, target)
+            .expect_err("a string is not an integer");
+        assert_eq!(e.code(), "payload_invalid");
+        match &e {
+            weft_runtime::Error::PayloadInvalid { at, event, .. } => {
+                assert_eq!((at.as_str(), event.as_str()), ("/n", "msg"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // A batch is refused whole, naming the event that does not match.
+    let ev = |n: serde_json::Value| weft_runtime::BatchEvent {
+        event: "msg".into(),
+        payload: json!({ "n": n }),
+        correlation: None,
+        instance: None,
+    };
+    let (k, e) = h
+        .engine
+        .ingest_batch("t", vec![ev(json!(7)), ev(json!(-101))])
+        .expect_err("the second is under the minimum");
+    assert_eq!((k, e.code()), (1, "payload_invalid"));
+    let st = i.state();
+    assert_eq!(st.fired, 0, "{st:?}");
+    assert!(
+        !st.marking.iter().any(|(e, n)| e == "msg" && *n > 0),
+        "{st:?}"
+    );
+    // Matching payloads go through; a step's emit is checked against its event's schema.
+    h.engine
+        .ingest("t", "msg", json!({"n": 7}), None, None)
+        .expect("n = 7");
+    h.engine
+        .ingest("t", "msg", json!({"n": 1}), None, Some(i.id()))
+        .expect("n = 1, but 1 - 5 is under `shaped`'s minimum");
+    let core = i.core_instance().expect("core");
+    let results = core.results(&i.plan().net);
+    let on = |name: &str| -> Vec<serde_json::Value> {
+        results
+            .iter()
+            .find(|(e, _)| e == name)
+            .map(|(_, ts)| ts.iter().map(|t| (*t.payload).clone()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(on("seen"), vec![json!({"n": 2})]);
+    let bad = on("bad");
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(bad[0]["error"]["code"], "emit_invalid", "{bad:?}");
+    let msg = bad[0]["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("`shaped`") && msg.contains("(at `/n`)"),
+        "{msg}"
+    );
+    h.check_replay(&i);
 }
 
 #[tokio::test]

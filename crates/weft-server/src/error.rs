@@ -159,6 +159,8 @@ impl ApiError {
             "llm_unavailable" => "LLM unavailable",
             "invalid_name" => "Invalid name",
             "event_not_accepted" => "Event not accepted",
+            "payload_invalid" => "Event payload does not match its schema",
+            "input_invalid" => "Input does not match its schema",
             "method_not_allowed" => "Method not allowed",
             "unavailable" => "Service unavailable",
             "llm_failed" => "LLM call failed",

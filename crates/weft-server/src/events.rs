@@ -121,7 +121,7 @@ async fn not_live(state: &AppState, tenant: &str, id: &str) -> ApiError {
         (status = 409, description = "`instance_terminal`, or `event_in_progress`: another request is ingesting the same event", body = Problem, content_type = "application/problem+json"),
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
-        (status = 422, body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`event_not_accepted`: the type is not an input event of the instance's plan; `payload_invalid`: the data does not match the event's `schema` in the plan of an instance it would reach (no instance receives it, and its id may be sent again)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "`store_unavailable` (with `Retry-After`): the store refuses writes; events of this request that were accepted are written when it recovers, and a retry is deduplicated", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
@@ -216,6 +216,12 @@ pub(crate) async fn ingest(
                 format!("{}{err}", at(k)),
             )
             .hint("the event's `type` must be an input event of the instance's plan"),
+            err @ weft_runtime::Error::PayloadInvalid { .. } => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "payload_invalid",
+                format!("{}{err}", at(k)),
+            )
+            .hint("send `data` that matches the event's `schema` in the plan (GET /v1/plans/{name} shows it); no instance received the event"),
             err => ApiError::internal(err),
         }
     };

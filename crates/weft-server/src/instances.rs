@@ -69,7 +69,7 @@ pub(crate) struct InstanceRef {
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 413, body = Problem, content_type = "application/problem+json"),
         (status = 415, body = Problem, content_type = "application/problem+json"),
-        (status = 422, body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_plan`, or `input_invalid`: the input does not match the `schema` of an event it goes on (nothing is started)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub(crate) async fn start(
@@ -110,7 +110,7 @@ pub(crate) async fn start(
     let (compiled, version) = state.compiled(&tenant, &name, version).await?;
     let input = req.input.unwrap_or_else(|| json!({}));
     crate::written::check(&state)?;
-    let h = state.start(&tenant, &compiled, version, input);
+    let h = state.start(&tenant, &compiled, version, input)?;
     let started = std::time::Instant::now();
     crate::written::durable(&state, h.id(), || {
         (

@@ -311,14 +311,15 @@ impl AppState {
         Ok((compiled, v))
     }
 
-    /// Starts an instance and spawns the task that keeps its stored status current.
+    /// Starts an instance and spawns the task that keeps its stored status current; `422
+    /// input_invalid` when the input does not match the schema of an event it goes on.
     pub(crate) fn start(
         &self,
         tenant: &str,
         plan: &Arc<CompiledPlan>,
         version: u32,
         input: Value,
-    ) -> weft_runtime::InstanceHandle {
+    ) -> Result<weft_runtime::InstanceHandle, ApiError> {
         // Acyclic instances keep a trace of their firings (bounded by the plan); reactive
         // ones would grow it without end.
         let trace = plan.net.graph_type == weft_core::GraphType::Acyclic;
@@ -335,10 +336,18 @@ impl AppState {
                 },
                 crate::request_id::current_request_id().as_deref(),
             )
-        };
+        }
+        .map_err(|e| {
+            ApiError::new(
+                axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                e.code(),
+                e.to_string(),
+            )
+            .hint("send an `input` that matches the schema of the plan's initial events (GET /v1/plans/{name} shows the plan)")
+        })?;
         self.inner.metrics.started.inc();
         self.track(h.clone());
-        h
+        Ok(h)
     }
 
     /// Follows a live instance until it is terminal: each time it settles its status goes to

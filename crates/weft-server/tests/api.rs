@@ -920,6 +920,113 @@ async fn events_single_batch_routing_and_invalid_cloudevents() {
     );
 }
 
+/// An input or an event whose payload does not match its event's `schema` is refused with
+/// the place and the reason, before anything is started or journaled; the refused event's id
+/// stays free, so the sender can send it again corrected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_that_do_not_match_their_event_schemas_are_refused_and_nothing_is_lost() {
+    let s = sqlite(two_tenants()).await;
+    let mut plan = ticker();
+    plan["plan_name"] = json!("typed-ticker");
+    plan["events"]["start"] = json!({"schema": {"type": "object", "required": ["who"]}});
+    plan["events"]["tick"]["schema"] =
+        json!({"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}});
+    let (st, v) = s
+        .post("/v1/instances", A, &json!({"plan_inline": plan}))
+        .await;
+    assert_eq!(
+        (st, problem_code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "input_invalid"),
+        "{v}"
+    );
+    let detail = v["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("`start`") && detail.contains("who"), "{v}");
+    assert!(v["hint"].is_string(), "{v}");
+    let (_, list) = s.get("/v1/instances", A).await;
+    assert_eq!(
+        list["instances"].as_array().map(Vec::len),
+        Some(0),
+        "{list}"
+    );
+    let (st, v) = s
+        .post(
+            "/v1/instances",
+            A,
+            &json!({"plan": "typed-ticker", "input": {"who": "me"}}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let tokens = |j: &Value| {
+        j["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["kind"] == "token.added")
+            .count()
+    };
+    let journal = format!("/v1/instances/{id}/journal?limit=1000");
+    let before = tokens(&s.get(&journal, A).await.1);
+    // One event, addressed or routed.
+    let mut bad = cloud_event("tick", 1, None);
+    bad["data"] = json!({"n": "one"});
+    for target in [Some(id.as_str()), None] {
+        let mut e = bad.clone();
+        if let Some(t) = target {
+            e["weftinstance"] = json!(t);
+        }
+        let (st, v) = s.post("/v1/events", A, &e).await;
+        assert_eq!(
+            (st, problem_code(&v)),
+            (StatusCode::UNPROCESSABLE_ENTITY, "payload_invalid"),
+            "{v}"
+        );
+        let detail = v["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("`tick`") && detail.contains("`/n`"), "{v}");
+    }
+    // A batch with one such event is refused whole.
+    let mut second = cloud_event("tick", 2, Some(&id));
+    second["data"] = json!({});
+    let batch = json!([cloud_event("tick", 3, Some(&id)), second]);
+    let (st, v, _) = s
+        .call(
+            req("POST", "/v1/events", A)
+                .header("content-type", "application/cloudevents-batch+json")
+                .body(Body::from(batch.to_string()))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(
+        (st, problem_code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "payload_invalid"),
+        "{v}"
+    );
+    assert!(
+        v["detail"].as_str().unwrap().starts_with("event 1: "),
+        "{v}"
+    );
+    assert_eq!(
+        tokens(&s.get(&journal, A).await.1),
+        before,
+        "nothing refused is journaled"
+    );
+    // The refused event's id was not used up: corrected, it is applied.
+    let mut fixed = bad.clone();
+    fixed["data"] = json!({"n": 1});
+    let (st, v) = s.post("/v1/events", A, &fixed).await;
+    assert_eq!(
+        (st, v),
+        (
+            StatusCode::ACCEPTED,
+            json!({"accepted": 1, "routed": 1, "duplicates": 0})
+        )
+    );
+    assert!(
+        tokens(&s.get(&journal, A).await.1) > before,
+        "the tick is journaled"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_cannot_see_each_others_anything() {
     let s = sqlite(two_tenants()).await;

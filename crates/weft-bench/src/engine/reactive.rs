@@ -75,7 +75,9 @@ pub(crate) async fn latency() -> Result<Value, String> {
     let plan = engine
         .compile_value(reactive_plan("latency", "bench.probe"))
         .map_err(|e| e.to_string())?;
-    let h = engine.start_with("bench", &plan, json!({}), StartOptions::default());
+    let h = engine
+        .start_with("bench", &plan, json!({}), StartOptions::default())
+        .map_err(|e| e.to_string())?;
     let one = |i: usize| -> Result<f64, String> {
         let t0 = base.elapsed().as_nanos() as u64;
         let n = engine
@@ -132,7 +134,9 @@ pub(crate) fn idle(n: usize) -> Result<Value, String> {
     let t = Instant::now();
     let mut last = None;
     for _ in 0..n {
-        let h = engine.start_with("bench", &plan, json!({}), StartOptions::default());
+        let h = engine
+            .start_with("bench", &plan, json!({}), StartOptions::default())
+            .map_err(|e| e.to_string())?;
         last = Some(h.id().to_string());
     }
     let secs = t.elapsed().as_secs_f64();

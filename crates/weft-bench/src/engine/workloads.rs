@@ -158,7 +158,9 @@ fn compile(engine: &Engine, mut doc: Value) -> Result<Arc<CompiledPlan>, String>
 
 /// One run: start, drive to the end, read the result.
 fn run_once(engine: &Engine, plan: &Arc<CompiledPlan>, r: usize) -> Option<Arc<Value>> {
-    let h = engine.start_with("bench", plan, json!({"run": r}), StartOptions::default());
+    let h = engine
+        .start_with("bench", plan, json!({"run": r}), StartOptions::default())
+        .ok()?;
     let o = match h.outcome_now() {
         Some(o) => o,
         None => futures::executor::block_on(h.wait()),

@@ -308,8 +308,16 @@ async fn execute(
         .map_err(|e| anyhow::anyhow!("the plan cannot be registered: {e}"))?;
     let net = &compiled.net;
     for e in &events {
-        match net.event_id(&e.name).map(|id| net.event(id).kind) {
-            Some(EventKind::Input) => {}
+        match net.event_id(&e.name).map(|id| (id, net.event(id).kind)) {
+            Some((id, EventKind::Input)) => {
+                if let Err(m) = net.check_payload(id, &e.payload) {
+                    anyhow::bail!(
+                        "--event `{}`: the payload does not match the event's schema: {m} (at `{}`)",
+                        e.name,
+                        m.at()
+                    );
+                }
+            }
             Some(_) => anyhow::bail!(
                 "--event `{}`: `{}` is not a `kind: input` event of plan `{}`, so it cannot be \
                  delivered from outside (input events: {})",
@@ -327,15 +335,17 @@ async fn execute(
         }
     }
     let started = Instant::now();
-    let handle = engine.start_with(
-        TENANT,
-        &compiled,
-        input,
-        StartOptions {
-            trace: true,
-            ..StartOptions::default()
-        },
-    );
+    let handle = engine
+        .start_with(
+            TENANT,
+            &compiled,
+            input,
+            StartOptions {
+                trace: true,
+                ..StartOptions::default()
+            },
+        )
+        .map_err(|e| anyhow::anyhow!("[{}] {e}", e.code()))?;
     let mut undelivered = Vec::new();
     for e in events {
         if let Err(err) = engine.ingest(TENANT, &e.name, e.payload, None, Some(handle.id())) {
