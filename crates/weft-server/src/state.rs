@@ -337,13 +337,14 @@ impl AppState {
                 crate::request_id::current_request_id().as_deref(),
             )
         }
-        .map_err(|e| {
-            ApiError::new(
+        .map_err(|e| match e {
+            weft_runtime::Error::PayloadInvalid { .. } => ApiError::new(
                 axum::http::StatusCode::UNPROCESSABLE_ENTITY,
                 e.code(),
                 e.to_string(),
             )
-            .hint("send an `input` that matches the schema of the plan's initial events (GET /v1/plans/{name} shows the plan)")
+            .hint("send an `input` that matches the schema of the plan's initial events (GET /v1/plans/{name} shows the plan)"),
+            e => ApiError::internal(e),
         })?;
         self.inner.metrics.started.inc();
         self.track(h.clone());
