@@ -16,6 +16,26 @@ use weft_server::ServerConfig;
 const A: Option<&str> = Some(TOK_A);
 const B: Option<&str> = Some(TOK_B);
 
+/// Posts `batch` as a CloudEvents batch (`application/cloudevents-batch+json`).
+async fn post_batch(s: &Srv, token: Option<&str>, batch: &Value) -> (StatusCode, Value) {
+    let (st, v, _) = s
+        .call(
+            req("POST", "/v1/events", token)
+                .header("content-type", "application/cloudevents-batch+json")
+                .body(Body::from(batch.to_string()))
+                .expect("request"),
+        )
+        .await;
+    (st, v)
+}
+
+/// How many `token.added` records a journal page holds.
+fn tokens_added(journal: &Value) -> usize {
+    journal["records"].as_array().map_or(0, |r| {
+        r.iter().filter(|r| r["kind"] == "token.added").count()
+    })
+}
+
 fn problem_code(v: &Value) -> &str {
     v["code"].as_str().unwrap_or("")
 }
@@ -779,14 +799,7 @@ async fn events_single_batch_routing_and_invalid_cloudevents() {
     let batch: Vec<Value> = (0..10)
         .map(|n| cloud_event("tick", n, Some(&ids[0])))
         .collect();
-    let (st, v, _) = s
-        .call(
-            req("POST", "/v1/events", A)
-                .header("content-type", "application/cloudevents-batch+json")
-                .body(Body::from(Value::Array(batch).to_string()))
-                .unwrap(),
-        )
-        .await;
+    let (st, v) = post_batch(&s, A, &Value::Array(batch)).await;
     assert_eq!(
         (st, v),
         (
@@ -798,13 +811,7 @@ async fn events_single_batch_routing_and_invalid_cloudevents() {
     let (_, j) = s
         .get(&format!("/v1/instances/{}/journal?limit=1000", ids[0]), A)
         .await;
-    let tokens = j["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["kind"] == "token.added")
-        .count();
-    assert_eq!(tokens, 11, "{j}");
+    assert_eq!(tokens_added(&j), 11, "{j}");
     // Another tenant's events reach none of them.
     let (st, v) = s.post("/v1/events", B, &cloud_event("tick", 1, None)).await;
     assert_eq!(
@@ -890,14 +897,7 @@ async fn events_single_batch_routing_and_invalid_cloudevents() {
             "event_not_accepted",
         ),
     ] {
-        let (st, v, _) = s
-            .call(
-                req("POST", "/v1/events", A)
-                    .header("content-type", "application/cloudevents-batch+json")
-                    .body(Body::from(batch.to_string()))
-                    .unwrap(),
-            )
-            .await;
+        let (st, v) = post_batch(&s, A, &batch).await;
         assert_eq!((st, problem_code(&v)), (status, code), "{v}");
         assert!(
             v["detail"].as_str().unwrap().starts_with("event 1: "),
@@ -957,16 +957,8 @@ async fn payloads_that_do_not_match_their_event_schemas_are_refused_and_nothing_
         .await;
     assert_eq!(st, StatusCode::CREATED, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
-    let tokens = |j: &Value| {
-        j["records"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|r| r["kind"] == "token.added")
-            .count()
-    };
     let journal = format!("/v1/instances/{id}/journal?limit=1000");
-    let before = tokens(&s.get(&journal, A).await.1);
+    let before = tokens_added(&s.get(&journal, A).await.1);
     // One event, addressed or routed.
     let mut bad = cloud_event("tick", 1, None);
     bad["data"] = json!({"n": "one"});
@@ -988,14 +980,7 @@ async fn payloads_that_do_not_match_their_event_schemas_are_refused_and_nothing_
     let mut second = cloud_event("tick", 2, Some(&id));
     second["data"] = json!({});
     let batch = json!([cloud_event("tick", 3, Some(&id)), second]);
-    let (st, v, _) = s
-        .call(
-            req("POST", "/v1/events", A)
-                .header("content-type", "application/cloudevents-batch+json")
-                .body(Body::from(batch.to_string()))
-                .unwrap(),
-        )
-        .await;
+    let (st, v) = post_batch(&s, A, &batch).await;
     assert_eq!(
         (st, problem_code(&v)),
         (StatusCode::UNPROCESSABLE_ENTITY, "payload_invalid"),
@@ -1006,7 +991,7 @@ async fn payloads_that_do_not_match_their_event_schemas_are_refused_and_nothing_
         "{v}"
     );
     assert_eq!(
-        tokens(&s.get(&journal, A).await.1),
+        tokens_added(&s.get(&journal, A).await.1),
         before,
         "nothing refused is journaled"
     );
@@ -1022,7 +1007,7 @@ async fn payloads_that_do_not_match_their_event_schemas_are_refused_and_nothing_
         )
     );
     assert!(
-        tokens(&s.get(&journal, A).await.1) > before,
+        tokens_added(&s.get(&journal, A).await.1) > before,
         "the tick is journaled"
     );
 }
